@@ -1,0 +1,63 @@
+//! Per-request records → benchmark summary, with vLLM `benchmark_serving.py`'s definitions, and
+//! its text and JSON formats. Knows nothing of where records came from (simulator or client).
+
+pub mod format;
+pub mod samples;
+pub mod summary;
+
+pub use samples::{TokenBuckets, WeightedSamples};
+pub use summary::{Stat, Summary};
+
+/// What the client saw of one request. Times are nanoseconds since the benchmark started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// When the client issued the request (after any concurrency gate).
+    pub send_ns: u64,
+    /// When the first token (chunk) arrived; `None` if none did.
+    pub first_token_ns: Option<u64>,
+    /// When the last token arrived, or when the request failed.
+    pub end_ns: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub success: bool,
+}
+
+/// Everything the summary needs from one benchmark run.
+#[derive(Clone, Debug, Default)]
+pub struct RunRecords {
+    pub requests: Vec<RequestRecord>,
+    /// Every gap between consecutive tokens of a request, pooled over all requests.
+    pub itl_ns: WeightedSamples,
+    /// Output tokens per 1-second bucket since the earliest send (for the peak-throughput line).
+    pub tokens_per_second: TokenBuckets,
+    /// Benchmark duration: last completion − benchmark start.
+    pub duration_ns: u64,
+}
+
+/// Latency metrics that can be summarised with percentiles (vLLM's `--percentile-metrics`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LatencyMetric {
+    Ttft,
+    Tpot,
+    Itl,
+    E2el,
+}
+
+impl LatencyMetric {
+    pub const ALL: [LatencyMetric; 4] =
+        [LatencyMetric::Ttft, LatencyMetric::Tpot, LatencyMetric::Itl, LatencyMetric::E2el];
+
+    /// The key used on vLLM's command line and in its JSON (`ttft`, `tpot`, `itl`, `e2el`).
+    pub fn key(self) -> &'static str {
+        match self {
+            LatencyMetric::Ttft => "ttft",
+            LatencyMetric::Tpot => "tpot",
+            LatencyMetric::Itl => "itl",
+            LatencyMetric::E2el => "e2el",
+        }
+    }
+
+    pub fn parse(key: &str) -> Option<LatencyMetric> {
+        LatencyMetric::ALL.into_iter().find(|m| m.key() == key)
+    }
+}

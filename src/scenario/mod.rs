@@ -1,0 +1,180 @@
+//! Scenario files: the TOML schema, presets for models and GPUs, and validation that names the
+//! file, field and value of anything wrong.
+//!
+//! Loading is config-then-run (ripgrep's split): the raw TOML table gets `--set` overrides
+//! applied, is deserialized with `deny_unknown_fields` into the raw schema, and is then resolved
+//! (presets expanded, defaults filled in the way the chosen engine fills them) and validated into a
+//! [`Scenario`], which the rest of the program trusts.
+
+pub mod error;
+pub mod hardware;
+pub mod model;
+pub mod schema;
+mod resolve;
+
+use std::path::{Path, PathBuf};
+
+pub use error::ScenarioError;
+pub use hardware::{GpuSpec, Hardware};
+pub use model::{Dtype, ModelSpec};
+
+/// A validated scenario. Every field is in force; nothing is left to defaults downstream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// The file it was loaded from (for error messages and relative paths such as traces).
+    pub path: PathBuf,
+    /// Optional human name (`name = "..."` at top level); defaults to the file stem.
+    pub name: String,
+    pub model: ModelSpec,
+    pub hardware: Hardware,
+    pub engine: EngineConfig,
+    pub cost: CostParams,
+    pub workload: WorkloadConfig,
+}
+
+/// Batching policy of the engine being modelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// vLLM V1 scheduler: one token budget shared by prefill chunks and decodes.
+    VllmV1,
+    /// vLLM V0 scheduler: prefills before decodes; mixes them only with chunked prefill.
+    VllmV0,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::VllmV1 => "vllm-v1",
+            Policy::VllmV0 => "vllm-v0",
+        }
+    }
+}
+
+/// How a cluster of replicas spreads requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Router {
+    RoundRobin,
+    /// Send to the replica with the fewest requests in flight; ties go to the lowest index.
+    LeastOutstanding,
+}
+
+/// Resolved `[engine]` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub policy: Policy,
+    pub tensor_parallel: u32,
+    pub replicas: u32,
+    pub router: Router,
+    /// Token budget of one step (prefill chunk tokens + decode tokens).
+    pub max_num_batched_tokens: u32,
+    pub max_num_seqs: u32,
+    pub enable_chunked_prefill: bool,
+    pub block_size: u32,
+    pub gpu_memory_utilization: f64,
+    pub max_model_len: u32,
+    /// KV blocks per replica: pinned by the scenario, or computed as the engine computes it.
+    pub num_gpu_blocks: u32,
+    /// Fraction of KV blocks kept free when admitting a prompt (vLLM V0: 0.01; V1: 0).
+    pub watermark: f64,
+    /// Memory per GPU held back for activations and runtime buffers when sizing the KV cache.
+    pub activation_reserve_bytes: u64,
+}
+
+/// Named physical parameters of the cost model. Later issues calibrate and fit these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostParams {
+    /// Achieved fraction of peak FLOP/s in GEMMs.
+    pub gemm_efficiency: f64,
+    /// Achieved fraction of peak FLOP/s in attention kernels.
+    pub attention_efficiency: f64,
+    /// Achieved fraction of peak HBM bandwidth.
+    pub memory_bandwidth_efficiency: f64,
+    /// Fixed latency of one all-reduce, microseconds.
+    pub collective_latency_us: f64,
+    /// Achieved fraction of link bandwidth in collectives.
+    pub collective_bandwidth_efficiency: f64,
+    /// CPU overhead of one engine step (scheduling, launch, sampling), microseconds.
+    pub step_overhead_us: f64,
+    /// CPU overhead per sequence in a step (input prep, detokenize, stream), microseconds.
+    pub seq_overhead_us: f64,
+}
+
+/// Resolved `[workload]` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadConfig {
+    /// One simulation per value: a sweep, printed as one report block per value.
+    pub num_prompts: Vec<u32>,
+    /// Requests per second; `f64::INFINITY` sends everything at time zero.
+    pub request_rate: f64,
+    /// Shape of the gamma distribution of inter-arrival gaps (1.0 = Poisson), as vLLM's client.
+    pub burstiness: f64,
+    /// At most this many requests in flight from the client; `None` = unbounded.
+    pub max_concurrency: Option<u32>,
+    pub dataset: Dataset,
+    pub seed: u64,
+}
+
+/// Where request lengths (and, for traces, arrival times) come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dataset {
+    /// Every request has the same input and output length.
+    Fixed { input_len: u32, output_len: u32 },
+    /// vLLM's random dataset: lengths uniform in
+    /// `[floor(len × (1 − range_ratio)), ceil(len × (1 + range_ratio))]`, plus a fixed prefix.
+    Random { input_len: u32, output_len: u32, range_ratio: f64, prefix_len: u32 },
+    /// Sonnet-like: fixed input length (of which `prefix_len` tokens are shared), output lengths
+    /// from a distribution (a model stopping on its own before `max_tokens`).
+    Sonnet { input_len: u32, prefix_len: u32, output: LengthDist },
+    /// ShareGPT-like: input and output lengths from distributions.
+    ShareGpt { input: LengthDist, output: LengthDist },
+    /// A recorded trace: rows of (arrival seconds, input tokens, output tokens). Arrival times
+    /// come from the trace, not from `request_rate`.
+    Trace { path: PathBuf, rows: Vec<TraceRow> },
+}
+
+/// One row of a trace file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceRow {
+    pub arrival_s: f64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// A distribution of token counts, always clamped to `[min, max]` and at least 1.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LengthDist {
+    Fixed { value: u32 },
+    /// Uniform over the integers `min..=max`.
+    Uniform { min: u32, max: u32 },
+    /// Normal with the given mean and standard deviation, rounded, clamped.
+    Normal { mean: f64, std: f64, min: u32, max: u32 },
+    /// Log-normal whose own mean and standard deviation are the given ones, rounded, clamped.
+    LogNormal { mean: f64, std: f64, min: u32, max: u32 },
+}
+
+impl LengthDist {
+    /// The largest value the distribution can produce.
+    pub fn max(&self) -> u32 {
+        match *self {
+            LengthDist::Fixed { value } => value,
+            LengthDist::Uniform { max, .. }
+            | LengthDist::Normal { max, .. }
+            | LengthDist::LogNormal { max, .. } => max,
+        }
+    }
+}
+
+impl Scenario {
+    /// Reads, overrides, resolves and validates a scenario file.
+    ///
+    /// `overrides` are `dotted.key=value` strings as given to `--set`; the value is parsed as a
+    /// TOML value, and as a plain string if that fails.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        resolve::load(path, overrides)
+    }
+
+    /// Parses scenario text as if it came from `path` (used by tests and built-in examples).
+    pub fn from_toml_str(text: &str, path: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
+        resolve::from_str(text, path, overrides)
+    }
+}

@@ -1,0 +1,1 @@
+//! The raw TOML schema (serde, `deny_unknown_fields`).
