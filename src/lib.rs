@@ -13,6 +13,7 @@
 //! the shape of a batch, `metrics` knows nothing of where records came from.
 
 pub mod cli;
+pub mod error;
 pub mod cost;
 pub mod metrics;
 pub mod run;
@@ -20,3 +21,5 @@ pub mod scenario;
 pub mod sched;
 pub mod sim;
 pub mod workload;
+
+pub use error::Error;

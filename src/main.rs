@@ -1,1 +1,16 @@
-fn main() {}
+//! servesim's entry point: parse, run, and report an error once with its exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = servesim::cli::Cli::parse();
+    match servesim::cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

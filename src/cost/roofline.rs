@@ -1,1 +1,689 @@
-//! Roofline cost model.
+//! Roofline cost model: every op of a step costs `max(compute time, memory time)` from datasheet
+//! peaks scaled by named efficiencies.
+//!
+//! ```text
+//!  per layer (× num_layers, all layers identical)          once per step
+//!  ┌──────────────────────────────────────────────┐        ┌──────────────────────────┐
+//!  │ add+RMSNorm → QKV GEMM → rotary → attention  │        │ final add+RMSNorm (T)    │
+//!  │ → O GEMM → [all-reduce] → add+RMSNorm        │        │ LM head GEMM (S rows)    │
+//!  │ → gate+up GEMM → SiLU·mul → down GEMM        │        │ [logit gather]           │
+//!  │ → [all-reduce]                               │        │ CPU overhead             │
+//!  └──────────────────────────────────────────────┘        └──────────────────────────┘
+//!  T = tokens computed this step, S = tokens sampled this step, [..] only when TP > 1.
+//! ```
+//!
+//! Everything that does not depend on the batch is folded into per-op constants by
+//! [`Roofline::new`], so [`CostModel::predict`] is one pass over the batch's sequences (to sum
+//! the attention work) plus a fixed handful of floating-point operations: no allocation and no
+//! loop over layers.
+//!
+//! Conventions: all shapes are per GPU under tensor parallelism degree `t` (Megatron split:
+//! QKV and gate+up column-parallel, O and down row-parallel, LM head vocab-parallel). Activations
+//! are 16-bit. Times are computed in seconds as `f64` and converted to integer nanoseconds once
+//! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
+
+use super::{CostModel, StepCost};
+use crate::scenario::{CostParams, GpuSpec, ModelSpec};
+use crate::scenario::model::Dtype;
+use crate::sched::batch::{Batch, SeqWork};
+
+/// Bytes per activation element: engines run activations in bf16/fp16 even with fp8 weights.
+const ACTIVATION_BYTES: f64 = 2.0;
+/// FLOPs per multiply-accumulate.
+const FLOPS_PER_MAC: f64 = 2.0;
+/// Attention does two matmuls per (query, key) pair and head: QKᵀ and P·V.
+const ATTENTION_MATMULS: f64 = 2.0;
+/// K and V: the two tensors the KV cache stores per token.
+const KV_TENSORS: f64 = 2.0;
+/// Attention reads Q and writes O, one head-width vector each per query token and head.
+const ATTENTION_QO_TENSORS: f64 = 2.0;
+/// vLLM fuses the residual add into the RMSNorm: it reads x and the residual and writes the
+/// normalized output and the updated residual, four hidden-size vectors per token.
+const FUSED_ADD_NORM_VECTORS: f64 = 4.0;
+/// RMSNorms per layer: before attention and before the MLP.
+const NORMS_PER_LAYER: f64 = 2.0;
+/// Rotary embedding rewrites Q and K in place: one read and one write per element.
+const ROTARY_PASSES: f64 = 2.0;
+/// SiLU-and-mul reads gate and up (2 × ffn/t per token) and writes one ffn/t vector.
+const SILU_MUL_VECTORS: f64 = 3.0;
+/// Gated MLP: gate and up projections are fused into one GEMM of twice the width.
+const GATE_UP_PROJECTIONS: f64 = 2.0;
+/// Megatron-style TP needs one all-reduce after the attention output projection and one after
+/// the MLP down projection.
+const ALL_REDUCES_PER_LAYER: f64 = 2.0;
+/// The LM head stays 16-bit even in fp8 checkpoints and under vLLM's online fp8 quantization
+/// (only linear layers are quantized; the vocab-parallel head is an embedding), so it reads
+/// 16-bit weights at the 16-bit peak.
+const LM_HEAD_WEIGHT_BYTES: f64 = 2.0;
+/// vLLM pads the vocabulary of the vocab-parallel LM head to a multiple of this
+/// (`DEFAULT_VOCAB_PADDING_SIZE`) before splitting it across tensor-parallel ranks.
+const VOCAB_PADDING: u64 = 64;
+const NS_PER_S: f64 = 1e9;
+const S_PER_US: f64 = 1e-6;
+
+/// One GEMM `[m × k] · [k × n]` with a batch-dependent `m`, folded into per-row and fixed times.
+///
+/// Its time for `m` rows is `max(m × flop_s_per_row, weight_s + m × activation_s_per_row)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GemmOp {
+    /// Compute time per row of `m` (`2·k·n` FLOPs at the effective peak), seconds.
+    flop_s_per_row: f64,
+    /// Time to read the weight matrix once at the effective bandwidth, seconds.
+    weight_s: f64,
+    /// Time to read one input row (`k`) and write one output row (`n`) of 16-bit activations,
+    /// seconds.
+    activation_s_per_row: f64,
+}
+
+impl GemmOp {
+    /// `k`, `n`: inner and output dimension per GPU. `flops_per_s` and `bytes_per_s` are
+    /// effective (already scaled by efficiency).
+    fn new(k: f64, n: f64, weight_bytes_per_element: f64, flops_per_s: f64, bytes_per_s: f64) -> GemmOp {
+        GemmOp {
+            flop_s_per_row: FLOPS_PER_MAC * k * n / flops_per_s,
+            weight_s: k * n * weight_bytes_per_element / bytes_per_s,
+            activation_s_per_row: (k + n) * ACTIVATION_BYTES / bytes_per_s,
+        }
+    }
+
+    /// Time for `rows` rows, seconds. Zero rows means the GEMM is not launched at all.
+    #[inline]
+    fn time_s(&self, rows: f64) -> f64 {
+        if rows <= 0.0 {
+            return 0.0;
+        }
+        let compute_s = rows * self.flop_s_per_row;
+        let memory_s = self.weight_s + rows * self.activation_s_per_row;
+        compute_s.max(memory_s)
+    }
+}
+
+/// Roofline step-cost model for one replica (one model instance spread over `tensor_parallel`
+/// GPUs). Construct with [`Roofline::new`]; price steps with [`CostModel::predict`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Roofline {
+    /// Transformer layers; every per-layer time is multiplied by this.
+    num_layers: f64,
+    /// Tensor-parallel degree `t` (≥ 1).
+    tensor_parallel: u32,
+    /// Query heads per GPU: `ceil(num_heads / t)`.
+    heads_per_gpu: f64,
+    /// KV heads per GPU: `max(num_kv_heads / t, 1)`; vLLM replicates KV heads when there are
+    /// fewer of them than GPUs, so each GPU still holds (and reads) at least one.
+    kv_heads_per_gpu: f64,
+    /// Per-layer GEMMs, per GPU: QKV, attention output, MLP gate+up, MLP down.
+    layer_gemms: [GemmOp; 4],
+    /// LM head `[S × hidden] · [hidden × vocab/t]`.
+    lm_head: GemmOp,
+    /// Attention compute time per (query token, key) pair per layer, seconds.
+    attention_s_per_key: f64,
+    /// Attention time per KV-cache token read (K and V) per layer, seconds.
+    attention_s_per_kv_token: f64,
+    /// Attention time per query token to read Q and write O per layer, seconds.
+    attention_s_per_query: f64,
+    /// Elementwise (norms, rotary, SiLU·mul) time per computed token per layer, seconds.
+    elementwise_s_per_token_per_layer: f64,
+    /// Final norm time per computed token (once per step, not per layer), seconds.
+    final_norm_s_per_token: f64,
+    /// All-reduce time per token per layer (both all-reduces, bandwidth part), seconds; 0 at TP 1.
+    allreduce_s_per_token_per_layer: f64,
+    /// Fixed latency of the all-reduces per layer, seconds; 0 at TP 1.
+    allreduce_latency_s_per_layer: f64,
+    /// Logit gather time per sampled token (bandwidth part), seconds; 0 at TP 1.
+    logit_gather_s_per_sampled: f64,
+    /// Fixed latency of the logit gather, seconds; 0 at TP 1.
+    logit_gather_latency_s: f64,
+    /// CPU overhead per step, seconds.
+    step_overhead_s: f64,
+    /// CPU overhead per sequence in a step, seconds.
+    seq_overhead_s: f64,
+    /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
+    weight_bytes_read_per_step: u64,
+}
+
+impl Roofline {
+    /// Precomputes every batch-independent quantity of `model` on `tensor_parallel` GPUs of kind
+    /// `gpu` with efficiencies and overheads from `params`.
+    ///
+    /// Panics if `tensor_parallel` is 0, or if a peak, bandwidth or efficiency that the model
+    /// divides by is not positive and finite: scenario validation guarantees both, and a
+    /// roofline built on zeros would silently price every step at `u64::MAX`.
+    pub fn new(model: &ModelSpec, gpu: &GpuSpec, tensor_parallel: u32, params: &CostParams) -> Roofline {
+        assert!(tensor_parallel >= 1, "tensor_parallel must be at least 1");
+        let t = tensor_parallel as f64;
+        let positive = |name: &str, value: f64| {
+            assert!(value.is_finite() && value > 0.0, "roofline: {name} must be positive and finite, got {value}");
+            value
+        };
+
+        // Per-GPU shard sizes as vLLM shards them. Validation requires TP to divide heads; where
+        // another size does not divide, a rank holds the rounded-up share (the slowest rank sets
+        // the step time).
+        let tp = tensor_parallel as u64;
+        let hidden_elems = model.hidden_size as u64;
+        let head_dim_elems = model.head_dim as u64;
+        let heads_per_gpu_count = (model.num_heads as u64).div_ceil(tp);
+        let kv_heads_per_gpu_count = (model.num_kv_heads as u64 / tp).max(1);
+        let ffn_per_gpu_elems = (model.ffn_size as u64).div_ceil(tp);
+        let vocab_padded = (model.vocab_size as u64).div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
+        let vocab_per_gpu_elems = vocab_padded.div_ceil(tp);
+
+        let hidden = hidden_elems as f64;
+        let head_dim = head_dim_elems as f64;
+        let ffn_per_gpu = ffn_per_gpu_elems as f64;
+        let vocab_per_gpu = vocab_per_gpu_elems as f64;
+        let heads_per_gpu = heads_per_gpu_count as f64;
+        let kv_heads_per_gpu = kv_heads_per_gpu_count as f64;
+
+        let weight_bytes = model.weight_dtype.bytes() as f64;
+        let kv_bytes = model.kv_dtype.bytes() as f64;
+        let peak_16bit = positive("gpu peak_flops_16bit", gpu.peak_flops_16bit);
+        let gemm_peak = match model.weight_dtype {
+            Dtype::Fp8 => gpu.peak_flops_fp8.unwrap_or(peak_16bit),
+            Dtype::Bf16 | Dtype::Fp16 | Dtype::Fp32 => peak_16bit,
+        };
+        let gemm_eff = positive("gemm_efficiency", params.gemm_efficiency);
+        let attention_eff = positive("attention_efficiency", params.attention_efficiency);
+        let gemm_flops_per_s = positive("fp8 peak", gemm_peak) * gemm_eff;
+        let lm_head_flops_per_s = peak_16bit * gemm_eff;
+        let attention_flops_per_s = peak_16bit * attention_eff;
+        let bytes_per_s = positive("gpu memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s)
+            * positive("memory_bandwidth_efficiency", params.memory_bandwidth_efficiency);
+
+        let qkv_width = (heads_per_gpu + KV_TENSORS * kv_heads_per_gpu) * head_dim;
+        let attn_out_width = heads_per_gpu * head_dim;
+        let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, gemm_flops_per_s, bytes_per_s);
+        let layer_gemms = [
+            gemm(hidden, qkv_width),
+            gemm(attn_out_width, hidden),
+            gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu),
+            gemm(ffn_per_gpu, hidden),
+        ];
+        let lm_head = GemmOp::new(hidden, vocab_per_gpu, LM_HEAD_WEIGHT_BYTES, lm_head_flops_per_s, bytes_per_s);
+
+        // QKV + O + gate/up + down, in elements (the integer form of the GEMM shapes above).
+        let layer_weight_elements = hidden_elems * (heads_per_gpu_count + 2 * kv_heads_per_gpu_count) * head_dim_elems
+            + heads_per_gpu_count * head_dim_elems * hidden_elems
+            + 3 * hidden_elems * ffn_per_gpu_elems;
+        let weight_bytes_read_per_step = model.num_layers as u64 * layer_weight_elements * model.weight_dtype.bytes()
+            + hidden_elems * vocab_per_gpu_elems * LM_HEAD_WEIGHT_BYTES as u64;
+
+        // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.
+        let attention_s_per_key = ATTENTION_MATMULS * FLOPS_PER_MAC * heads_per_gpu * head_dim / attention_flops_per_s;
+        let attention_s_per_kv_token = KV_TENSORS * kv_heads_per_gpu * head_dim * kv_bytes / bytes_per_s;
+        let attention_s_per_query = ATTENTION_QO_TENSORS * heads_per_gpu * head_dim * ACTIVATION_BYTES / bytes_per_s;
+
+        // Elementwise work is memory-bound; norm weights (hidden elements, read once) are
+        // negligible next to activations and left out.
+        let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * ACTIVATION_BYTES;
+        let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * ACTIVATION_BYTES;
+        let silu_bytes_per_token = SILU_MUL_VECTORS * ffn_per_gpu * ACTIVATION_BYTES;
+        let elementwise_s_per_token_per_layer =
+            (NORMS_PER_LAYER * norm_bytes_per_token + rotary_bytes_per_token + silu_bytes_per_token) / bytes_per_s;
+        let final_norm_s_per_token = norm_bytes_per_token / bytes_per_s;
+
+        // Tensor-parallel collectives. Ring all-reduce of B bytes moves 2(t−1)/t × B per GPU.
+        // The logits are gathered once per step when anything is sampled (vLLM gathers the
+        // vocab-parallel logits to build the full distribution): modelled as an all-gather that
+        // moves (t−1)/t × S × vocab × 2 bytes per GPU, plus one collective latency.
+        let (allreduce_s_per_token_per_layer, allreduce_latency_s_per_layer, logit_gather_s_per_sampled, logit_gather_latency_s) =
+            if tensor_parallel > 1 {
+                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
+                    * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
+                let latency_s = params.collective_latency_us * S_PER_US;
+                let ring_factor = 2.0 * (t - 1.0) / t;
+                let gather_factor = (t - 1.0) / t;
+                (
+                    ALL_REDUCES_PER_LAYER * ring_factor * hidden * ACTIVATION_BYTES / link_bytes_per_s,
+                    ALL_REDUCES_PER_LAYER * latency_s,
+                    gather_factor * vocab_padded as f64 * ACTIVATION_BYTES / link_bytes_per_s,
+                    latency_s,
+                )
+            } else {
+                (0.0, 0.0, 0.0, 0.0)
+            };
+
+        Roofline {
+            num_layers: model.num_layers as f64,
+            tensor_parallel,
+            heads_per_gpu,
+            kv_heads_per_gpu,
+            layer_gemms,
+            lm_head,
+            attention_s_per_key,
+            attention_s_per_kv_token,
+            attention_s_per_query,
+            elementwise_s_per_token_per_layer,
+            final_norm_s_per_token,
+            allreduce_s_per_token_per_layer,
+            allreduce_latency_s_per_layer,
+            logit_gather_s_per_sampled,
+            logit_gather_latency_s,
+            step_overhead_s: params.step_overhead_us * S_PER_US,
+            seq_overhead_s: params.seq_overhead_us * S_PER_US,
+            weight_bytes_read_per_step,
+        }
+    }
+
+    /// Cost of one step that prefills a lone prompt of `prompt_tokens` tokens from an empty
+    /// cache and samples its first token (what a lone request's TTFT is, less queueing).
+    pub fn prefill_cost(&self, prompt_tokens: u32) -> StepCost {
+        let mut batch = Batch::default();
+        batch.push(SeqWork { seq: 0, new_tokens: prompt_tokens, context_tokens: 0, samples_token: true });
+        self.predict(&batch)
+    }
+
+    /// Cost of one decode step of `batch_size` sequences, each with `context_tokens` tokens
+    /// already cached (a lone request's TPOT at that context, when `batch_size` is 1).
+    pub fn decode_cost(&self, batch_size: u32, context_tokens: u32) -> StepCost {
+        let mut batch = Batch::default();
+        for seq in 0..batch_size {
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens, samples_token: true });
+        }
+        self.predict(&batch)
+    }
+
+    /// Weight bytes one GPU streams from memory in a step that samples a token: every layer's
+    /// GEMM weights plus the LM head shard. Not the resident weight size: the embedding table
+    /// (a step gathers only `T` of its rows) and the norm weights are left out.
+    pub fn weight_bytes_read_per_step(&self) -> u64 {
+        self.weight_bytes_read_per_step
+    }
+
+    /// KV heads each GPU holds: `max(num_kv_heads / t, 1)` (replicated when fewer than GPUs).
+    pub fn kv_heads_per_gpu(&self) -> u32 {
+        self.kv_heads_per_gpu as u32
+    }
+
+    /// Query heads each GPU computes: `ceil(num_heads / t)`.
+    pub fn heads_per_gpu(&self) -> u32 {
+        self.heads_per_gpu as u32
+    }
+
+    /// Tensor-parallel degree this model was built for.
+    pub fn tensor_parallel(&self) -> u32 {
+        self.tensor_parallel
+    }
+}
+
+/// Seconds (non-negative, finite) to integer nanoseconds, rounded to nearest.
+#[inline]
+fn to_ns(seconds: f64) -> u64 {
+    debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
+    (seconds * NS_PER_S).round() as u64
+}
+
+impl CostModel for Roofline {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        if batch.seqs.is_empty() {
+            return StepCost::default();
+        }
+
+        // One pass over sequences: token counts and the attention work.
+        // keys: Σ over new tokens of the keys each attends to; causal, so new token i (0-based)
+        // of a sequence with c cached tokens sees c + i + 1 keys: Σ = q·c + q(q+1)/2.
+        // T is summed here rather than read from `batch.tokens()` so the two can never disagree.
+        let mut tokens: u64 = 0;
+        let mut sampled: u64 = 0;
+        let mut keys: u64 = 0;
+        let mut kv_tokens_read: u64 = 0;
+        for work in &batch.seqs {
+            let q = work.new_tokens as u64;
+            let c = work.context_tokens as u64;
+            tokens += q;
+            sampled += work.samples_token as u64;
+            keys += q * c + q * (q + 1) / 2;
+            kv_tokens_read += c + q;
+        }
+        let tokens = tokens as f64;
+        let sampled = sampled as f64;
+
+        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(tokens)).sum();
+        let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
+
+        let attention_compute_s = keys as f64 * self.attention_s_per_key;
+        let attention_memory_s =
+            kv_tokens_read as f64 * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
+        let attention_s = if tokens > 0.0 {
+            self.num_layers * attention_compute_s.max(attention_memory_s)
+        } else {
+            0.0
+        };
+
+        let elementwise_s =
+            tokens * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token);
+
+        let mut communication_s = 0.0;
+        if tokens > 0.0 {
+            communication_s +=
+                self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer);
+        }
+        if sampled > 0.0 {
+            communication_s += sampled * self.logit_gather_s_per_sampled + self.logit_gather_latency_s;
+        }
+
+        let overhead_s = self.step_overhead_s + self.seq_overhead_s * batch.seqs.len() as f64;
+
+        let gemm_ns = to_ns(gemm_s);
+        let attention_ns = to_ns(attention_s);
+        let elementwise_ns = to_ns(elementwise_s);
+        let communication_ns = to_ns(communication_s);
+        let overhead_ns = to_ns(overhead_s);
+        StepCost {
+            total_ns: gemm_ns + attention_ns + elementwise_ns + communication_ns + overhead_ns,
+            gemm_ns,
+            attention_ns,
+            elementwise_ns,
+            communication_ns,
+            overhead_ns,
+        }
+    }
+
+    fn source(&self) -> &'static str {
+        "roofline"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 layers, hidden 64, 4 heads, 2 KV heads, head_dim 16, ffn 128, vocab 256, bf16.
+    /// Per layer (TP 1), GEMM k×n: QKV 64×128, O 64×64, gate+up 64×256, down 128×64;
+    /// Σ k·n = 36,864 weights per layer. LM head 64×256 = 16,384.
+    fn tiny_model() -> ModelSpec {
+        ModelSpec {
+            name: "tiny".into(),
+            num_layers: 2,
+            hidden_size: 64,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 16,
+            ffn_size: 128,
+            vocab_size: 256,
+            tied_embeddings: false,
+            max_position_embeddings: 4096,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+        }
+    }
+
+    /// 1e11 FLOP/s, 1e10 B/s memory, 1e9 B/s link: round numbers, ridge point 10 FLOP/byte.
+    fn tiny_gpu() -> GpuSpec {
+        GpuSpec {
+            name: "tiny-gpu".into(),
+            peak_flops_16bit: 1e11,
+            peak_flops_fp8: Some(2e11),
+            memory_bytes: 1 << 30,
+            memory_bandwidth_bytes_per_s: 1e10,
+            interconnect_bandwidth_bytes_per_s: 1e9,
+        }
+    }
+
+    /// Effective: GEMM 5e10 FLOP/s, attention 4e10 FLOP/s, memory 8e9 B/s, link 5e8 B/s.
+    fn tiny_params() -> CostParams {
+        CostParams {
+            gemm_efficiency: 0.5,
+            attention_efficiency: 0.4,
+            memory_bandwidth_efficiency: 0.8,
+            collective_latency_us: 10.0,
+            collective_bandwidth_efficiency: 0.5,
+            step_overhead_us: 100.0,
+            seq_overhead_us: 5.0,
+        }
+    }
+
+    fn h100_like() -> GpuSpec {
+        GpuSpec {
+            name: "h100-like".into(),
+            peak_flops_16bit: 989e12,
+            peak_flops_fp8: Some(1979e12),
+            memory_bytes: 80 << 30,
+            memory_bandwidth_bytes_per_s: 3.35e12,
+            interconnect_bandwidth_bytes_per_s: 450e9,
+        }
+    }
+
+    fn llama_8b_like() -> ModelSpec {
+        ModelSpec {
+            name: "llama-3.1-8b-like".into(),
+            num_layers: 32,
+            hidden_size: 4096,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 128,
+            ffn_size: 14336,
+            vocab_size: 128256,
+            tied_embeddings: false,
+            max_position_embeddings: 131072,
+            weight_dtype: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+        }
+    }
+
+    fn realistic_params() -> CostParams {
+        CostParams {
+            gemm_efficiency: 0.7,
+            attention_efficiency: 0.5,
+            memory_bandwidth_efficiency: 0.8,
+            collective_latency_us: 8.0,
+            collective_bandwidth_efficiency: 0.7,
+            step_overhead_us: 0.0,
+            seq_overhead_us: 0.0,
+        }
+    }
+
+    fn assert_sum(cost: &StepCost) {
+        assert_eq!(
+            cost.total_ns,
+            cost.gemm_ns + cost.attention_ns + cost.elementwise_ns + cost.communication_ns + cost.overhead_ns,
+            "{cost:?}"
+        );
+    }
+
+    fn within(actual: f64, expected: f64, rel: f64) -> bool {
+        (actual - expected).abs() <= rel * expected.abs()
+    }
+
+    #[test]
+    fn tiny_prefill_is_compute_bound_and_matches_hand_computation() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 1, &tiny_params());
+        let cost = roofline.prefill_cost(1000);
+        assert_sum(&cost);
+        // Layer GEMMs, T = 1000, all compute-bound (e.g. QKV: 16.4 MFLOP / 5e10 = 328 µs vs
+        // (16,384 + 1000·192·2) B / 8e9 = 50 µs): 2 layers × 2·1000·36,864 FLOP / 5e10 FLOP/s
+        // = 2,949,120 ns.
+        // LM head, S = 1, memory-bound: (16,384·2 + (64 + 256)·2) B / 8e9 B/s = 4,176 ns.
+        assert_eq!(cost.gemm_ns, 2_949_120 + 4_176);
+        // Attention, q = 1000, c = 0: keys = 1000·1001/2 = 500,500; FLOPs = 4·4·16·500,500 =
+        // 128.128 M per layer / 4e10 = 3,203,200 ns, × 2 layers (memory: 384 kB / 8e9 = 48 µs).
+        assert_eq!(cost.attention_ns, 6_406_400);
+        // Elementwise per token per layer: 2 norms × 4·64·2 B + rotary 2·(4+2)·16·2 B +
+        // SiLU 3·128·2 B = 1024 + 384 + 768 = 2176 B; plus final norm 512 B per token:
+        // 1000 × (2·2176 + 512) B / 8e9 = 608,000 ns.
+        assert_eq!(cost.elementwise_ns, 608_000);
+        assert_eq!(cost.communication_ns, 0);
+        // 100 µs per step + 5 µs per sequence.
+        assert_eq!(cost.overhead_ns, 105_000);
+    }
+
+    #[test]
+    fn tiny_decode_is_memory_bound_and_matches_hand_computation() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 1, &tiny_params());
+        let cost = roofline.decode_cost(1, 100);
+        assert_sum(&cost);
+        // Layer GEMMs, T = 1, all memory-bound (e.g. QKV: 16,384 FLOP / 5e10 = 328 ns vs
+        // 16,768 B / 8e9 = 2,096 ns): per layer weights 36,864·2 B + activations
+        // (192 + 128 + 320 + 192)·2 B = 75,392 B; × 2 layers / 8e9 = 18,848 ns. LM head 4,176 ns.
+        assert_eq!(cost.gemm_ns, 18_848 + 4_176);
+        // Attention, q = 1, c = 100: reads 101 tokens × 2·2·16·2 B + Q/O 2·4·16·2 B = 13,184 B
+        // per layer / 8e9 = 1,648 ns (compute: 4·4·16·101 / 4e10 = 646 ns), × 2 layers.
+        assert_eq!(cost.attention_ns, 3_296);
+        // 1 token × (2·2176 + 512) B / 8e9.
+        assert_eq!(cost.elementwise_ns, 608);
+        assert_eq!(cost.overhead_ns, 105_000);
+    }
+
+    #[test]
+    fn tiny_tensor_parallel_communication_matches_hand_computation() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 2, &tiny_params());
+        let cost = roofline.prefill_cost(1000);
+        assert_sum(&cost);
+        // Per layer: 2 all-reduces of 1000·64·2 B = 128 kB, ring factor 2·1/2 = 1, link 5e8 B/s:
+        // 2 × (256 µs + 10 µs) = 532 µs; × 2 layers = 1,064 µs.
+        // Logit gather for 1 sampled token: 1/2 · 256·2 B / 5e8 = 512 ns + 10 µs latency.
+        assert_eq!(cost.communication_ns, 1_064_000 + 10_512);
+        // Compute-bound GEMMs halve exactly: 2,949,120 / 2. LM head (memory-bound) reads half
+        // the weights: (8,192·2 + (64 + 128)·2) B / 8e9 = 2,096 ns.
+        assert_eq!(cost.gemm_ns, 1_474_560 + 2_096);
+
+        // TP 4, ring factor 2·3/4 = 1.5: per layer 2 × (1.5 × 128 kB / 5e8 + 10 µs) = 788 µs,
+        // × 2 layers = 1,576 µs; gather 3/4 · 512 B / 5e8 = 768 ns + 10 µs.
+        let tp4 = Roofline::new(&tiny_model(), &tiny_gpu(), 4, &tiny_params());
+        assert_eq!(tp4.prefill_cost(1000).communication_ns, 1_576_000 + 10_768);
+    }
+
+    #[test]
+    fn kv_heads_are_replicated_when_fewer_than_gpus() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 4, &tiny_params());
+        assert_eq!(roofline.heads_per_gpu(), 1);
+        assert_eq!(roofline.kv_heads_per_gpu(), 1);
+        // QKV width per GPU = (1 + 2·1)·16 = 48: weights 64·48 = 3072, not (1 + 2·0.5)·16·64.
+        let qkv = roofline.layer_gemms[0];
+        let bytes_per_s = 1e10 * 0.8;
+        assert!(within(qkv.weight_s, 64.0 * 48.0 * 2.0 / bytes_per_s, 1e-12));
+        let tp2 = Roofline::new(&tiny_model(), &tiny_gpu(), 2, &tiny_params());
+        assert_eq!(tp2.kv_heads_per_gpu(), 1);
+        assert_eq!(tp2.heads_per_gpu(), 2);
+    }
+
+    #[test]
+    fn fp8_weights_use_fp8_peak_and_half_the_bytes() {
+        let mut model = tiny_model();
+        model.weight_dtype = Dtype::Fp8;
+        let roofline = Roofline::new(&model, &tiny_gpu(), 1, &tiny_params());
+        let cost = roofline.prefill_cost(1000);
+        // Compute-bound layer GEMMs at 2e11 × 0.5: half of 2,949,120. LM head stays 16-bit.
+        assert_eq!(cost.gemm_ns, 1_474_560 + 4_176);
+        // Without an fp8 peak, the 16-bit peak applies.
+        let mut gpu = tiny_gpu();
+        gpu.peak_flops_fp8 = None;
+        let roofline = Roofline::new(&model, &gpu, 1, &tiny_params());
+        assert_eq!(roofline.prefill_cost(1000).gemm_ns, 2_949_120 + 4_176);
+        // Memory-bound decode reads 1-byte weights and 2-byte activations:
+        // (36,864 + 832·2) B × 2 layers / 8e9 = 9,632 ns.
+        assert_eq!(roofline.decode_cost(1, 100).gemm_ns, 9_632 + 4_176);
+    }
+
+    #[test]
+    fn llama_8b_decode_is_dominated_by_weight_reads() {
+        let params = realistic_params();
+        let roofline = Roofline::new(&llama_8b_like(), &h100_like(), 1, &params);
+        // Weights read per step, counted independently: per layer QKV 4096·6144 + O 4096·4096
+        // + gate/up 4096·28672 + down 14336·4096 = 218,103,808; × 32 = 6,979,321,856; LM head
+        // 4096·128256 = 525,336,576; total 7,504,658,432 parameters × 2 B ≈ 15.0 GB. (The 8B
+        // count, ~16 GB, includes the embedding table, which a step only gathers rows of.)
+        let weight_bytes = 7_504_658_432.0 * 2.0;
+        assert_eq!(roofline.weight_bytes_read_per_step() as f64, weight_bytes);
+        let expected_s = weight_bytes / (3.35e12 * params.memory_bandwidth_efficiency);
+        let cost = roofline.decode_cost(1, 1024);
+        assert_sum(&cost);
+        let device_s = (cost.total_ns - cost.overhead_ns) as f64 / NS_PER_S;
+        assert!(within(device_s, expected_s, 0.03), "device {device_s} s vs weights {expected_s} s");
+        assert!(within(cost.gemm_ns as f64 / NS_PER_S, expected_s, 0.01));
+        // ~5.6 ms per token at 80% of 3.35 TB/s.
+        assert!(cost.total_ns > 5_000_000 && cost.total_ns < 6_000_000, "{cost:?}");
+    }
+
+    #[test]
+    fn tensor_parallel_2_halves_gemms_and_adds_communication() {
+        let params = realistic_params();
+        let tp1 = Roofline::new(&llama_8b_like(), &h100_like(), 1, &params);
+        let tp2 = Roofline::new(&llama_8b_like(), &h100_like(), 2, &params);
+        let cases: [fn(&Roofline) -> StepCost; 2] = [|r| r.decode_cost(1, 1024), |r| r.prefill_cost(4096)];
+        for cost_of in cases {
+            let one = cost_of(&tp1);
+            let two = cost_of(&tp2);
+            assert_sum(&two);
+            assert_eq!(one.communication_ns, 0);
+            assert!(two.communication_ns > 0);
+            assert!(
+                within(two.gemm_ns as f64, one.gemm_ns as f64 / 2.0, 0.01),
+                "tp1 {} ns, tp2 {} ns",
+                one.gemm_ns,
+                two.gemm_ns
+            );
+            assert!(two.attention_ns < one.attention_ns);
+        }
+        // Decode all-reduces are latency-dominated: 32 layers × 2 × 8 µs plus the logit gather.
+        let comm = tp2.decode_cost(1, 1024).communication_ns;
+        assert!((32 * 2 * 8_000 + 8_000..32 * 2 * 9_000 + 9_000).contains(&comm), "{comm}");
+    }
+
+    #[test]
+    fn cost_is_monotone_in_batch_size_and_context() {
+        for t in [1, 2, 4, 8] {
+            let roofline = Roofline::new(&llama_8b_like(), &h100_like(), t, &tiny_params());
+            let mut previous = StepCost::default();
+            for batch_size in 1..=256 {
+                let cost = roofline.decode_cost(batch_size, 2048);
+                assert_sum(&cost);
+                assert!(cost.total_ns >= previous.total_ns, "tp {t} batch {batch_size}");
+                assert!(cost.gemm_ns >= previous.gemm_ns && cost.attention_ns >= previous.attention_ns);
+                previous = cost;
+            }
+            let mut previous = StepCost::default();
+            for context in (0..=131_072).step_by(512) {
+                let cost = roofline.decode_cost(16, context);
+                assert!(cost.total_ns >= previous.total_ns, "tp {t} context {context}");
+                previous = cost;
+            }
+            let mut previous = StepCost::default();
+            for prompt in (1..=16_384).step_by(97) {
+                let cost = roofline.prefill_cost(prompt);
+                assert!(cost.total_ns >= previous.total_ns, "tp {t} prompt {prompt}");
+                assert!(cost.total_ns > cost.overhead_ns);
+                previous = cost;
+            }
+        }
+    }
+
+    #[test]
+    fn mixed_batch_sums_attention_over_sequences_and_prices_lm_head_by_sampled_tokens() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 1, &tiny_params());
+        let mut batch = Batch::default();
+        // A non-final prefill chunk samples nothing; two decodes sample one token each.
+        batch.push(SeqWork { seq: 0, new_tokens: 2, context_tokens: 20, samples_token: false });
+        batch.push(SeqWork { seq: 1, new_tokens: 1, context_tokens: 50, samples_token: true });
+        batch.push(SeqWork { seq: 2, new_tokens: 1, context_tokens: 70, samples_token: true });
+        let cost = roofline.predict(&batch);
+        assert_sum(&cost);
+        // Attention per layer: keys = (2·20 + 3) + 51 + 71 = 165 → 4·4·16·165 / 4e10 = 1,056 ns;
+        // bytes = (22 + 51 + 71)·128 + 4·256 = 19,456 → 2,432 ns (memory-bound). × 2 layers.
+        assert_eq!(cost.attention_ns, 4_864);
+        // LM head for 2 sampled rows: (32,768 + 2·640) B / 8e9 = 4,256 ns; layer GEMMs at T = 4
+        // are memory-bound (intensity < 4 FLOP/B, ridge 6.25): 2 × (73,728 + 4·1664) B / 8e9
+        // = 20,096 ns.
+        assert_eq!(cost.gemm_ns, 20_096 + 4_256);
+        assert_eq!(cost.overhead_ns, 100_000 + 3 * 5_000);
+
+        // Nothing sampled: no LM head at all.
+        let mut chunk = Batch::default();
+        chunk.push(SeqWork { seq: 0, new_tokens: 4, context_tokens: 0, samples_token: false });
+        assert_eq!(roofline.predict(&chunk).gemm_ns, 20_096);
+    }
+
+    #[test]
+    fn empty_batch_costs_nothing() {
+        let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 2, &tiny_params());
+        assert_eq!(roofline.predict(&Batch::default()), StepCost::default());
+        assert_eq!(roofline.source(), "roofline");
+    }
+
+    #[test]
+    fn prediction_is_deterministic() {
+        let roofline = Roofline::new(&llama_8b_like(), &h100_like(), 2, &realistic_params());
+        assert_eq!(roofline.decode_cost(37, 1234), roofline.decode_cost(37, 1234));
+        assert_eq!(roofline.prefill_cost(777), roofline.clone().prefill_cost(777));
+    }
+}

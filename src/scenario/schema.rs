@@ -1,1 +1,247 @@
 //! The raw TOML schema (serde, `deny_unknown_fields`).
+//!
+//! These structs mirror the file one-to-one; nearly everything is optional here, because which
+//! fields are required, and their defaults, depend on other fields (a preset, the engine policy,
+//! the dataset kind). `resolve.rs` decides that and validates the values. Names are strings here,
+//! not enums, so that an unknown preset, policy or kind is reported by the resolver as an invalid
+//! *field* with the list of known names, rather than as a serde "unknown variant".
+//!
+//! Keys are snake_case, as vLLM's own argument names (`max_num_seqs`, `gpu_memory_utilization`).
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScenario {
+    /// Human name; defaults to the file stem.
+    pub name: Option<String>,
+    pub model: RawModel,
+    pub hardware: RawHardware,
+    #[serde(default)]
+    pub engine: RawEngine,
+    #[serde(default)]
+    pub cost: RawCost,
+    pub workload: RawWorkload,
+}
+
+/// `[model]`: a `preset`, or an `hf_config` path, or explicit dimensions; explicit dimensions
+/// override the preset's or config's.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    pub preset: Option<String>,
+    /// Path to a Hugging Face `config.json`, relative to the scenario file's folder.
+    pub hf_config: Option<String>,
+    pub name: Option<String>,
+    pub num_layers: Option<u32>,
+    pub hidden_size: Option<u32>,
+    pub num_heads: Option<u32>,
+    pub num_kv_heads: Option<u32>,
+    pub head_dim: Option<u32>,
+    pub ffn_size: Option<u32>,
+    pub vocab_size: Option<u32>,
+    pub tied_embeddings: Option<bool>,
+    pub max_position_embeddings: Option<u32>,
+    /// Weights: "bf16" (default), "fp16", "fp8", "fp32".
+    pub dtype: Option<String>,
+    /// KV cache: as `dtype`, or "auto" (the default: the activation dtype).
+    pub kv_cache_dtype: Option<String>,
+}
+
+/// `[hardware]`: a `gpu` preset and a `count`, with optional overrides of any figure.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHardware {
+    pub gpu: Option<String>,
+    pub count: Option<u32>,
+    pub name: Option<String>,
+    /// Dense BF16/FP16 TFLOP/s.
+    pub peak_tflops_16bit: Option<f64>,
+    /// Dense FP8 TFLOP/s; 0 means no FP8 tensor cores.
+    pub peak_tflops_fp8: Option<f64>,
+    /// Capacity, GiB (2^30 bytes).
+    pub memory_gib: Option<f64>,
+    /// Memory bandwidth, GB/s (10^9 bytes per second).
+    pub memory_bandwidth_gbps: Option<f64>,
+    /// GPU-to-GPU bandwidth per GPU per direction, GB/s.
+    pub interconnect_gbps: Option<f64>,
+}
+
+/// `[engine]`. Every field defaults the way the chosen `policy`'s engine defaults it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEngine {
+    /// "vllm-v1" (default) or "vllm-v0".
+    pub policy: Option<String>,
+    pub tensor_parallel: Option<u32>,
+    pub replicas: Option<u32>,
+    /// "round-robin" (default) or "least-outstanding".
+    pub router: Option<String>,
+    pub max_num_batched_tokens: Option<u32>,
+    pub max_num_seqs: Option<u32>,
+    pub enable_chunked_prefill: Option<bool>,
+    pub block_size: Option<u32>,
+    pub gpu_memory_utilization: Option<f64>,
+    pub max_model_len: Option<u32>,
+    /// Pins the number of KV blocks per replica (vLLM's `num_gpu_blocks_override`).
+    pub num_gpu_blocks: Option<u32>,
+    pub watermark: Option<f64>,
+    /// Overrides the estimated activation + runtime reserve per GPU, GiB.
+    pub activation_reserve_gib: Option<f64>,
+}
+
+/// `[cost]`: the roofline cost model's named parameters (all optional).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCost {
+    pub gemm_efficiency: Option<f64>,
+    pub attention_efficiency: Option<f64>,
+    pub memory_bandwidth_efficiency: Option<f64>,
+    pub collective_latency_us: Option<f64>,
+    pub collective_bandwidth_efficiency: Option<f64>,
+    pub step_overhead_us: Option<f64>,
+    pub seq_overhead_us: Option<f64>,
+}
+
+/// `[workload]` and its `[workload.dataset]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    pub num_prompts: Option<NumPrompts>,
+    pub request_rate: Option<RequestRate>,
+    pub burstiness: Option<f64>,
+    pub max_concurrency: Option<u32>,
+    pub seed: Option<u64>,
+    pub dataset: RawDataset,
+}
+
+/// `[workload.dataset]`: `kind` picks which of the other fields apply.
+///
+/// | kind       | fields                                                              |
+/// |------------|---------------------------------------------------------------------|
+/// | `fixed`    | `input_len`, `output_len`                                           |
+/// | `random`   | `input_len`, `output_len`, `range_ratio`, `prefix_len`              |
+/// | `sonnet`   | `input_len`, `prefix_len`, `output` (or `output_len`, fixed)        |
+/// | `sharegpt` | `input`, `output`                                                   |
+/// | `trace`    | `path` (CSV, relative to the scenario file's folder)                |
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDataset {
+    pub kind: String,
+    pub input_len: Option<u32>,
+    pub output_len: Option<u32>,
+    pub range_ratio: Option<f64>,
+    pub prefix_len: Option<u32>,
+    pub input: Option<RawLengthDist>,
+    pub output: Option<RawLengthDist>,
+    pub path: Option<String>,
+}
+
+/// A length distribution: an integer (a fixed length) or an inline table
+/// `{ dist = "fixed" | "uniform" | "normal" | "lognormal", value, mean, std, min, max }`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawLengthDist {
+    Fixed(i64),
+    Table(RawLengthDistTable),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLengthDistTable {
+    pub dist: String,
+    pub value: Option<u32>,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for RawLengthDist {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawLengthDist;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a token count or a table like { dist = \"lognormal\", mean = 200, std = 150, min = 1, max = 1024 }")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawLengthDist::Fixed(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawLengthDist::Fixed(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                RawLengthDistTable::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawLengthDist::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `num_prompts`: one integer, or a list of them (a sweep: one simulation per value). Kept as
+/// `i64` so that 0 and negatives reach the resolver and get a field-named error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NumPrompts(pub Vec<i64>);
+
+impl<'de> Deserialize<'de> for NumPrompts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NumPrompts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer or a list of integers")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(NumPrompts(vec![v]))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(NumPrompts(vec![i64::try_from(v).unwrap_or(i64::MAX)]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element::<i64>()? {
+                    out.push(v);
+                }
+                Ok(NumPrompts(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `request_rate`: a number (TOML's `inf` included) or a string ("inf"). Strings are parsed and
+/// checked by the resolver, so that a bad one is reported against the field.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestRate {
+    Number(f64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RequestRate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RequestRate;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("requests per second (a number, or inf)")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(RequestRate::Number(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RequestRate::Number(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RequestRate::Number(v as f64))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RequestRate::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

@@ -40,12 +40,26 @@ impl Batch {
         self.decode_tokens = 0;
     }
 
+    /// Adds work, classifying it by shape (see [`SeqWork::is_decode`]). Schedulers, which know
+    /// the phase for sure, use [`Batch::push_prefill`] and [`Batch::push_decode`].
     pub fn push(&mut self, work: SeqWork) {
         if work.is_decode() {
-            self.decode_tokens += work.new_tokens;
+            self.push_decode(work);
         } else {
-            self.prefill_tokens += work.new_tokens;
+            self.push_prefill(work);
         }
+    }
+
+    /// Adds a prefill chunk (a prompt, or a preempted sequence's recompute).
+    pub fn push_prefill(&mut self, work: SeqWork) {
+        self.prefill_tokens += work.new_tokens;
+        self.seqs.push(work);
+    }
+
+    /// Adds a one-token decode.
+    pub fn push_decode(&mut self, work: SeqWork) {
+        debug_assert_eq!(work.new_tokens, 1);
+        self.decode_tokens += work.new_tokens;
         self.seqs.push(work);
     }
 

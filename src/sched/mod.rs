@@ -1,2 +1,22 @@
 //! Scheduling policies and the paged KV-cache manager: pure logic, no time source.
+//!
+//! ```text
+//!   add_request ──► waiting (FCFS deque) ──schedule()──► running ──finish_step()──► finished
+//!                        ▲                                  │
+//!                        └──────── preempted (recompute) ───┘
+//! ```
+//!
+//! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
+//! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
+//! the forward pass (simulated or real), then `finish_step()` (which advances every scheduled
+//! sequence and reports tokens and completions).
+
 pub mod batch;
+pub mod kv;
+mod policy;
+mod scheduler;
+
+pub use batch::{Batch, SeqWork};
+pub use kv::{BlockPool, KvCacheManager};
+pub use policy::{SchedulingPolicy, VllmV0, VllmV1};
+pub use scheduler::{Admission, Finished, Scheduler, SchedulerConfig, StepOutcome};

@@ -1,1 +1,280 @@
-//! The discrete-event simulation.
+//! The discrete-event simulation of a client and a cluster of engine replicas.
+//!
+//! ```text
+//!  Arrivals ──► client gate (max_concurrency, FIFO) ──send──► router ──► Replica.scheduler
+//!                     ▲                                                     │
+//!                     └──────────── request finished ◄── StepEnd ◄── StepStart (cost model)
+//! ```
+//!
+//! Time is virtual: `u64` nanoseconds, advanced only by popping events. A replica's step starts
+//! as an event at the current instant (so every request sent at that instant is visible to the
+//! scheduler, as with all-at-once clients), lasts what the cost model predicts, and the next step
+//! starts as soon as the previous ends, as in real engines' busy loops.
+
+pub mod cluster;
+pub mod queue;
+
+use crate::cost::{CostModel, StepCost};
+use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
+use crate::scenario::{Policy, Router};
+use crate::sched::{Admission, Finished, SchedulerConfig};
+use crate::workload::RequestSpec;
+use cluster::Cluster;
+use queue::EventQueue;
+
+/// How the simulated deployment and client are set up.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub scheduler: SchedulerConfig,
+    pub policy: Policy,
+    pub replicas: u32,
+    pub router: Router,
+    pub max_concurrency: Option<u32>,
+}
+
+/// One engine step, for `timeline.csv`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepRow {
+    pub start_ns: u64,
+    pub replica: u32,
+    /// Sequences running and waiting after the step was scheduled.
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_blocks_used: u32,
+    pub batch_seqs: u32,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
+    pub cost: StepCost,
+}
+
+/// Per-request facts beyond what the metrics need, for `requests.csv`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestExtra {
+    pub replica: u32,
+    pub preemptions: u32,
+}
+
+/// Everything one simulated benchmark produced.
+#[derive(Clone, Debug, Default)]
+pub struct SimOutput {
+    pub records: RunRecords,
+    /// Parallel to `records.requests`.
+    pub extras: Vec<RequestExtra>,
+    pub timeline: Vec<StepRow>,
+    /// Requests that could never fit in the KV cache and were failed at once.
+    pub rejected: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    /// Every request whose arrival time is now.
+    Arrivals,
+    StepStart { replica: u32 },
+    StepEnd { replica: u32 },
+}
+
+/// The state of one simulated benchmark.
+struct Simulation<'a> {
+    requests: &'a [RequestSpec],
+    cost: &'a dyn CostModel,
+    events: EventQueue<Event>,
+    now_ns: u64,
+    arrivals_next: usize,
+    /// Requests that arrived but wait for the client's concurrency gate, FIFO.
+    gate_queue: std::collections::VecDeque<u32>,
+    in_flight: u32,
+    max_concurrency: u32,
+    cluster: Cluster,
+    last_token_ns: Vec<u64>,
+    done: Vec<bool>,
+    /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
+    finished_buffer: Vec<Finished>,
+    out: SimOutput,
+}
+
+/// Runs one benchmark: `requests` (sorted by arrival) against the configured cluster.
+pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel) -> SimOutput {
+    assert!(requests.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns), "requests must be sorted by arrival");
+    assert!(requests.len() < u32::MAX as usize);
+    let mut sim = Simulation {
+        requests,
+        cost,
+        events: EventQueue::default(),
+        now_ns: 0,
+        arrivals_next: 0,
+        gate_queue: Default::default(),
+        in_flight: 0,
+        max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
+        cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router),
+        last_token_ns: vec![0; requests.len()],
+        done: vec![false; requests.len()],
+        finished_buffer: Vec::new(),
+        out: SimOutput {
+            records: RunRecords {
+                requests: requests
+                    .iter()
+                    .map(|r| RequestRecord {
+                        send_ns: 0,
+                        first_token_ns: None,
+                        end_ns: 0,
+                        input_tokens: r.input_tokens,
+                        output_tokens: 0,
+                        success: false,
+                    })
+                    .collect(),
+                itl_ns: WeightedSamples::default(),
+                tokens_per_second: TokenBuckets::default(),
+                duration_ns: 0,
+            },
+            extras: vec![RequestExtra::default(); requests.len()],
+            timeline: Vec::new(),
+            rejected: 0,
+        },
+    };
+    if let Some(first) = requests.first() {
+        sim.events.push(first.arrival_ns, Event::Arrivals);
+    }
+    while let Some((time_ns, event)) = sim.events.pop() {
+        debug_assert!(time_ns >= sim.now_ns, "time went backwards");
+        sim.now_ns = time_ns;
+        match event {
+            Event::Arrivals => sim.on_arrivals(),
+            Event::StepStart { replica } => sim.on_step_start(replica),
+            Event::StepEnd { replica } => sim.on_step_end(replica),
+        }
+    }
+    sim.finish()
+}
+
+impl Simulation<'_> {
+    fn on_arrivals(&mut self) {
+        while let Some(r) = self.requests.get(self.arrivals_next) {
+            if r.arrival_ns > self.now_ns {
+                self.events.push(r.arrival_ns, Event::Arrivals);
+                break;
+            }
+            self.gate_queue.push_back(self.arrivals_next as u32);
+            self.arrivals_next += 1;
+        }
+        self.open_gate();
+    }
+
+    /// vLLM's client gates sends with a semaphore of `max_concurrency` permits: waiting requests
+    /// go out in arrival order as soon as permits are free.
+    fn open_gate(&mut self) {
+        while self.in_flight < self.max_concurrency {
+            let Some(id) = self.gate_queue.pop_front() else { break };
+            self.send(id);
+        }
+    }
+
+    /// The client issues request `id` now: it is timed from here, routed, and queued.
+    fn send(&mut self, id: u32) {
+        self.in_flight += 1;
+        self.out.records.requests[id as usize].send_ns = self.now_ns;
+        let spec = self.requests[id as usize];
+        let replica_index = self.cluster.route();
+        self.out.extras[id as usize].replica = replica_index;
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        match replica.scheduler.add_request(id, spec.input_tokens, spec.output_tokens) {
+            Admission::Queued { .. } => {
+                replica.outstanding += 1;
+                if !replica.busy && !replica.start_queued {
+                    replica.start_queued = true;
+                    self.events.push(self.now_ns, Event::StepStart { replica: replica_index });
+                }
+            }
+            Admission::Rejected { .. } => {
+                self.out.rejected += 1;
+                self.complete(id, false);
+            }
+        }
+    }
+
+    fn on_step_start(&mut self, replica_index: u32) {
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        replica.start_queued = false;
+        self.start_step(replica_index);
+    }
+
+    fn start_step(&mut self, replica_index: u32) {
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        debug_assert!(!replica.busy);
+        if replica.scheduler.schedule().is_empty() {
+            if !replica.scheduler.has_work() {
+                return;
+            }
+            // A step that preempted every running sequence admits nobody (vLLM skips admission
+            // in a step that preempts); the engine just schedules again.
+            assert!(!replica.scheduler.schedule().is_empty(), "scheduler stalled with work queued");
+        }
+        let batch = replica.scheduler.batch();
+        let cost = self.cost.predict(batch);
+        assert!(cost.total_ns > 0, "a step must take time");
+        self.out.timeline.push(StepRow {
+            start_ns: self.now_ns,
+            replica: replica_index,
+            running: replica.scheduler.num_running(),
+            waiting: replica.scheduler.num_waiting(),
+            kv_blocks_used: replica.scheduler.kv().pool().blocks_used(),
+            batch_seqs: batch.seqs.len() as u32,
+            prefill_tokens: batch.prefill_tokens,
+            decode_tokens: batch.decode_tokens,
+            cost,
+        });
+        replica.busy = true;
+        replica.step_started_ns = self.now_ns;
+        replica.step_cost = cost;
+        self.events.push(self.now_ns + cost.total_ns, Event::StepEnd { replica: replica_index });
+    }
+
+    fn on_step_end(&mut self, replica_index: u32) {
+        let now_ns = self.now_ns;
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        replica.busy = false;
+        let outcome = replica.scheduler.finish_step();
+        let records = &mut self.out.records;
+        for &id in &outcome.tokens {
+            let record = &mut records.requests[id as usize];
+            match record.first_token_ns {
+                None => record.first_token_ns = Some(now_ns),
+                Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
+            }
+            record.output_tokens += 1;
+            self.last_token_ns[id as usize] = now_ns;
+        }
+        // vLLM buckets tokens by whole seconds since the earliest send, which is the first arrival.
+        records.tokens_per_second.add(now_ns - self.requests[0].arrival_ns, outcome.tokens.len() as u64);
+        replica.outstanding -= outcome.finished.len() as u32;
+        let mut finished = std::mem::take(&mut self.finished_buffer);
+        finished.clear();
+        finished.extend_from_slice(&outcome.finished);
+        for f in &finished {
+            self.out.extras[f.request_id as usize].preemptions = f.preemptions;
+            self.complete(f.request_id, true);
+        }
+        self.finished_buffer = finished;
+        self.open_gate();
+        // The engine loop goes straight on to the next step.
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        if replica.scheduler.has_work() && !replica.start_queued {
+            self.start_step(replica_index);
+        }
+    }
+
+    /// The request ended (successfully or not), which frees a permit of the client's gate.
+    fn complete(&mut self, id: u32, success: bool) {
+        debug_assert!(!self.done[id as usize], "request {id} completed twice");
+        self.done[id as usize] = true;
+        let record = &mut self.out.records.requests[id as usize];
+        record.success = success;
+        record.end_ns = self.now_ns;
+        self.in_flight -= 1;
+    }
+
+    fn finish(mut self) -> SimOutput {
+        assert!(self.done.iter().all(|&d| d), "a request never completed");
+        self.out.records.duration_ns = self.out.records.requests.iter().map(|r| r.end_ns).max().unwrap_or(0);
+        self.out
+    }
+}

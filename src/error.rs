@@ -1,0 +1,28 @@
+//! The library's error type, and the exit code each kind maps to.
+
+use std::path::PathBuf;
+
+use crate::scenario::ScenarioError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The scenario is malformed or inconsistent.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A command-line value is invalid.
+    #[error("{flag}: {value:?}: {reason}")]
+    Usage { flag: &'static str, value: String, reason: String },
+    /// Writing results failed.
+    #[error("{path}: cannot write: {source}")]
+    Output { path: PathBuf, source: std::io::Error },
+}
+
+impl Error {
+    /// 2 for bad input (like clap's usage errors), 1 for failures while running.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Scenario(_) | Error::Usage { .. } => 2,
+            Error::Output { .. } => 1,
+        }
+    }
+}

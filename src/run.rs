@@ -1,1 +1,0 @@
-//! Running a validated configuration.

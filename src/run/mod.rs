@@ -1,0 +1,68 @@
+//! Running a validated scenario: one simulation per sweep point, then the summary of each.
+
+pub mod output;
+
+use crate::cost::CostModel;
+use crate::cost::roofline::Roofline;
+use crate::metrics::Summary;
+use crate::scenario::Scenario;
+use crate::sched::SchedulerConfig;
+use crate::sim::{self, SimConfig, SimOutput};
+use crate::workload;
+
+/// One sweep point's simulation and its summary.
+#[derive(Clone, Debug)]
+pub struct PointResult {
+    pub num_prompts: u32,
+    pub output: SimOutput,
+    pub summary: Summary,
+}
+
+/// The scheduler knobs of a scenario's engine, per replica.
+pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
+    let e = &scenario.engine;
+    SchedulerConfig {
+        max_num_batched_tokens: e.max_num_batched_tokens,
+        max_num_seqs: e.max_num_seqs,
+        enable_chunked_prefill: e.enable_chunked_prefill,
+        block_size: e.block_size,
+        num_gpu_blocks: e.num_gpu_blocks,
+        watermark: e.watermark,
+    }
+}
+
+/// The simulated deployment and client of a scenario.
+pub fn sim_config(scenario: &Scenario) -> SimConfig {
+    SimConfig {
+        scheduler: scheduler_config(scenario),
+        policy: scenario.engine.policy,
+        replicas: scenario.engine.replicas,
+        router: scenario.engine.router,
+        max_concurrency: scenario.workload.max_concurrency,
+    }
+}
+
+/// The cost model a scenario uses.
+pub fn cost_model(scenario: &Scenario) -> Roofline {
+    Roofline::new(&scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)
+}
+
+/// Simulates every point of the scenario's sweep. `percentiles` are those the summaries compute
+/// (vLLM's `--metric-percentiles`).
+pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult> {
+    let config = sim_config(scenario);
+    let cost = cost_model(scenario);
+    scenario
+        .workload
+        .num_prompts
+        .iter()
+        .map(|&num_prompts| run_point(scenario, &config, &cost, num_prompts, percentiles))
+        .collect()
+}
+
+fn run_point(scenario: &Scenario, config: &SimConfig, cost: &dyn CostModel, num_prompts: u32, percentiles: &[f64]) -> PointResult {
+    let requests = workload::generate(&scenario.workload, num_prompts);
+    let output = sim::simulate(&requests, config, cost);
+    let summary = Summary::from_records(&output.records, percentiles);
+    PointResult { num_prompts, output, summary }
+}

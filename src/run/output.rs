@@ -1,0 +1,176 @@
+//! The files `simulate --out DIR` writes: `summary.json`, `requests.csv`, `timeline.csv`.
+//!
+//! A sweep writes one file of each kind; every row carries its sweep point (`num_prompts`).
+//! Times are written from integer nanoseconds with exact decimal digits, so files are
+//! byte-identical across runs and machines.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::PointResult;
+use crate::Error;
+use crate::metrics::format::{ReportOptions, to_json};
+use crate::scenario::Scenario;
+
+/// `ns` as seconds with all nine decimals.
+pub fn seconds(ns: u64) -> String {
+    format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+/// `ns` as milliseconds with all six decimals.
+pub fn millis(ns: u64) -> String {
+    format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
+}
+
+/// Writes all three files into `dir`, creating it.
+pub fn write_all(dir: &Path, scenario: &Scenario, points: &[PointResult], opts: &ReportOptions) -> Result<(), Error> {
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Output { path, source }
+    };
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let path = dir.join("summary.json");
+    let text = serde_json::to_string_pretty(&summary_json(scenario, points, opts)).expect("JSON of plain values");
+    fs::write(&path, text + "\n").map_err(io_err(&path))?;
+    let path = dir.join("requests.csv");
+    write_file(&path, |w| write_requests_csv(w, points)).map_err(io_err(&path))?;
+    let path = dir.join("timeline.csv");
+    write_file(&path, |w| write_timeline_csv(w, points, scenario.engine.num_gpu_blocks)).map_err(io_err(&path))?;
+    Ok(())
+}
+
+fn write_file(path: &Path, body: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<()>) -> io::Result<()> {
+    let mut w = BufWriter::new(fs::File::create(path)?);
+    body(&mut w)?;
+    w.flush()
+}
+
+/// vLLM `--save-result` keys per sweep point, plus servesim's own.
+pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOptions) -> Value {
+    let results: Vec<Value> = points
+        .iter()
+        .map(|p| {
+            let mut v = to_json(&p.summary, opts);
+            let records = &p.output.records.requests;
+            let obj = v.as_object_mut().expect("to_json returns an object");
+            obj.insert("backend".into(), json!(scenario.engine.policy.name()));
+            obj.insert("model_id".into(), json!(scenario.model.name));
+            obj.insert("num_prompts".into(), json!(p.num_prompts));
+            obj.insert("request_rate".into(), rate_json(scenario.workload.request_rate));
+            obj.insert("burstiness".into(), json!(scenario.workload.burstiness));
+            obj.insert("max_concurrency".into(), json!(scenario.workload.max_concurrency));
+            obj.insert("input_lens".into(), json!(records.iter().map(|r| r.input_tokens).collect::<Vec<_>>()));
+            obj.insert("output_lens".into(), json!(records.iter().map(|r| r.output_tokens).collect::<Vec<_>>()));
+            obj.insert(
+                "ttfts".into(),
+                json!(records.iter().map(|r| r.first_token_ns.map(|t| (t - r.send_ns) as f64 / 1e9)).collect::<Vec<_>>()),
+            );
+            obj.insert("preemptions".into(), json!(p.output.extras.iter().map(|e| e.preemptions as u64).sum::<u64>()));
+            obj.insert("rejected_requests".into(), json!(p.output.rejected));
+            obj.insert("engine_steps".into(), json!(p.output.timeline.len()));
+            v
+        })
+        .collect();
+    let e = &scenario.engine;
+    json!({
+        "servesim": {
+            "version": env!("CARGO_PKG_VERSION"),
+            "scenario": scenario.name,
+            "seed": scenario.workload.seed,
+            "model": scenario.model.name,
+            "gpu": scenario.hardware.gpu.name,
+            "gpus": scenario.hardware.count,
+            "policy": e.policy.name(),
+            "tensor_parallel": e.tensor_parallel,
+            "replicas": e.replicas,
+            "max_num_seqs": e.max_num_seqs,
+            "max_num_batched_tokens": e.max_num_batched_tokens,
+            "enable_chunked_prefill": e.enable_chunked_prefill,
+            "block_size": e.block_size,
+            "num_gpu_blocks": e.num_gpu_blocks,
+            "cost_model": "roofline",
+        },
+        "results": results,
+    })
+}
+
+/// vLLM writes `inf` for an unbounded rate; JSON has no infinity, so it is a string here.
+fn rate_json(rate: f64) -> Value {
+    if rate.is_finite() { json!(rate) } else { json!("inf") }
+}
+
+fn write_requests_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
+    writeln!(
+        w,
+        "num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success"
+    )?;
+    for p in points {
+        for (id, (r, extra)) in p.output.records.requests.iter().zip(&p.output.extras).enumerate() {
+            let first = r.first_token_ns.map(seconds).unwrap_or_default();
+            writeln!(
+                w,
+                "{},{},{},{},{},{},{},{},{},{}",
+                p.num_prompts,
+                id,
+                extra.replica,
+                seconds(r.send_ns),
+                first,
+                seconds(r.end_ns),
+                r.input_tokens,
+                r.output_tokens,
+                extra.preemptions,
+                r.success
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_total: u32) -> io::Result<()> {
+    writeln!(
+        w,
+        "num_prompts,replica,start_s,running,waiting,kv_blocks_used,kv_blocks_total,batch_seqs,prefill_tokens,decode_tokens,\
+         step_ms,gemm_ms,attention_ms,elementwise_ms,communication_ms,overhead_ms"
+    )?;
+    for p in points {
+        for s in &p.output.timeline {
+            let c = &s.cost;
+            writeln!(
+                w,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                p.num_prompts,
+                s.replica,
+                seconds(s.start_ns),
+                s.running,
+                s.waiting,
+                s.kv_blocks_used,
+                kv_blocks_total,
+                s.batch_seqs,
+                s.prefill_tokens,
+                s.decode_tokens,
+                millis(c.total_ns),
+                millis(c.gemm_ns),
+                millis(c.attention_ns),
+                millis(c.elementwise_ns),
+                millis(c.communication_ns),
+                millis(c.overhead_ns)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_keep_every_digit() {
+        assert_eq!(seconds(1_500_000_001), "1.500000001");
+        assert_eq!(seconds(0), "0.000000000");
+        assert_eq!(millis(7_280_001), "7.280001");
+    }
+}

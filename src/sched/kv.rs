@@ -1,0 +1,167 @@
+//! Paged KV-cache memory: a pool of fixed-size blocks and per-sequence block tables.
+//!
+//! The split follows vLLM v1 and mistral.rs: [`BlockPool`] hands out block ids from an O(1) free
+//! list and knows nothing of sequences; [`KvCacheManager`] keeps each sequence's block table and
+//! allocates all-or-nothing, so a failed allocation never leaves a sequence half-grown.
+
+/// Fixed-size KV blocks, identified by index. The free list is a stack: the most recently freed
+/// block is reused first, which is deterministic and cache-friendly for a real engine.
+#[derive(Clone, Debug)]
+pub struct BlockPool {
+    free: Vec<u32>,
+    blocks_total: u32,
+}
+
+impl BlockPool {
+    pub fn new(blocks_total: u32) -> BlockPool {
+        // Reverse order so that block 0 is handed out first.
+        BlockPool { free: (0..blocks_total).rev().collect(), blocks_total }
+    }
+
+    pub fn blocks_total(&self) -> u32 {
+        self.blocks_total
+    }
+
+    pub fn blocks_free(&self) -> u32 {
+        self.free.len() as u32
+    }
+
+    pub fn blocks_used(&self) -> u32 {
+        self.blocks_total - self.blocks_free()
+    }
+
+    /// Moves `count` blocks into `table`, or none at all if fewer are free.
+    fn allocate_into(&mut self, count: u32, table: &mut Vec<u32>) -> bool {
+        let count = count as usize;
+        if count > self.free.len() {
+            return false;
+        }
+        let split_at = self.free.len() - count;
+        table.extend(self.free.drain(split_at..).rev());
+        true
+    }
+
+    fn release(&mut self, table: &mut Vec<u32>) {
+        self.free.extend(table.drain(..).rev());
+        debug_assert!(self.free.len() <= self.blocks_total as usize);
+    }
+}
+
+/// Per-sequence block tables over one [`BlockPool`]. Sequences are identified by their slot in
+/// the scheduler's slab; a table is kept (empty) when its slot is free so its allocation is reused.
+#[derive(Clone, Debug)]
+pub struct KvCacheManager {
+    pool: BlockPool,
+    tables: Vec<Vec<u32>>,
+    block_size: u32,
+}
+
+impl KvCacheManager {
+    pub fn new(blocks_total: u32, block_size: u32) -> KvCacheManager {
+        assert!(block_size > 0, "block_size must be positive");
+        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), block_size }
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for_tokens(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// The block ids holding `seq`'s KV, in token order.
+    pub fn block_table(&self, seq: u32) -> &[u32] {
+        self.tables.get(seq as usize).map_or(&[], |t| t.as_slice())
+    }
+
+    /// Additional blocks `seq` needs so that `tokens_total` tokens fit.
+    pub fn blocks_missing(&self, seq: u32, tokens_total: u32) -> u32 {
+        let held = self.block_table(seq).len() as u32;
+        self.blocks_for_tokens(tokens_total).saturating_sub(held)
+    }
+
+    /// Grows `seq`'s table so `tokens_total` tokens fit, keeping `blocks_reserved` blocks free
+    /// afterwards (the admission watermark). All or nothing.
+    pub fn allocate(&mut self, seq: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
+        let missing = self.blocks_missing(seq, tokens_total);
+        if missing == 0 {
+            return true;
+        }
+        if self.pool.blocks_free() < missing.saturating_add(blocks_reserved) {
+            return false;
+        }
+        let slot = seq as usize;
+        if self.tables.len() <= slot {
+            self.tables.resize_with(slot + 1, Vec::new);
+        }
+        let allocated = self.pool.allocate_into(missing, &mut self.tables[slot]);
+        debug_assert!(allocated);
+        allocated
+    }
+
+    /// Returns all of `seq`'s blocks to the pool.
+    pub fn free(&mut self, seq: u32) {
+        if let Some(table) = self.tables.get_mut(seq as usize) {
+            self.pool.release(table);
+        }
+    }
+
+    /// Blocks held by all tables; must equal the pool's used count.
+    pub fn blocks_in_tables(&self) -> u64 {
+        self.tables.iter().map(|t| t.len() as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_is_all_or_nothing() {
+        let mut kv = KvCacheManager::new(4, 16);
+        assert!(kv.allocate(0, 33, 0)); // 3 blocks
+        assert_eq!(kv.pool().blocks_free(), 1);
+        assert!(!kv.allocate(1, 17, 0)); // needs 2, 1 free: nothing taken
+        assert_eq!(kv.pool().blocks_free(), 1);
+        assert_eq!(kv.block_table(1).len(), 0);
+        assert!(kv.allocate(1, 16, 0));
+        assert_eq!(kv.pool().blocks_free(), 0);
+    }
+
+    #[test]
+    fn growing_only_takes_missing_blocks_and_free_returns_all() {
+        let mut kv = KvCacheManager::new(10, 16);
+        assert!(kv.allocate(2, 16, 0));
+        assert!(kv.allocate(2, 16, 0));
+        assert_eq!(kv.block_table(2).len(), 1);
+        assert!(kv.allocate(2, 17, 0));
+        assert_eq!(kv.block_table(2).len(), 2);
+        kv.free(2);
+        assert_eq!(kv.pool().blocks_free(), 10);
+        assert_eq!(kv.blocks_in_tables(), 0);
+    }
+
+    #[test]
+    fn watermark_is_kept_free() {
+        let mut kv = KvCacheManager::new(10, 1);
+        assert!(!kv.allocate(0, 10, 1));
+        assert!(kv.allocate(0, 9, 1));
+        assert_eq!(kv.pool().blocks_free(), 1);
+    }
+
+    #[test]
+    fn block_ids_are_distinct() {
+        let mut kv = KvCacheManager::new(8, 2);
+        assert!(kv.allocate(0, 6, 0));
+        assert!(kv.allocate(1, 10, 0));
+        let mut all: Vec<u32> = kv.block_table(0).iter().chain(kv.block_table(1)).copied().collect();
+        all.sort();
+        assert_eq!(all, (0..8).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,138 @@
+//! Batching policies: how each engine forms a step from its waiting and running queues.
+
+use super::batch::Batch;
+use super::scheduler::Scheduler;
+
+/// A batching policy. It reads and changes the scheduler's queues and KV allocations and fills
+/// `batch`; it must leave every scheduled sequence with KV blocks for its new tokens.
+pub trait SchedulingPolicy {
+    fn name(&self) -> &'static str;
+    fn schedule(&mut self, state: &mut Scheduler, batch: &mut Batch);
+}
+
+/// Placeholder held while the real policy is borrowed out during `schedule()`.
+pub(super) struct Idle;
+
+impl SchedulingPolicy for Idle {
+    fn name(&self) -> &'static str {
+        "idle"
+    }
+    fn schedule(&mut self, _: &mut Scheduler, _: &mut Batch) {}
+}
+
+/// vLLM V1 (≥ 0.8): one token budget shared by running and new requests; running requests
+/// first, in order, each getting all its pending tokens (a decode: 1; a partial prefill: as many
+/// as the budget allows). When KV blocks run out, the newest running request is preempted by
+/// recompute. New requests are admitted FCFS only in steps without preemption.
+pub struct VllmV1;
+
+impl SchedulingPolicy for VllmV1 {
+    fn name(&self) -> &'static str {
+        "vllm-v1"
+    }
+
+    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+        let mut budget = s.config.max_num_batched_tokens;
+        let chunked = s.config.enable_chunked_prefill;
+        let preempted = schedule_running(s, batch, &mut budget, chunked);
+        if !preempted {
+            admit_waiting(s, batch, &mut budget, chunked, AdmitBlocks::Chunk);
+        }
+    }
+}
+
+/// vLLM V0 (0.6.x). With chunked prefill: running requests first in order (decodes 1 token,
+/// partial prefills a chunk of the remaining budget), then new prompts FCFS, each of which must
+/// allocate KV for its *whole* prompt plus the watermark. Without chunked prefill: a step is
+/// either all new prefills (whole prompts, if any fit) or all decodes.
+pub struct VllmV0;
+
+impl SchedulingPolicy for VllmV0 {
+    fn name(&self) -> &'static str {
+        "vllm-v0"
+    }
+
+    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+        let mut budget = s.config.max_num_batched_tokens;
+        if s.config.enable_chunked_prefill {
+            let preempted = schedule_running(s, batch, &mut budget, true);
+            if !preempted {
+                admit_waiting(s, batch, &mut budget, true, AdmitBlocks::WholePrompt);
+            }
+            return;
+        }
+        admit_waiting(s, batch, &mut budget, false, AdmitBlocks::WholePrompt);
+        if batch.is_empty() {
+            schedule_running(s, batch, &mut budget, false);
+        }
+    }
+}
+
+/// How much KV a newly admitted request must be able to allocate.
+#[derive(Clone, Copy, PartialEq)]
+enum AdmitBlocks {
+    /// Only this step's chunk (vLLM V1).
+    Chunk,
+    /// The whole prompt (plus regenerated tokens) at once (vLLM V0's `can_allocate`).
+    WholePrompt,
+}
+
+/// Schedules running sequences in order under the budget, preempting the newest when KV runs
+/// out. KV grows with the tokens scheduled (both vLLM engines). Returns whether anything was
+/// preempted.
+fn schedule_running(s: &mut Scheduler, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
+    let mut preempted = false;
+    let mut i = 0;
+    while i < s.running.len() && *budget > 0 {
+        let seq = s.running[i];
+        let pending = s.seqs[seq as usize].tokens_pending();
+        if !chunked && pending > *budget {
+            break;
+        }
+        let tokens = pending.min(*budget);
+        let tokens_total = s.seqs[seq as usize].computed + tokens;
+        let mut scheduled = true;
+        while !s.kv.allocate(seq, tokens_total, 0) {
+            let victim = s.preempt_newest().expect("running is not empty");
+            preempted = true;
+            if victim == seq {
+                scheduled = false;
+                break;
+            }
+        }
+        if !scheduled {
+            break;
+        }
+        s.push_work(batch, seq, tokens);
+        *budget -= tokens;
+        i += 1;
+    }
+    preempted
+}
+
+/// Admits waiting sequences FCFS while budget, `max_num_seqs` and KV allow; stops at the first
+/// that does not fit (head-of-line, as both vLLM engines do).
+fn admit_waiting(s: &mut Scheduler, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
+    let watermark_blocks = s.config.watermark_blocks();
+    while let Some(&seq) = s.waiting.front() {
+        if *budget == 0 || s.running.len() as u32 >= s.config.max_num_seqs {
+            break;
+        }
+        let pending = s.seqs[seq as usize].tokens_pending();
+        if !chunked && pending > *budget {
+            break;
+        }
+        let tokens = pending.min(*budget);
+        let tokens_to_allocate = match blocks {
+            AdmitBlocks::Chunk => tokens,
+            AdmitBlocks::WholePrompt => pending,
+        };
+        if !s.kv.allocate(seq, tokens_to_allocate, watermark_blocks) {
+            break;
+        }
+        s.waiting.pop_front();
+        s.running.push(seq);
+        s.push_work(batch, seq, tokens);
+        *budget -= tokens;
+    }
+}

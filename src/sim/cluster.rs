@@ -1,0 +1,70 @@
+//! Replicas and the router in front of them.
+
+use crate::cost::StepCost;
+use crate::scenario::{Policy, Router};
+use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, VllmV0, VllmV1};
+
+/// The policy object for a scenario's policy name.
+pub fn policy_for(policy: Policy) -> Box<dyn SchedulingPolicy> {
+    match policy {
+        Policy::VllmV1 => Box::new(VllmV1),
+        Policy::VllmV0 => Box::new(VllmV0),
+    }
+}
+
+/// One engine instance (a tensor-parallel group of GPUs) with its own scheduler and KV cache.
+pub struct Replica {
+    pub scheduler: Scheduler,
+    /// A step is running (its end event is queued).
+    pub busy: bool,
+    /// A step start is queued but has not run yet.
+    pub start_queued: bool,
+    /// Requests routed here and not finished: the least-outstanding router's measure.
+    pub outstanding: u32,
+    pub step_started_ns: u64,
+    pub step_cost: StepCost,
+}
+
+/// Replicas plus routing state.
+pub struct Cluster {
+    pub replicas: Vec<Replica>,
+    router: Router,
+    round_robin_next: u32,
+}
+
+impl Cluster {
+    pub fn new(config: &SchedulerConfig, policy: Policy, replicas: u32, router: Router) -> Cluster {
+        assert!(replicas > 0);
+        let replicas = (0..replicas)
+            .map(|_| Replica {
+                scheduler: Scheduler::new(config.clone(), policy_for(policy)),
+                busy: false,
+                start_queued: false,
+                outstanding: 0,
+                step_started_ns: 0,
+                step_cost: StepCost::default(),
+            })
+            .collect();
+        Cluster { replicas, router, round_robin_next: 0 }
+    }
+
+    /// Picks the replica for the next request. Deterministic: ties go to the lowest index.
+    pub fn route(&mut self) -> u32 {
+        match self.router {
+            Router::RoundRobin => {
+                let chosen = self.round_robin_next;
+                self.round_robin_next = (chosen + 1) % self.replicas.len() as u32;
+                chosen
+            }
+            Router::LeastOutstanding => {
+                let mut best = 0;
+                for (i, r) in self.replicas.iter().enumerate() {
+                    if r.outstanding < self.replicas[best].outstanding {
+                        best = i;
+                    }
+                }
+                best as u32
+            }
+        }
+    }
+}

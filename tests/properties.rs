@@ -1,0 +1,124 @@
+//! Property tests over random deployments and workloads: every request completes exactly once,
+//! tokens are conserved, times are ordered, and (in debug builds, which `cargo test` uses) the
+//! scheduler's invariants are asserted after every step.
+
+use proptest::prelude::*;
+
+use servesim::cost::{CostModel, StepCost};
+use servesim::scenario::{Policy, Router};
+use servesim::sched::{Batch, SchedulerConfig};
+use servesim::sim::{SimConfig, simulate};
+use servesim::workload::RequestSpec;
+
+/// A simple cost model: fixed per step plus per token, so tests need no hardware.
+struct LinearCost;
+
+impl CostModel for LinearCost {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        let gemm_ns = 1_000 * batch.tokens() as u64;
+        let overhead_ns = 500_000;
+        StepCost { total_ns: gemm_ns + overhead_ns, gemm_ns, overhead_ns, ..StepCost::default() }
+    }
+    fn source(&self) -> &'static str {
+        "linear test model"
+    }
+}
+
+fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
+    prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(|mut v| {
+        v.sort_by_key(|r| r.0);
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens }).collect()
+    })
+}
+
+fn config_strategy() -> impl Strategy<Value = SimConfig> {
+    (
+        prop_oneof![Just(Policy::VllmV1), Just(Policy::VllmV0)],
+        any::<bool>(),
+        1u32..40,       // max_num_seqs
+        64u32..1024,    // max_num_batched_tokens
+        4u32..200,      // num_gpu_blocks: small, to force preemption
+        prop_oneof![Just(1u32), Just(16u32)],
+        1u32..4,        // replicas
+        prop_oneof![Just(Router::RoundRobin), Just(Router::LeastOutstanding)],
+        prop::option::of(1u32..10),
+        prop_oneof![Just(0.0), Just(0.01)],
+    )
+        .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark)| {
+            let chunked = chunked || policy == Policy::VllmV1;
+            SimConfig {
+                scheduler: SchedulerConfig {
+                    max_num_batched_tokens: if chunked { budget } else { budget.max(400) },
+                    max_num_seqs,
+                    enable_chunked_prefill: chunked,
+                    block_size,
+                    num_gpu_blocks: blocks,
+                    watermark,
+                },
+                policy,
+                replicas,
+                router,
+                max_concurrency,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn every_request_completes_once_and_tokens_are_conserved(requests in requests_strategy(), config in config_strategy()) {
+        let out = simulate(&requests, &config, &LinearCost);
+        let records = &out.records.requests;
+        prop_assert_eq!(records.len(), requests.len());
+        let mut rejected = 0;
+        for (spec, r) in requests.iter().zip(records) {
+            prop_assert!(r.send_ns >= spec.arrival_ns);
+            prop_assert!(r.end_ns >= r.send_ns);
+            prop_assert_eq!(r.input_tokens, spec.input_tokens);
+            if r.success {
+                prop_assert_eq!(r.output_tokens, spec.output_tokens, "tokens lost or invented");
+                let first = r.first_token_ns.expect("a successful request has a first token");
+                prop_assert!(first > r.send_ns && first <= r.end_ns);
+            } else {
+                rejected += 1;
+                prop_assert_eq!(r.output_tokens, 0);
+            }
+        }
+        prop_assert_eq!(rejected, out.rejected);
+        // ITL samples: one per token after the first, for every successful request.
+        let itl_count: u64 = out.records.itl_ns.runs.iter().map(|&(_, c)| c).sum();
+        let expected: u64 = records.iter().filter(|r| r.success).map(|r| r.output_tokens as u64 - 1).sum();
+        prop_assert_eq!(itl_count, expected);
+        // The timeline's decode and sampled-prefill tokens cover every generated token.
+        let token_total: u64 = out.records.tokens_per_second.counts.iter().sum();
+        prop_assert_eq!(token_total, records.iter().map(|r| r.output_tokens as u64).sum::<u64>());
+        // Steps on one replica never overlap.
+        for replica in 0..config.replicas {
+            let steps: Vec<_> = out.timeline.iter().filter(|s| s.replica == replica).collect();
+            for pair in steps.windows(2) {
+                prop_assert!(pair[1].start_ns >= pair[0].start_ns + pair[0].cost.total_ns);
+            }
+            for s in &steps {
+                prop_assert!(s.prefill_tokens + s.decode_tokens <= config.scheduler.max_num_batched_tokens);
+                prop_assert!(s.batch_seqs <= config.scheduler.max_num_seqs);
+                prop_assert!(s.kv_blocks_used <= config.scheduler.num_gpu_blocks);
+            }
+        }
+        if let Some(limit) = config.max_concurrency {
+            // At any send instant, at most `limit` requests are in flight.
+            for r in records {
+                let in_flight = records.iter().filter(|o| o.send_ns <= r.send_ns && o.end_ns > r.send_ns).count();
+                prop_assert!(in_flight as u32 <= limit);
+            }
+        }
+    }
+
+    #[test]
+    fn same_input_same_output(requests in requests_strategy(), config in config_strategy()) {
+        let a = simulate(&requests, &config, &LinearCost);
+        let b = simulate(&requests, &config, &LinearCost);
+        prop_assert_eq!(a.records.requests, b.records.requests);
+        prop_assert_eq!(a.timeline, b.timeline);
+    }
+}
