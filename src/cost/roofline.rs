@@ -55,9 +55,6 @@ const ALL_REDUCES_PER_LAYER: f64 = 2.0;
 /// (only linear layers are quantized; the vocab-parallel head is an embedding), so it reads
 /// 16-bit weights at the 16-bit peak.
 const LM_HEAD_WEIGHT_BYTES: f64 = 2.0;
-/// vLLM pads the vocabulary of the vocab-parallel LM head to a multiple of this
-/// (`DEFAULT_VOCAB_PADDING_SIZE`) before splitting it across tensor-parallel ranks.
-const VOCAB_PADDING: u64 = 64;
 const NS_PER_S: f64 = 1e9;
 const S_PER_US: f64 = 1e-6;
 
@@ -156,24 +153,17 @@ impl Roofline {
             value
         };
 
-        // Per-GPU shard sizes as vLLM shards them. Validation requires TP to divide heads; where
-        // another size does not divide, a rank holds the rounded-up share (the slowest rank sets
-        // the step time).
-        let tp = tensor_parallel as u64;
+        // Per-GPU shard sizes as vLLM shards them (see `ModelSpec::shard`).
+        let shard = model.shard(tensor_parallel);
         let hidden_elems = model.hidden_size as u64;
-        let head_dim_elems = model.head_dim as u64;
-        let heads_per_gpu_count = (model.num_heads as u64).div_ceil(tp);
-        let kv_heads_per_gpu_count = (model.num_kv_heads as u64 / tp).max(1);
-        let ffn_per_gpu_elems = (model.ffn_size as u64).div_ceil(tp);
-        let vocab_padded = (model.vocab_size as u64).div_ceil(VOCAB_PADDING) * VOCAB_PADDING;
-        let vocab_per_gpu_elems = vocab_padded.div_ceil(tp);
+        let head_dim = model.head_dim as f64;
+        let ffn_per_gpu = shard.ffn as f64;
+        let vocab_per_gpu = shard.vocab_rows as f64;
+        let vocab_padded = shard.vocab_padded;
+        let heads_per_gpu = shard.heads as f64;
+        let kv_heads_per_gpu = shard.kv_heads as f64;
 
         let hidden = hidden_elems as f64;
-        let head_dim = head_dim_elems as f64;
-        let ffn_per_gpu = ffn_per_gpu_elems as f64;
-        let vocab_per_gpu = vocab_per_gpu_elems as f64;
-        let heads_per_gpu = heads_per_gpu_count as f64;
-        let kv_heads_per_gpu = kv_heads_per_gpu_count as f64;
 
         let weight_bytes = model.weight_dtype.bytes() as f64;
         let kv_bytes = model.kv_dtype.bytes() as f64;
@@ -201,12 +191,8 @@ impl Roofline {
         ];
         let lm_head = GemmOp::new(hidden, vocab_per_gpu, LM_HEAD_WEIGHT_BYTES, lm_head_flops_per_s, bytes_per_s);
 
-        // QKV + O + gate/up + down, in elements (the integer form of the GEMM shapes above).
-        let layer_weight_elements = hidden_elems * (heads_per_gpu_count + 2 * kv_heads_per_gpu_count) * head_dim_elems
-            + heads_per_gpu_count * head_dim_elems * hidden_elems
-            + 3 * hidden_elems * ffn_per_gpu_elems;
-        let weight_bytes_read_per_step = model.num_layers as u64 * layer_weight_elements * model.weight_dtype.bytes()
-            + hidden_elems * vocab_per_gpu_elems * LM_HEAD_WEIGHT_BYTES as u64;
+        let weight_bytes_read_per_step = model.num_layers as u64 * shard.linear_elements_per_layer * model.weight_dtype.bytes()
+            + hidden_elems * shard.vocab_rows * LM_HEAD_WEIGHT_BYTES as u64;
 
         // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.
         let attention_s_per_key = ATTENTION_MATMULS * FLOPS_PER_MAC * heads_per_gpu * head_dim / attention_flops_per_s;

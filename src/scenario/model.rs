@@ -80,7 +80,45 @@ fn div_ceil(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
+/// What one GPU holds of a model at a tensor-parallel degree, as vLLM shards it (Megatron split:
+/// QKV and gate/up column-parallel, output and down row-parallel, vocabulary-parallel embedding
+/// and LM head). Sizes that do not divide are rounded up: the slowest rank sets the pace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub heads: u64,
+    /// KV heads per GPU: replicated when `tp` exceeds them, so at least one.
+    pub kv_heads: u64,
+    pub ffn: u64,
+    /// The vocabulary padded to vLLM's multiple of 64, before splitting.
+    pub vocab_padded: u64,
+    /// Rows of the embedding table and LM head per GPU.
+    pub vocab_rows: u64,
+    /// Elements of one layer's linear weights (QKV, output, gate, up, down) per GPU.
+    pub linear_elements_per_layer: u64,
+}
+
 impl ModelSpec {
+    /// The per-GPU shard at tensor parallelism `tp`.
+    pub fn shard(&self, tp: u32) -> Shard {
+        let tp = tp.max(1) as u64;
+        let h = self.hidden_size as u64;
+        let d = self.head_dim as u64;
+        let heads = div_ceil(self.num_heads as u64, tp);
+        let kv_heads = self.kv_heads_per_gpu(tp as u32) as u64;
+        let ffn = div_ceil(self.ffn_size as u64, tp);
+        let vocab_padded = div_ceil(self.vocab_size as u64, VOCAB_PADDING) * VOCAB_PADDING;
+        Shard {
+            heads,
+            kv_heads,
+            ffn,
+            vocab_padded,
+            vocab_rows: div_ceil(vocab_padded, tp),
+            linear_elements_per_layer: h * (heads + 2 * kv_heads) * d // QKV
+                + heads * d * h // output projection
+                + 3 * h * ffn, // gate, up, down
+        }
+    }
+
     /// Parameters of the unsharded model (true vocabulary, no padding). A tied LM head is the
     /// embedding table and is counted once.
     pub fn param_count(&self) -> u64 {
@@ -138,23 +176,12 @@ impl ModelSpec {
     ///
     /// Llama-3.1-8B in bf16 at TP 1: 8,030,261,248 parameters → 16,060,522,496 bytes.
     pub fn weight_bytes_per_gpu(&self, tp: u32) -> u64 {
-        let tp = tp.max(1) as u64;
+        let shard = self.shard(tp);
         let h = self.hidden_size as u64;
-        let d = self.head_dim as u64;
-        let q_heads = div_ceil(self.num_heads as u64, tp);
-        let kv_heads = self.kv_heads_per_gpu(tp as u32) as u64;
-        let f = div_ceil(self.ffn_size as u64, tp);
-        let linear_elements_per_layer = h * (q_heads + 2 * kv_heads) * d // QKV
-            + q_heads * d * h // output projection
-            + 3 * h * f; // gate, up, down
         let norm_elements = (2 * self.num_layers as u64 + 1) * h;
-        let vocab_rows = div_ceil(
-            div_ceil(self.vocab_size as u64, VOCAB_PADDING) * VOCAB_PADDING,
-            tp,
-        );
         let vocab_tables = if self.tied_embeddings { 1 } else { 2 };
-        self.num_layers as u64 * linear_elements_per_layer * self.weight_dtype.bytes()
-            + (vocab_tables * vocab_rows * h + norm_elements) * self.unquantized_bytes()
+        self.num_layers as u64 * shard.linear_elements_per_layer * self.weight_dtype.bytes()
+            + (vocab_tables * shard.vocab_rows * h + norm_elements) * self.unquantized_bytes()
     }
 
     /// Estimated peak activation bytes on one GPU during the engine's start-up profiling forward

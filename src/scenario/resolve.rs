@@ -871,6 +871,24 @@ fn resolve_workload(
     })
 }
 
+/// A field given that the chosen variant (`owner`) does not use is an error, not silently ignored.
+fn reject_unused_fields(
+    cx: &Cx,
+    prefix: &str,
+    present: &[(&str, Option<String>)],
+    allowed: &[&str],
+    owner: &str,
+) -> Result<(), ScenarioError> {
+    match present.iter().find(|(f, v)| v.is_some() && !allowed.contains(f)) {
+        Some((f, Some(value))) => Err(cx.invalid(
+            &format!("{prefix}.{f}"),
+            value,
+            format!("not used by {owner}, which takes: {}", allowed.join(", ")),
+        )),
+        _ => Ok(()),
+    }
+}
+
 const KINDS: &str = "fixed, random, sonnet, sharegpt, trace";
 
 fn resolve_dataset(
@@ -908,19 +926,7 @@ fn resolve_dataset(
         ),
         ("path", raw.path.as_deref().map(quote)),
     ];
-    if let Some((field, Some(value))) = present
-        .iter()
-        .find(|(f, v)| v.is_some() && !allowed.contains(f))
-    {
-        return Err(cx.invalid(
-            &format!("workload.dataset.{field}"),
-            value,
-            format!(
-                "not used by dataset kind {kind:?}, which takes: {}",
-                allowed.join(", ")
-            ),
-        ));
-    }
+    reject_unused_fields(cx, "workload.dataset", &present, allowed, &format!("dataset kind {kind:?}"))?;
     let count = |field: &str, v: Option<u32>, default: Option<u32>| -> Result<u32, ScenarioError> {
         let full = format!("workload.dataset.{field}");
         match v.or(default) {
@@ -1106,19 +1112,7 @@ fn resolve_dist(field: &str, raw: &RawLengthDist, cx: &Cx) -> Result<LengthDist,
         ("min", t.min.map(|v| v.to_string())),
         ("max", t.max.map(|v| v.to_string())),
     ];
-    if let Some((f, Some(value))) = present
-        .iter()
-        .find(|(f, v)| v.is_some() && !allowed.contains(f))
-    {
-        return Err(cx.invalid(
-            &format!("{field}.{f}"),
-            value,
-            format!(
-                "not used by dist {dist:?}, which takes: {}",
-                allowed.join(", ")
-            ),
-        ));
-    }
+    reject_unused_fields(cx, field, &present, allowed, &format!("dist {dist:?}"))?;
     let required = |f: &str, v: Option<u32>| -> Result<u32, ScenarioError> {
         match v {
             Some(0) => Err(cx.invalid(&format!("{field}.{f}"), 0, "must be at least 1")),
