@@ -6,7 +6,7 @@ use servesim::cost::CostModel;
 use servesim::metrics::Summary;
 use servesim::run::{cost_model, sim_config};
 use servesim::scenario::Scenario;
-use servesim::sched::{Batch, SeqWork};
+use servesim::sched::{Batch, SchedulingPolicy, SeqWork, VllmV1};
 use servesim::sim::simulate;
 use servesim::workload;
 
@@ -14,10 +14,12 @@ fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, Path::new("analytic.toml"), &[]).expect("valid scenario")
 }
 
+/// A batch of one sequence, with the graph decision vLLM V1 (the scenarios' policy) makes.
 fn one_seq_batch(new_tokens: u32, context_tokens: u32, prefill: bool) -> Batch {
     let mut batch = Batch::default();
     let work = SeqWork { seq: 0, new_tokens, context_tokens, samples_token: true };
     if prefill { batch.push_prefill(work) } else { batch.push_decode(work) }
+    batch.graph_size = VllmV1.graph_size(&batch);
     batch
 }
 

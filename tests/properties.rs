@@ -27,7 +27,7 @@ impl CostModel for LinearCost {
 fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
     prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(|mut v| {
         v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens }).collect()
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect()
     })
 }
 

@@ -114,6 +114,9 @@ pub struct Roofline {
     lm_head: GemmOp,
     /// Attention compute time per (query token, key) pair per layer, seconds.
     attention_s_per_key: f64,
+    /// The same for prefill tokens attending to keys already cached (chunked prefill's prefix
+    /// kernel), seconds.
+    prefix_attention_s_per_key: f64,
     /// Attention time per KV-cache token read (K and V) per layer, seconds.
     attention_s_per_kv_token: f64,
     /// Attention time per query token to read Q and write O per layer, seconds.
@@ -130,8 +133,10 @@ pub struct Roofline {
     logit_gather_s_per_sampled: f64,
     /// Fixed latency of the logit gather, seconds; 0 at TP 1.
     logit_gather_latency_s: f64,
-    /// CPU overhead per step, seconds.
-    step_overhead_s: f64,
+    /// CPU overhead of a step launched kernel by kernel, seconds.
+    step_overhead_eager_s: f64,
+    /// CPU overhead of a step replayed from a captured graph, seconds.
+    step_overhead_graph_s: f64,
     /// CPU overhead per sequence in a step, seconds.
     seq_overhead_s: f64,
     /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
@@ -195,7 +200,10 @@ impl Roofline {
             + hidden_elems * shard.vocab_rows * LM_HEAD_WEIGHT_BYTES as u64;
 
         // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.
-        let attention_s_per_key = ATTENTION_MATMULS * FLOPS_PER_MAC * heads_per_gpu * head_dim / attention_flops_per_s;
+        let flops_per_key = ATTENTION_MATMULS * FLOPS_PER_MAC * heads_per_gpu * head_dim;
+        let attention_s_per_key = flops_per_key / attention_flops_per_s;
+        let prefix_attention_s_per_key = flops_per_key
+            / (peak_16bit * positive("prefix_attention_efficiency", params.prefix_attention_efficiency));
         let attention_s_per_kv_token = KV_TENSORS * kv_heads_per_gpu * head_dim * kv_bytes / bytes_per_s;
         let attention_s_per_query = ATTENTION_QO_TENSORS * heads_per_gpu * head_dim * ACTIVATION_BYTES / bytes_per_s;
 
@@ -237,6 +245,7 @@ impl Roofline {
             layer_gemms,
             lm_head,
             attention_s_per_key,
+            prefix_attention_s_per_key,
             attention_s_per_kv_token,
             attention_s_per_query,
             elementwise_s_per_token_per_layer,
@@ -245,7 +254,8 @@ impl Roofline {
             allreduce_latency_s_per_layer,
             logit_gather_s_per_sampled,
             logit_gather_latency_s,
-            step_overhead_s: params.step_overhead_us * S_PER_US,
+            step_overhead_eager_s: params.step_overhead_eager_us * S_PER_US,
+            step_overhead_graph_s: params.step_overhead_graph_us * S_PER_US,
             seq_overhead_s: params.seq_overhead_us * S_PER_US,
             weight_bytes_read_per_step,
         }
@@ -312,22 +322,32 @@ impl CostModel for Roofline {
         let mut tokens: u64 = 0;
         let mut sampled: u64 = 0;
         let mut keys: u64 = 0;
+        // Keys that prefill chunks read from the cache: priced at the prefix kernel's efficiency.
+        let mut prefix_keys: u64 = 0;
         let mut kv_tokens_read: u64 = 0;
         for work in &batch.seqs {
             let q = work.new_tokens as u64;
             let c = work.context_tokens as u64;
             tokens += q;
             sampled += work.samples_token as u64;
-            keys += q * c + q * (q + 1) / 2;
+            if work.is_decode() {
+                keys += q * c + 1;
+            } else {
+                prefix_keys += q * c;
+                keys += q * (q + 1) / 2;
+            }
             kv_tokens_read += c + q;
         }
         let tokens = tokens as f64;
         let sampled = sampled as f64;
 
-        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(tokens)).sum();
+        // A graph replays kernels shaped for its padded size.
+        let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
+        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum();
         let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
-        let attention_compute_s = keys as f64 * self.attention_s_per_key;
+        let attention_compute_s =
+            keys as f64 * self.attention_s_per_key + prefix_keys as f64 * self.prefix_attention_s_per_key;
         let attention_memory_s =
             kv_tokens_read as f64 * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
         let attention_s = if tokens > 0.0 {
@@ -348,7 +368,9 @@ impl CostModel for Roofline {
             communication_s += sampled * self.logit_gather_s_per_sampled + self.logit_gather_latency_s;
         }
 
-        let overhead_s = self.step_overhead_s + self.seq_overhead_s * batch.seqs.len() as f64;
+        let step_overhead_s =
+            if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
+        let overhead_s = step_overhead_s + self.seq_overhead_s * batch.seqs.len() as f64;
 
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
@@ -414,7 +436,9 @@ mod tests {
             memory_bandwidth_efficiency: 0.8,
             collective_latency_us: 10.0,
             collective_bandwidth_efficiency: 0.5,
-            step_overhead_us: 100.0,
+            prefix_attention_efficiency: 0.5,
+            step_overhead_eager_us: 100.0,
+            step_overhead_graph_us: 100.0,
             seq_overhead_us: 5.0,
         }
     }
@@ -454,7 +478,9 @@ mod tests {
             memory_bandwidth_efficiency: 0.8,
             collective_latency_us: 8.0,
             collective_bandwidth_efficiency: 0.7,
-            step_overhead_us: 0.0,
+            prefix_attention_efficiency: 0.5,
+            step_overhead_eager_us: 0.0,
+            step_overhead_graph_us: 0.0,
             seq_overhead_us: 0.0,
         }
     }

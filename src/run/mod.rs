@@ -5,7 +5,7 @@ pub mod output;
 use crate::cost::CostModel;
 use crate::cost::roofline::Roofline;
 use crate::metrics::Summary;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, SweepPoint};
 use crate::sched::SchedulerConfig;
 use crate::sim::{self, SimConfig, SimOutput};
 use crate::workload;
@@ -54,15 +54,22 @@ pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult
     let cost = cost_model(scenario);
     scenario
         .workload
-        .num_prompts
+        .points()
         .iter()
-        .map(|&num_prompts| run_point(scenario, &config, &cost, num_prompts, percentiles))
+        .map(|point| run_point(scenario, &config, &cost, point, percentiles))
         .collect()
 }
 
-fn run_point(scenario: &Scenario, config: &SimConfig, cost: &dyn CostModel, num_prompts: u32, percentiles: &[f64]) -> PointResult {
-    let requests = workload::generate(&scenario.workload, num_prompts);
+/// Simulates one sweep point.
+pub fn run_point(
+    scenario: &Scenario,
+    config: &SimConfig,
+    cost: &dyn CostModel,
+    point: &SweepPoint,
+    percentiles: &[f64],
+) -> PointResult {
+    let requests = workload::generate_point(&scenario.workload, point);
     let output = sim::simulate(&requests, config, cost);
     let summary = Summary::from_records(&output.records, percentiles);
-    PointResult { num_prompts, output, summary }
+    PointResult { num_prompts: point.num_prompts, output, summary }
 }

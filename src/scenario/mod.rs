@@ -93,8 +93,14 @@ pub struct CostParams {
     pub collective_latency_us: f64,
     /// Achieved fraction of link bandwidth in collectives.
     pub collective_bandwidth_efficiency: f64,
-    /// CPU overhead of one engine step (scheduling, launch, sampling), microseconds.
-    pub step_overhead_us: f64,
+    /// Achieved fraction of peak FLOP/s when prefill tokens attend to KV already in the cache
+    /// (chunked prefill, recompute). Engines run this through a different kernel than one-pass
+    /// prefill (vLLM 0.6.3: the paged prefix-prefill kernel), so it has its own efficiency.
+    pub prefix_attention_efficiency: f64,
+    /// CPU overhead of one engine step launched eagerly (kernel by kernel), microseconds.
+    pub step_overhead_eager_us: f64,
+    /// CPU overhead of one engine step replayed from a captured CUDA/HIP graph, microseconds.
+    pub step_overhead_graph_us: f64,
     /// CPU overhead per sequence in a step (input prep, detokenize, stream), microseconds.
     pub seq_overhead_us: f64,
 }
@@ -112,6 +118,36 @@ pub struct WorkloadConfig {
     pub max_concurrency: Option<u32>,
     pub dataset: Dataset,
     pub seed: u64,
+    /// Per sweep point (parallel to `num_prompts`): the exact total of input tokens that the
+    /// sampled lengths are scaled to, as a recorded run reports it.
+    pub input_tokens_total: Option<Vec<u64>>,
+    /// Per sweep point: the exact total of output tokens (recorded runs whose model stopped on
+    /// its own, so only totals are known).
+    pub output_tokens_total: Option<Vec<u64>>,
+}
+
+/// One point of a workload sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepPoint {
+    pub num_prompts: u32,
+    pub input_tokens_total: Option<u64>,
+    pub output_tokens_total: Option<u64>,
+}
+
+impl WorkloadConfig {
+    /// The sweep, one entry per `num_prompts` value.
+    pub fn points(&self) -> Vec<SweepPoint> {
+        let total = |list: &Option<Vec<u64>>, i: usize| list.as_ref().map(|l| l[i]);
+        self.num_prompts
+            .iter()
+            .enumerate()
+            .map(|(i, &num_prompts)| SweepPoint {
+                num_prompts,
+                input_tokens_total: total(&self.input_tokens_total, i),
+                output_tokens_total: total(&self.output_tokens_total, i),
+            })
+            .collect()
+    }
 }
 
 /// Where request lengths (and, for traces, arrival times) come from.
@@ -150,6 +186,18 @@ pub enum LengthDist {
     Normal { mean: f64, std: f64, min: u32, max: u32 },
     /// Log-normal whose own mean and standard deviation are the given ones, rounded, clamped.
     LogNormal { mean: f64, std: f64, min: u32, max: u32 },
+}
+
+impl Dataset {
+    /// The client's `max_tokens` when it differs per dataset from the output length: datasets
+    /// whose outputs end on their own (sonnet, ShareGPT) send the distribution's maximum;
+    /// the others (vLLM's `ignore_eos` style) send each request's output length (`None`).
+    pub fn max_tokens(&self) -> Option<u32> {
+        match self {
+            Dataset::Sonnet { output, .. } | Dataset::ShareGpt { output, .. } => Some(output.max()),
+            Dataset::Fixed { .. } | Dataset::Random { .. } | Dataset::Trace { .. } => None,
+        }
+    }
 }
 
 impl LengthDist {

@@ -64,7 +64,9 @@ const DEFAULT_COST: CostParams = CostParams {
     memory_bandwidth_efficiency: 0.8,
     collective_latency_us: 10.0,
     collective_bandwidth_efficiency: 0.7,
-    step_overhead_us: 500.0,
+    prefix_attention_efficiency: 0.5,
+    step_overhead_eager_us: 1000.0,
+    step_overhead_graph_us: 300.0,
     seq_overhead_us: 10.0,
 };
 
@@ -763,7 +765,21 @@ fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
             raw.collective_bandwidth_efficiency,
             d.collective_bandwidth_efficiency,
         )?,
-        step_overhead_us: micros("step_overhead_us", raw.step_overhead_us, d.step_overhead_us)?,
+        prefix_attention_efficiency: fraction(
+            "prefix_attention_efficiency",
+            raw.prefix_attention_efficiency,
+            d.prefix_attention_efficiency,
+        )?,
+        step_overhead_eager_us: micros(
+            "step_overhead_eager_us",
+            raw.step_overhead_eager_us,
+            d.step_overhead_eager_us,
+        )?,
+        step_overhead_graph_us: micros(
+            "step_overhead_graph_us",
+            raw.step_overhead_graph_us,
+            d.step_overhead_graph_us,
+        )?,
         seq_overhead_us: micros("seq_overhead_us", raw.seq_overhead_us, d.seq_overhead_us)?,
     })
 }
@@ -861,6 +877,11 @@ fn resolve_workload(
             "must be at least 1 (leave it out for no limit)",
         ));
     }
+    let output_max = dataset.max_tokens().unwrap_or(u32::MAX);
+    let input_tokens_total =
+        resolve_totals("workload.input_tokens_total", &raw.input_tokens_total, &num_prompts, u32::MAX, cx)?;
+    let output_tokens_total =
+        resolve_totals("workload.output_tokens_total", &raw.output_tokens_total, &num_prompts, output_max, cx)?;
     Ok(WorkloadConfig {
         num_prompts,
         request_rate,
@@ -868,7 +889,39 @@ fn resolve_workload(
         max_concurrency: raw.max_concurrency,
         dataset,
         seed: raw.seed.unwrap_or(0),
+        input_tokens_total,
+        output_tokens_total,
     })
+}
+
+/// Token totals per sweep point: one per `num_prompts` value, each reachable with lengths in
+/// `1..=max_per_request`.
+fn resolve_totals(
+    field: &str,
+    raw: &Option<Vec<u64>>,
+    num_prompts: &[u32],
+    max_per_request: u32,
+    cx: &Cx,
+) -> Result<Option<Vec<u64>>, ScenarioError> {
+    let Some(list) = raw else { return Ok(None) };
+    if list.len() != num_prompts.len() {
+        return Err(cx.invalid(
+            field,
+            format!("{list:?}"),
+            format!("needs one total per workload.num_prompts value ({} of them)", num_prompts.len()),
+        ));
+    }
+    for (&total, &n) in list.iter().zip(num_prompts) {
+        let most = n as u64 * max_per_request as u64;
+        if total < n as u64 || total > most {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("{n} requests can only total {n}..={most} tokens"),
+            ));
+        }
+    }
+    Ok(Some(list.clone()))
 }
 
 /// A field given that the chosen variant (`owner`) does not use is an error, not silently ignored.

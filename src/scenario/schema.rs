@@ -102,7 +102,9 @@ pub struct RawCost {
     pub memory_bandwidth_efficiency: Option<f64>,
     pub collective_latency_us: Option<f64>,
     pub collective_bandwidth_efficiency: Option<f64>,
-    pub step_overhead_us: Option<f64>,
+    pub prefix_attention_efficiency: Option<f64>,
+    pub step_overhead_eager_us: Option<f64>,
+    pub step_overhead_graph_us: Option<f64>,
     pub seq_overhead_us: Option<f64>,
 }
 
@@ -115,6 +117,8 @@ pub struct RawWorkload {
     pub burstiness: Option<f64>,
     pub max_concurrency: Option<u32>,
     pub seed: Option<u64>,
+    pub input_tokens_total: Option<Vec<u64>>,
+    pub output_tokens_total: Option<Vec<u64>>,
     pub dataset: RawDataset,
 }
 

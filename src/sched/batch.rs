@@ -31,6 +31,9 @@ pub struct Batch {
     pub prefill_tokens: u32,
     /// Tokens computed for sequences that decode.
     pub decode_tokens: u32,
+    /// `Some(n)` when the engine replays this step from a CUDA/HIP graph captured for `n` token
+    /// rows (the batch padded up to a capture size); `None` when it launches kernels eagerly.
+    pub graph_size: Option<u32>,
 }
 
 impl Batch {
@@ -38,6 +41,7 @@ impl Batch {
         self.seqs.clear();
         self.prefill_tokens = 0;
         self.decode_tokens = 0;
+        self.graph_size = None;
     }
 
     /// Adds work, classifying it by shape (see [`SeqWork::is_decode`]). Schedulers, which know
@@ -79,4 +83,14 @@ impl Batch {
     pub fn is_decode_only(&self) -> bool {
         self.prefill_tokens == 0 && !self.seqs.is_empty()
     }
+
+    /// The longest context any sequence of the batch attends to after this step.
+    pub fn max_context_tokens(&self) -> u32 {
+        self.seqs.iter().map(|s| s.context_tokens + s.new_tokens).max().unwrap_or(0)
+    }
+}
+
+/// The smallest capture size (sorted ascending) that holds `n`, or `None` if `n` exceeds them all.
+pub fn padded_capture_size(n: u32, capture_sizes: &[u32]) -> Option<u32> {
+    capture_sizes.iter().copied().find(|&size| size >= n)
 }

@@ -1,6 +1,6 @@
 //! Batching policies: how each engine forms a step from its waiting and running queues.
 
-use super::batch::Batch;
+use super::batch::{Batch, padded_capture_size};
 use super::scheduler::Scheduler;
 
 /// A batching policy. It reads and changes the scheduler's queues and KV allocations and fills
@@ -8,6 +8,12 @@ use super::scheduler::Scheduler;
 pub trait SchedulingPolicy {
     fn name(&self) -> &'static str;
     fn schedule(&mut self, state: &mut Scheduler, batch: &mut Batch);
+    /// Whether the engine replays `batch` from a captured graph, and padded to what size.
+    /// Engines capture graphs only for some batches; the rest launch kernels one by one, which
+    /// costs CPU time per step. Default: always eager.
+    fn graph_size(&self, _batch: &Batch) -> Option<u32> {
+        None
+    }
 }
 
 /// Placeholder held while the real policy is borrowed out during `schedule()`.
@@ -39,7 +45,44 @@ impl SchedulingPolicy for VllmV1 {
             admit_waiting(s, batch, &mut budget, chunked, AdmitBlocks::Chunk);
         }
     }
+
+    /// V1 captures piecewise graphs (attention runs outside them) for every batch of up to 512
+    /// tokens, prefill or not, padding the token count up to a capture size.
+    fn graph_size(&self, batch: &Batch) -> Option<u32> {
+        padded_capture_size(batch.tokens(), &V1_CAPTURE_SIZES)
+    }
 }
+
+/// vLLM V1's default `cudagraph_capture_sizes`: 1, 2, 4, then every multiple of 8 up to 512.
+const V1_CAPTURE_SIZES: [u32; 67] = {
+    let mut sizes = [0u32; 67];
+    sizes[0] = 1;
+    sizes[1] = 2;
+    sizes[2] = 4;
+    let mut i = 3;
+    while i < 67 {
+        sizes[i] = 8 * (i as u32 - 2);
+        i += 1;
+    }
+    sizes
+};
+
+/// vLLM 0.6.3's `_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to 256.
+const V0_CAPTURE_SIZES: [u32; 35] = {
+    let mut sizes = [0u32; 35];
+    sizes[0] = 1;
+    sizes[1] = 2;
+    sizes[2] = 4;
+    let mut i = 3;
+    while i < 35 {
+        sizes[i] = 8 * (i as u32 - 2);
+        i += 1;
+    }
+    sizes
+};
+
+/// vLLM 0.6.3's `max_seq_len_to_capture`: longer contexts run decode eagerly.
+const V0_MAX_CONTEXT_TO_CAPTURE: u32 = 8192;
 
 /// vLLM V0 (0.6.x). With chunked prefill: running requests first in order (decodes 1 token,
 /// partial prefills a chunk of the remaining budget), then new prompts FCFS, each of which must
@@ -65,6 +108,15 @@ impl SchedulingPolicy for VllmV0 {
         if batch.is_empty() {
             schedule_running(s, batch, &mut budget, false);
         }
+    }
+
+    /// V0 replays graphs only for decode-only batches of up to 256 sequences whose contexts fit
+    /// `max_seq_len_to_capture`; mixed prefill/decode steps run eagerly.
+    fn graph_size(&self, batch: &Batch) -> Option<u32> {
+        if !batch.is_decode_only() || batch.max_context_tokens() > V0_MAX_CONTEXT_TO_CAPTURE {
+            return None;
+        }
+        padded_capture_size(batch.seqs.len() as u32, &V0_CAPTURE_SIZES)
     }
 }
 

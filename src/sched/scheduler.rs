@@ -30,7 +30,10 @@ pub(super) struct Seq {
     /// The caller's id for the request, echoed in outcomes.
     pub request_id: u32,
     pub prompt_tokens: u32,
+    /// Where the sequence stops.
     pub max_output_tokens: u32,
+    /// The client's limit, which engines that reserve KV up front reserve for.
+    pub max_tokens: u32,
     /// Tokens sampled so far.
     pub generated: u32,
     /// Tokens whose KV is in the cache.
@@ -137,16 +140,27 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
-    /// Queues a request. `max_output_tokens` is where it stops (the simulator knows each request's
-    /// output length; the engine may also stop a request early with [`Scheduler::finish_early`]).
-    pub fn add_request(&mut self, request_id: u32, prompt_tokens: u32, max_output_tokens: u32) -> Admission {
-        assert!(prompt_tokens > 0 && max_output_tokens > 0);
-        let blocks_needed = self.kv.blocks_for_tokens(prompt_tokens + max_output_tokens - 1);
+    /// Queues a request. It stops after `output_tokens` (the simulator knows each request's
+    /// output length; the engine stops requests with [`Scheduler::finish_early`] instead).
+    /// `max_tokens` is the client's limit, which is all an engine knows in advance: engines
+    /// that reserve KV up front reserve for it, and a request whose prompt plus `max_tokens`
+    /// cannot fit in the whole cache is rejected.
+    pub fn add_request(&mut self, request_id: u32, prompt_tokens: u32, output_tokens: u32, max_tokens: u32) -> Admission {
+        assert!(prompt_tokens > 0 && output_tokens > 0 && max_tokens >= output_tokens);
+        let blocks_needed = self.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1);
         let blocks_usable = self.config.num_gpu_blocks - self.config.watermark_blocks();
         if blocks_needed > blocks_usable {
             return Admission::Rejected { blocks_needed, blocks_usable };
         }
-        let seq = Seq { request_id, prompt_tokens, max_output_tokens, generated: 0, computed: 0, preemptions: 0 };
+        let seq = Seq {
+            request_id,
+            prompt_tokens,
+            max_output_tokens: output_tokens,
+            max_tokens,
+            generated: 0,
+            computed: 0,
+            preemptions: 0,
+        };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.seqs[slot as usize] = seq;
@@ -168,6 +182,7 @@ impl Scheduler {
         batch.clear();
         let mut policy = std::mem::replace(&mut self.policy, Box::new(super::policy::Idle));
         policy.schedule(self, &mut batch);
+        batch.graph_size = policy.graph_size(&batch);
         self.policy = policy;
         self.batch = batch;
         self.step_in_flight = !self.batch.is_empty();

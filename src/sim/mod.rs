@@ -176,7 +176,7 @@ impl Simulation<'_> {
         let replica_index = self.cluster.route();
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
-        match replica.scheduler.add_request(id, spec.input_tokens, spec.output_tokens) {
+        match replica.scheduler.add_request(id, spec.input_tokens, spec.output_tokens, spec.max_tokens) {
             Admission::Queued { .. } => {
                 replica.outstanding += 1;
                 if !replica.busy && !replica.start_queued {

@@ -101,6 +101,8 @@ mod tests {
                 output_len: 10,
             },
             seed,
+            input_tokens_total: None,
+            output_tokens_total: None,
         }
     }
 

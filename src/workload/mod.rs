@@ -13,9 +13,10 @@
 pub mod arrivals;
 pub mod datasets;
 pub mod rng;
+pub mod totals;
 pub mod trace;
 
-use crate::scenario::WorkloadConfig;
+use crate::scenario::{SweepPoint, WorkloadConfig};
 
 /// One request as the client will issue it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,9 @@ pub struct RequestSpec {
     pub input_tokens: u32,
     /// Tokens the request generates before it stops.
     pub output_tokens: u32,
+    /// The client's `max_tokens`: the most it may generate (≥ `output_tokens`). Engines that
+    /// reserve KV up front (TGI) reserve for this many.
+    pub max_tokens: u32,
 }
 
 /// The `num_prompts` requests of one sweep point, sorted by arrival time (ties keep dataset
@@ -36,7 +40,24 @@ pub struct RequestSpec {
 /// On a configuration that scenario validation must reject first; see
 /// [`arrivals::arrival_times_ns`] and [`datasets::sample_lengths`].
 pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
-    let lengths = datasets::sample_lengths(&cfg.dataset, num_prompts, cfg.seed);
+    generate_point(cfg, &SweepPoint { num_prompts, input_tokens_total: None, output_tokens_total: None })
+}
+
+/// The requests of one sweep point, with lengths scaled to the point's token totals if given.
+pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSpec> {
+    let num_prompts = point.num_prompts;
+    let mut lengths = datasets::sample_lengths(&cfg.dataset, num_prompts, cfg.seed);
+    let max_tokens = cfg.dataset.max_tokens();
+    if let Some(total) = point.input_tokens_total {
+        let mut inputs: Vec<u32> = lengths.iter().map(|l| l.0).collect();
+        totals::scale_to_total(&mut inputs, total, u32::MAX);
+        lengths.iter_mut().zip(inputs).for_each(|(l, input)| l.0 = input);
+    }
+    if let Some(total) = point.output_tokens_total {
+        let mut outputs: Vec<u32> = lengths.iter().map(|l| l.1).collect();
+        totals::scale_to_total(&mut outputs, total, max_tokens.unwrap_or(u32::MAX));
+        lengths.iter_mut().zip(outputs).for_each(|(l, output)| l.1 = output);
+    }
     let arrivals_ns = arrivals::arrival_times_ns(cfg, num_prompts);
     assert_eq!(lengths.len(), arrivals_ns.len());
     let mut requests: Vec<RequestSpec> = lengths
@@ -46,6 +67,7 @@ pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
             arrival_ns,
             input_tokens,
             output_tokens,
+            max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
         })
         .collect();
     // Arrivals are non-decreasing by construction (gaps are ≥ 0; trace files are validated as
@@ -85,6 +107,8 @@ mod tests {
                 },
             },
             seed,
+            input_tokens_total: None,
+            output_tokens_total: None,
         }
     }
 
