@@ -12,6 +12,9 @@ pub enum Error {
     /// A command-line value is invalid.
     #[error("{flag}: {value:?}: {reason}")]
     Usage { flag: &'static str, value: String, reason: String },
+    /// A recorded results file is missing, malformed, or lacks what the scenario asks of it.
+    #[error("{0}")]
+    Recorded(String),
     /// Writing results failed.
     #[error("{path}: cannot write: {source}")]
     Output { path: PathBuf, source: std::io::Error },
@@ -21,7 +24,7 @@ impl Error {
     /// 2 for bad input (like clap's usage errors), 1 for failures while running.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Scenario(_) | Error::Usage { .. } => 2,
+            Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) => 2,
             Error::Output { .. } => 1,
         }
     }

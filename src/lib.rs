@@ -20,6 +20,8 @@ pub mod run;
 pub mod scenario;
 pub mod sched;
 pub mod sim;
+#[cfg(any())] // TEMP until metrics::recorded lands
+pub mod validate;
 pub mod workload;
 
 pub use error::Error;

@@ -30,7 +30,34 @@ pub struct Scenario {
     pub engine: EngineConfig,
     pub cost: CostParams,
     pub workload: WorkloadConfig,
+    /// The recorded run this scenario reproduces, if any.
+    pub validation: Option<ValidationSpec>,
 }
+
+/// Resolved `[validation]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidationSpec {
+    pub recorded: PathBuf,
+    /// Parallel to `workload.num_prompts`: the 1-based block of each sweep point.
+    pub blocks: Vec<usize>,
+    /// vLLM JSON keys compared, in report order.
+    pub metrics: Vec<String>,
+    /// Sweep points a fit may use; the others are held out.
+    pub fit_points: Vec<u32>,
+}
+
+/// Metrics compared when a scenario does not name its own: what the targets are set on,
+/// plus the figures users read first.
+pub const DEFAULT_VALIDATION_METRICS: [&str; 8] = [
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+];
 
 /// Batching policy of the engine being modelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

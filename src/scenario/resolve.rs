@@ -12,12 +12,12 @@
 use super::hardware::{GpuSpec, Hardware};
 use super::model::{Dtype, ModelSpec, default_kv_dtype};
 use super::schema::{
-    NumPrompts, RawCost, RawDataset, RawEngine, RawHardware, RawLengthDist, RawModel, RawScenario,
-    RawWorkload, RequestRate,
+    NumPrompts, RawCost, RawDataset, RawEngine, RawHardware, RawLengthDist, RawModel, RawProfile,
+    RawScenario, RawValidation, RawWorkload, RequestRate,
 };
 use super::{
-    CostParams, Dataset, EngineConfig, LengthDist, Policy, Router, Scenario, ScenarioError,
-    WorkloadConfig,
+    CostParams, DEFAULT_VALIDATION_METRICS, Dataset, EngineConfig, LengthDist, Policy, Router,
+    Scenario, ScenarioError, ValidationSpec, WorkloadConfig,
 };
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -213,6 +213,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
     size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
     let cost = resolve_cost(&raw.cost, cx)?;
     let workload = resolve_workload(&raw.workload, &engine, cx)?;
+    let validation = raw.validation.as_ref().map(|v| resolve_validation(v, &workload, cx)).transpose()?;
     Ok(Scenario {
         path: cx.file.clone(),
         name,
@@ -221,7 +222,35 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         engine,
         cost,
         workload,
+        validation,
     })
+}
+
+// ---- [validation] -------------------------------------------------------------------------------
+
+fn resolve_validation(raw: &RawValidation, workload: &WorkloadConfig, cx: &Cx) -> Result<ValidationSpec, ScenarioError> {
+    if raw.blocks.len() != workload.num_prompts.len() || raw.blocks.contains(&0) {
+        return Err(cx.invalid(
+            "validation.blocks",
+            format!("{:?}", raw.blocks),
+            format!(
+                "needs one 1-based block index per workload.num_prompts value ({} of them)",
+                workload.num_prompts.len()
+            ),
+        ));
+    }
+    let fit_points = raw.fit_points.clone().unwrap_or_default();
+    if let Some(p) = fit_points.iter().find(|p| !workload.num_prompts.contains(p)) {
+        return Err(cx.invalid("validation.fit_points", p, "is not one of workload.num_prompts"));
+    }
+    let metrics = match &raw.metrics {
+        Some(list) if list.is_empty() => {
+            return Err(cx.invalid("validation.metrics", "[]", "name at least one metric"));
+        }
+        Some(list) => list.clone(),
+        None => DEFAULT_VALIDATION_METRICS.iter().map(|m| m.to_string()).collect(),
+    };
+    Ok(ValidationSpec { recorded: cx.relative(&raw.recorded), blocks: raw.blocks.clone(), metrics, fit_points })
 }
 
 // ---- [model] ------------------------------------------------------------------------------------
@@ -723,8 +752,28 @@ fn size_memory(
 
 // ---- [cost] -------------------------------------------------------------------------------------
 
+/// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
+/// by the keys given in the scenario.
 fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
-    let d = DEFAULT_COST;
+    let base = match &raw.profile {
+        None => DEFAULT_COST,
+        Some(path) => load_profile(&cx.relative(path))?,
+    };
+    resolve_cost_over(raw, base, cx)
+}
+
+/// Reads a profile written by `servesim fit`; errors name the profile file.
+fn load_profile(path: &Path) -> Result<CostParams, ScenarioError> {
+    let cx = Cx { file: path.to_path_buf() };
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
+    let profile: RawProfile = toml::from_str(&text).map_err(|e| cx.parse(e.to_string()))?;
+    if let Some(nested) = &profile.cost.profile {
+        return Err(cx.invalid("cost.profile", quote(nested), "a profile cannot name another profile"));
+    }
+    resolve_cost_over(&profile.cost, DEFAULT_COST, &cx)
+}
+
+fn resolve_cost_over(raw: &RawCost, d: CostParams, cx: &Cx) -> Result<CostParams, ScenarioError> {
     let fraction = |field: &str, v: Option<f64>, default: f64| -> Result<f64, ScenarioError> {
         match v {
             None => Ok(default),

@@ -25,6 +25,30 @@ pub struct RawScenario {
     #[serde(default)]
     pub cost: RawCost,
     pub workload: RawWorkload,
+    pub validation: Option<RawValidation>,
+}
+
+/// `[validation]`: the recorded run this scenario reproduces.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawValidation {
+    /// Recorded results (vLLM text blocks or `--save-result` JSON), relative to the scenario.
+    pub recorded: String,
+    /// For each `num_prompts` value, the 1-based index of its block in the recorded file.
+    pub blocks: Vec<usize>,
+    /// vLLM JSON keys to compare; default: throughput, TTFT, TPOT and ITL figures.
+    pub metrics: Option<Vec<String>>,
+    /// The `num_prompts` values a fit may use; the rest are held out. Default: none.
+    pub fit_points: Option<Vec<u32>>,
+}
+
+/// A fitted cost profile file: provenance plus `[cost]` values.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProfile {
+    /// Where the values came from: free-form, written by `servesim fit`.
+    pub provenance: Option<toml::Table>,
+    pub cost: RawCost,
 }
 
 /// `[model]`: a `preset`, or an `hf_config` path, or explicit dimensions; explicit dimensions
@@ -97,6 +121,8 @@ pub struct RawEngine {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCost {
+    /// A fitted profile whose values replace the defaults; keys given here override it.
+    pub profile: Option<String>,
     pub gemm_efficiency: Option<f64>,
     pub attention_efficiency: Option<f64>,
     pub memory_bandwidth_efficiency: Option<f64>,
