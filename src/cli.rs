@@ -25,6 +25,48 @@ pub struct Cli {
 pub enum Command {
     /// Simulate a scenario and print vLLM `benchmark_serving`-style results for each sweep point.
     Simulate(SimulateArgs),
+    /// Compare scenarios with the recorded benchmark runs they name in `[validation]`.
+    Validate(ValidateArgs),
+    /// Fit named cost-model parameters to recorded runs and write a profile.
+    Fit(FitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Scenario files; each names its recorded file and blocks in `[validation]`.
+    #[arg(required = true)]
+    pub scenarios: Vec<PathBuf>,
+    /// Compare with this recorded file instead (its blocks in order, one per sweep point).
+    #[arg(long, value_name = "FILE")]
+    pub recorded: Option<PathBuf>,
+    /// Also write each comparison to DIR/<scenario>.txt and a summary to DIR/README.md.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Override a scenario field in every scenario (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// Scenario files with `[validation]`; their `fit_points` are what is fitted.
+    #[arg(required = true)]
+    pub scenarios: Vec<PathBuf>,
+    /// Comma-separated cost parameters to fit (the rest keep each scenario's values).
+    #[arg(long, value_name = "LIST")]
+    pub params: String,
+    /// Comma-separated vLLM metric keys whose relative error is minimised.
+    #[arg(long, default_value = "output_throughput,mean_tpot_ms,mean_ttft_ms", value_name = "LIST")]
+    pub metrics: String,
+    /// Most objective evaluations (each simulates every fitted point once).
+    #[arg(long, default_value_t = 3000)]
+    pub max_evals: usize,
+    /// Where to write the profile (TOML with provenance).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Override a scenario field in every scenario (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -113,7 +155,75 @@ fn parse_metrics(text: &str) -> Result<Vec<LatencyMetric>, Error> {
 pub fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Simulate(args) => simulate(args.validate()?),
+        Command::Validate(args) => validate(args),
+        Command::Fit(args) => fit(args),
     }
+}
+
+fn comma_list(text: &str) -> Vec<String> {
+    text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
+fn validate(args: ValidateArgs) -> Result<(), Error> {
+    let mut rendered = Vec::new();
+    for path in &args.scenarios {
+        let scenario = Scenario::load(path, &args.set)?;
+        let plan = crate::validate::Plan::for_scenario(&scenario, args.recorded.as_deref())?;
+        let validation = crate::validate::validate(&scenario, &plan)?;
+        let text = crate::validate::render(&validation);
+        print!("{text}");
+        println!();
+        rendered.push((path.clone(), validation, text));
+    }
+    if let Some(dir) = &args.out {
+        let io_err = |path: PathBuf| move |source| Error::Output { path, source };
+        std::fs::create_dir_all(dir).map_err(io_err(dir.clone()))?;
+        for (path, _, text) in &rendered {
+            let stem = path.file_stem().map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
+            let file = dir.join(format!("{stem}.txt"));
+            std::fs::write(&file, text).map_err(io_err(file.clone()))?;
+        }
+        let summary = crate::validate::summary_markdown(rendered.iter().map(|(p, v, _)| (p.as_path(), v)));
+        let file = dir.join("README.md");
+        std::fs::write(&file, summary).map_err(io_err(file.clone()))?;
+        eprintln!("wrote {}", dir.display());
+    }
+    Ok(())
+}
+
+fn fit(args: FitArgs) -> Result<(), Error> {
+    let mut targets = Vec::new();
+    for path in &args.scenarios {
+        let scenario = Scenario::load(path, &args.set)?;
+        let plan = crate::validate::Plan::for_scenario(&scenario, None)?;
+        targets.push(crate::fit::FitTarget { scenario, plan });
+    }
+    let config = crate::fit::FitConfig {
+        targets,
+        params: comma_list(&args.params),
+        metrics: comma_list(&args.metrics),
+        max_evaluations: args.max_evals,
+    };
+    let result = crate::fit::fit(&config)?;
+    // The command line, minus the binary's path, regenerates the profile.
+    let command_line = std::iter::once("servesim".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let base = config.targets[0].scenario.cost.clone();
+    let text = crate::fit::profile_toml(&result, &config, &base, &command_line);
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.to_path_buf(), source })?;
+    }
+    std::fs::write(&args.out, text).map_err(|source| Error::Output { path: args.out.clone(), source })?;
+    eprintln!(
+        "objective {:.6} → {:.6} in {} evaluations; wrote {}",
+        result.start_objective,
+        result.objective,
+        result.evaluations,
+        args.out.display()
+    );
+    for (name, value) in &result.values {
+        eprintln!("  {name} = {value}");
+    }
+    Ok(())
 }
 
 fn simulate(config: SimulateConfig) -> Result<(), Error> {

@@ -14,13 +14,13 @@
 
 pub mod cli;
 pub mod error;
+pub mod fit;
 pub mod cost;
 pub mod metrics;
 pub mod run;
 pub mod scenario;
 pub mod sched;
 pub mod sim;
-#[cfg(any())] // TEMP until metrics::recorded lands
 pub mod validate;
 pub mod workload;
 

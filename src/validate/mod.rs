@@ -265,6 +265,33 @@ pub fn render(v: &Validation) -> String {
     s
 }
 
+/// A Markdown summary of several validations: per scenario and metric, the median and worst
+/// absolute error over held-out and fitted points.
+pub fn summary_markdown<'a>(validations: impl IntoIterator<Item = (&'a Path, &'a Validation)>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Simulated against recorded\n");
+    let _ = writeln!(s, "Regenerate with `cargo run --release -- validate scenarios/recorded/*.toml --out reports/recorded`.\n");
+    let _ = writeln!(s, "| scenario | points | metric | median abs. error | worst abs. error (at num_prompts) |");
+    let _ = writeln!(s, "| --- | --- | --- | ---: | ---: |");
+    for (path, v) in validations {
+        for (role, fitted) in [("held out", false), ("fitted", true)] {
+            for st in error_stats(v, |p| p.fitted == fitted) {
+                let _ = writeln!(
+                    s,
+                    "| `{}` | {role} ({}) | {} | {:.1}% | {:.1}% ({}) |",
+                    path.display(),
+                    st.points,
+                    st.key,
+                    st.median_abs * 100.0,
+                    st.worst_abs * 100.0,
+                    st.worst_at
+                );
+            }
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
