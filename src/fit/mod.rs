@@ -1,0 +1,441 @@
+//! `servesim fit`: fits named physical parameters of the cost model to recorded benchmark runs.
+//!
+//! ```text
+//!  targets: (scenario, recorded plan) × k          shared parameter vector θ (unconstrained)
+//!        │                                                   │ params::ParamKind transforms
+//!        ▼                                                   ▼
+//!  each target's own [cost], with the fitted names replaced by θ's physical values
+//!        │  simulate the target's fit points (validate::simulate_metrics)
+//!        ▼
+//!  objective(θ) = mean over (target, fit point, metric) of ln(simulated / recorded)²
+//!        │  Nelder–Mead with restarts, from the first target's current values
+//!        ▼
+//!  FitResult ──► profile_toml: [provenance] + [cost] (every parameter), loadable by
+//!                `[cost] profile = "…"`
+//! ```
+//!
+//! One parameter vector is shared by all targets: that is how one set of hardware parameters
+//! explains runs of two engines, or several series of one engine. Parameters not fitted stay at
+//! each target's own `[cost]` values, so per-engine kernel efficiencies can be pinned per
+//! scenario while a hardware parameter is fitted across them.
+//!
+//! The error measure is ln(simulated / recorded): symmetric in the ratio (2× too slow costs as
+//! much as 2× too fast) and scale-free, so throughput in tokens/s and TTFT in ms weigh alike.
+//! It is one objective over all metrics together, never a separate fit per metric.
+
+pub mod nelder_mead;
+pub mod params;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::Error;
+use crate::scenario::{CostParams, Scenario, SweepPoint};
+use crate::validate::{MetricComparison, Plan, PointComparison, simulate_metrics};
+use params::ParamSpec;
+
+/// Metrics fitted when none are named: those the issue's accuracy targets are set on.
+pub const DEFAULT_FIT_METRICS: [&str; 3] = ["output_throughput", "mean_tpot_ms", "mean_ttft_ms"];
+
+/// Convergence: the simplex's spread of objective values, in units of the objective (a mean
+/// squared log-ratio). 10⁻¹⁰ is a relative error of 10⁻⁵: far below what any recorded run
+/// resolves, so the fit stops on this only once it has truly settled.
+const F_TOLERANCE: f64 = 1e-10;
+/// Initial simplex edge in unconstrained coordinates: ±0.5 in log space is a factor of 1.65 on
+/// an overhead; in logit space, about ±0.1 on an efficiency near 0.5. Large enough to see the
+/// objective move through the simulator's discreteness, small enough to stay near the start.
+const INITIAL_STEP: f64 = 0.5;
+/// Restarts from the best point (each with a fresh full-size simplex) to escape stalls.
+const MAX_RESTARTS: usize = 4;
+
+/// A scenario and the recorded run it reproduces.
+#[derive(Clone, Debug)]
+pub struct FitTarget {
+    pub scenario: Scenario,
+    /// Which recorded block is which sweep point. Its `fit_points` (the scenario's
+    /// `[validation] fit_points`) are the points fitted; when empty, every sweep point is fitted
+    /// (and [`TargetFit::all_points`] says so).
+    pub plan: Plan,
+}
+
+/// What to fit, and to what.
+#[derive(Clone, Debug)]
+pub struct FitConfig {
+    pub targets: Vec<FitTarget>,
+    /// Names of the [`CostParams`] fields to fit (see [`params::PARAMS`]); the others stay at
+    /// each scenario's own `[cost]` value.
+    pub params: Vec<String>,
+    /// vLLM `--save-result` keys compared; empty means [`DEFAULT_FIT_METRICS`].
+    pub metrics: Vec<String>,
+    /// Limit on objective evaluations (each one simulates every fit point of every target).
+    pub max_evaluations: usize,
+}
+
+/// One target after the fit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TargetFit {
+    /// The scenario file.
+    pub scenario: PathBuf,
+    pub recorded: PathBuf,
+    /// `num_prompts` of the points fitted, in sweep order.
+    pub fit_points: Vec<u32>,
+    /// True when the plan named no fit points, so every sweep point was fitted (nothing held
+    /// out: the errors below say nothing about prediction).
+    pub all_points: bool,
+    /// Every sweep point with the fitted values, `fitted` telling fitted from held-out points.
+    /// Metrics a held-out point's recorded block lacks are left out of its list.
+    pub points: Vec<PointComparison>,
+}
+
+/// The outcome of [`fit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FitResult {
+    /// Fitted values, in the order of [`FitConfig::params`], in physical units (fractions,
+    /// microseconds).
+    pub values: Vec<(String, f64)>,
+    /// The objective at `values`: mean of ln(simulated / recorded)² over fitted
+    /// (target, point, metric) triples.
+    pub objective: f64,
+    /// The objective at the start values.
+    pub start_objective: f64,
+    /// Objective evaluations used (each simulates every fit point of every target).
+    pub evaluations: usize,
+    /// Nelder–Mead restarts performed.
+    pub restarts: usize,
+    /// Whether the optimiser met its tolerance (false: it stopped at `max_evaluations`).
+    pub converged: bool,
+    /// The metrics fitted (the defaults if the config named none).
+    pub metrics: Vec<String>,
+    /// Per target, the error at every sweep point with the fitted values.
+    pub targets: Vec<TargetFit>,
+}
+
+impl FitResult {
+    /// The root-mean-square log-ratio: roughly the typical relative error (0.05 ≈ 5%).
+    pub fn rms_log_error(&self) -> f64 {
+        self.objective.sqrt()
+    }
+
+    /// Fitted parameters that ended against the edge of their physical range (see
+    /// [`params::ParamKind::is_pinned`]): the fit wanted an absurd value there, which means the
+    /// model lacks a mechanism, and should be reported as such.
+    pub fn pinned_parameters(&self) -> Vec<String> {
+        self.values
+            .iter()
+            .filter(|(name, value)| params::lookup(name).is_ok_and(|p| p.kind.is_pinned(*value)))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+/// A target prepared for repeated evaluation: its fit points and their recorded values.
+struct Prepared<'a> {
+    target: &'a FitTarget,
+    /// Indices into the sweep of the points fitted.
+    point_indices: Vec<usize>,
+    points: Vec<SweepPoint>,
+    /// `recorded[p][m]`: recorded value of metric m at fit point p, > 0.
+    recorded: Vec<Vec<f64>>,
+}
+
+/// Fits `config.params` to every target's fit points. Deterministic: same inputs, same result.
+pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
+    let first = config.targets.first().ok_or_else(|| Error::Usage {
+        flag: "fit",
+        value: String::new(),
+        reason: "no scenarios to fit".into(),
+    })?;
+    if config.params.is_empty() {
+        return Err(Error::Usage {
+            flag: "--params",
+            value: String::new(),
+            reason: format!("name at least one parameter to fit; known parameters: {}", params::known_names()),
+        });
+    }
+    let specs = params::lookup_all(&config.params)?;
+    let metrics: Vec<String> = if config.metrics.is_empty() {
+        DEFAULT_FIT_METRICS.iter().map(|m| m.to_string()).collect()
+    } else {
+        config.metrics.clone()
+    };
+    if config.max_evaluations == 0 {
+        return Err(Error::Usage {
+            flag: "--max-evaluations",
+            value: "0".into(),
+            reason: "must be at least 1".into(),
+        });
+    }
+    let prepared = config.targets.iter().map(|t| prepare(t, &metrics)).collect::<Result<Vec<_>, _>>()?;
+
+    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(s.get(&first.scenario.cost))).collect();
+    // Evaluated here so that an error (an unknown metric key) surfaces before any search.
+    let start_objective = evaluate(&prepared, &specs, &x0, &metrics)?;
+
+    // Errors from later simulations are not the optimiser's business: the first one is kept and
+    // returned after the minimisation, which it ends by making every later evaluation infinite.
+    let mut failure: Option<Error> = None;
+    let mut objective = |x: &[f64]| -> f64 {
+        if failure.is_some() {
+            return f64::INFINITY;
+        }
+        // The minimiser starts by evaluating x0: reuse the value rather than simulate again.
+        if x == x0.as_slice() {
+            return start_objective;
+        }
+        match evaluate(&prepared, &specs, x, &metrics) {
+            Ok(v) => v,
+            Err(e) => {
+                failure = Some(e);
+                f64::INFINITY
+            }
+        }
+    };
+
+    let options = nelder_mead::Options {
+        max_evaluations: config.max_evaluations,
+        f_tolerance: F_TOLERANCE,
+        initial_step: INITIAL_STEP,
+        max_restarts: MAX_RESTARTS,
+    };
+    let minimum = nelder_mead::minimize(&mut objective, &x0, &options);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+
+    let values: Vec<(String, f64)> = specs
+        .iter()
+        .zip(&minimum.x)
+        .map(|(s, &x)| (s.name.to_string(), s.kind.from_unconstrained(x)))
+        .collect();
+    let targets = prepared.iter().map(|p| report_target(p, &specs, &minimum.x, &metrics)).collect::<Result<Vec<_>, _>>()?;
+    Ok(FitResult {
+        values,
+        objective: minimum.f,
+        start_objective,
+        evaluations: minimum.evaluations,
+        restarts: minimum.restarts,
+        converged: minimum.converged,
+        metrics,
+        targets,
+    })
+}
+
+/// Picks a target's fit points and reads their recorded values, checking that each exists and
+/// is positive (a log-ratio needs both sides > 0).
+fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>, Error> {
+    let scenario = &target.scenario;
+    let plan = &target.plan;
+    let sweep = scenario.workload.points();
+    if plan.block_of_point.len() != sweep.len() {
+        return Err(Error::Recorded(format!(
+            "{}: the plan maps {} sweep points to recorded blocks, but the sweep has {}",
+            scenario.path.display(),
+            plan.block_of_point.len(),
+            sweep.len()
+        )));
+    }
+    if let Some(&bad) = plan.block_of_point.iter().find(|&&b| b == 0 || b > plan.blocks.len()) {
+        return Err(Error::Recorded(format!(
+            "{}: block {bad} requested, but the file has {} blocks",
+            plan.recorded.display(),
+            plan.blocks.len()
+        )));
+    }
+    if let Some(&missing) = plan.fit_points.iter().find(|n| !sweep.iter().any(|p| p.num_prompts == **n)) {
+        return Err(Error::Recorded(format!(
+            "{}: fit point num_prompts = {missing} is not in the sweep {:?}",
+            scenario.path.display(),
+            scenario.workload.num_prompts
+        )));
+    }
+    let point_indices: Vec<usize> = (0..sweep.len())
+        .filter(|&i| plan.fit_points.is_empty() || plan.fit_points.contains(&sweep[i].num_prompts))
+        .collect();
+    let mut recorded = Vec::with_capacity(point_indices.len());
+    for &i in &point_indices {
+        let block = plan.block(i);
+        let row = metrics
+            .iter()
+            .map(|key| match block.get(key) {
+                Some(v) if v > 0.0 && v.is_finite() => Ok(v),
+                Some(v) => Err(Error::Recorded(format!(
+                    "{}: block {} (line {}): {key} = {v} cannot be fitted (the error is a log-ratio, so it needs a positive value)",
+                    plan.recorded.display(),
+                    plan.block_of_point[i],
+                    block.line
+                ))),
+                None => Err(Error::Recorded(format!(
+                    "{}: block {} (line {}) has no {key:?}",
+                    plan.recorded.display(),
+                    plan.block_of_point[i],
+                    block.line
+                ))),
+            })
+            .collect::<Result<Vec<f64>, Error>>()?;
+        recorded.push(row);
+    }
+    let points = point_indices.iter().map(|&i| sweep[i]).collect();
+    Ok(Prepared { target, point_indices, points, recorded })
+}
+
+/// `scenario` with the fitted parameters set to the physical values of coordinates `x`.
+fn with_params(scenario: &Scenario, specs: &[&ParamSpec], x: &[f64]) -> Scenario {
+    let mut s = scenario.clone();
+    for (spec, &xi) in specs.iter().zip(x) {
+        spec.set(&mut s.cost, spec.kind.from_unconstrained(xi));
+    }
+    s
+}
+
+/// ln(simulated / recorded)², with a non-positive or non-finite simulated value (a run that
+/// produced no tokens) made infinite so the optimiser moves away.
+fn squared_log_ratio(simulated: f64, recorded: f64) -> f64 {
+    if simulated > 0.0 && simulated.is_finite() { (simulated / recorded).ln().powi(2) } else { f64::INFINITY }
+}
+
+/// The objective at coordinates `x`.
+fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[String]) -> Result<f64, Error> {
+    let mut sum = 0.0;
+    let mut count = 0usize;
+    for p in prepared {
+        let scenario = with_params(&p.target.scenario, specs, x);
+        let simulated = simulate_metrics(&scenario, &p.points, metrics)?;
+        for (sim_row, rec_row) in simulated.iter().zip(&p.recorded) {
+            for (&sim, &rec) in sim_row.iter().zip(rec_row) {
+                sum += squared_log_ratio(sim, rec);
+                count += 1;
+            }
+        }
+    }
+    Ok(if count == 0 { 0.0 } else { sum / count as f64 })
+}
+
+/// Simulates every sweep point of a target with the fitted values and compares it with the
+/// recorded blocks.
+fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[String]) -> Result<TargetFit, Error> {
+    let scenario = with_params(&p.target.scenario, specs, x);
+    let plan = &p.target.plan;
+    let sweep = scenario.workload.points();
+    let simulated = simulate_metrics(&scenario, &sweep, metrics)?;
+    let points = sweep
+        .iter()
+        .zip(simulated)
+        .enumerate()
+        .map(|(i, (point, values))| {
+            let block = plan.block(i);
+            let metrics = metrics
+                .iter()
+                .zip(values)
+                .filter_map(|(key, simulated)| {
+                    block.get(key).map(|recorded| MetricComparison { key: key.clone(), recorded, simulated })
+                })
+                .collect();
+            PointComparison {
+                num_prompts: point.num_prompts,
+                block: plan.block_of_point[i],
+                fitted: p.point_indices.contains(&i),
+                metrics,
+            }
+        })
+        .collect();
+    Ok(TargetFit {
+        scenario: p.target.scenario.path.clone(),
+        recorded: plan.recorded.clone(),
+        fit_points: p.points.iter().map(|pt| pt.num_prompts).collect(),
+        all_points: plan.fit_points.is_empty(),
+        points,
+    })
+}
+
+/// A profile that `[cost] profile = "…"` loads: `[provenance]` (what was fitted to what, and
+/// the command that regenerates it) and `[cost]` with every parameter: the fitted values, and
+/// `base`'s values for the rest (normally the first target's `[cost]`, where the fit started).
+///
+/// Byte-identical for identical inputs: no date, no wall-clock, no map iteration; floats are
+/// written in Rust's shortest round-trip form, so loading the file gives back the exact `f64`s.
+pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, command_line: &str) -> String {
+    let fitted: Vec<&str> = result.values.iter().map(|(n, _)| n.as_str()).collect();
+    let unique = |f: &dyn Fn(&FitTarget) -> String| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for t in &config.targets {
+            let v = f(t);
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        out
+    };
+    let hardware = unique(&|t| format!("{} x{}", t.scenario.hardware.gpu.name, t.scenario.hardware.count));
+    let policies = unique(&|t| t.scenario.engine.policy.name().to_string());
+    let models = unique(&|t| t.scenario.model.name.clone());
+
+    let mut s = String::new();
+    let _ = writeln!(s, "# Cost profile written by `servesim fit`. Regenerate it with provenance.command_line.");
+    let _ = writeln!(s, "# Load it from a scenario with [cost] profile = \"<this file>\".");
+    let _ = writeln!(s);
+    let _ = writeln!(s, "[provenance]");
+    let _ = writeln!(s, "servesim_version = {}", string(env!("CARGO_PKG_VERSION")));
+    let _ = writeln!(s, "command_line = {}", string(command_line));
+    let _ = writeln!(s, "hardware = {}", string(&hardware.join(", ")));
+    let _ = writeln!(s, "engine_policy = {}", string(&policies.join(", ")));
+    let _ = writeln!(s, "model = {}", string(&models.join(", ")));
+    let _ = writeln!(s, "objective = {}", string("mean over (target, fit point, metric) of ln(simulated / recorded)^2"));
+    let _ = writeln!(s, "metrics = {}", string_array(result.metrics.iter().map(String::as_str)));
+    let _ = writeln!(s, "fitted_parameters = {}", string_array(fitted.iter().copied()));
+    let _ = writeln!(
+        s,
+        "fixed_parameters = {}",
+        string_array(params::PARAMS.iter().map(|p| p.name).filter(|n| !fitted.contains(n)))
+    );
+    let _ = writeln!(s, "pinned_at_range_edge = {}", string_array(result.pinned_parameters().iter().map(String::as_str)));
+    let _ = writeln!(s, "objective_before = {}", float(result.start_objective));
+    let _ = writeln!(s, "objective_after = {}", float(result.objective));
+    let _ = writeln!(s, "evaluations = {}", result.evaluations);
+    let _ = writeln!(s, "max_evaluations = {}", config.max_evaluations);
+    let _ = writeln!(s, "converged = {}", result.converged);
+    for (target, fit) in config.targets.iter().zip(&result.targets) {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "[[provenance.targets]]");
+        let _ = writeln!(s, "scenario = {}", string(&target.scenario.path.display().to_string()));
+        let _ = writeln!(s, "recorded = {}", string(&target.plan.recorded.display().to_string()));
+        let _ = writeln!(s, "hardware = {}", string(&target.scenario.hardware.gpu.name));
+        let _ = writeln!(s, "engine_policy = {}", string(target.scenario.engine.policy.name()));
+        let _ = writeln!(s, "num_prompts_fitted = [{}]", fit.fit_points.iter().map(u32::to_string).collect::<Vec<_>>().join(", "));
+        let held_out: Vec<String> =
+            fit.points.iter().filter(|p| !p.fitted).map(|p| p.num_prompts.to_string()).collect();
+        let _ = writeln!(s, "num_prompts_held_out = [{}]", held_out.join(", "));
+        let _ = writeln!(s, "all_points_fitted = {}", fit.all_points);
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "[cost]");
+    for spec in &params::PARAMS {
+        let value = result.values.iter().find(|(n, _)| n == spec.name).map_or_else(|| spec.get(base), |(_, v)| *v);
+        let role = if fitted.contains(&spec.name) { "fitted" } else { "fixed" };
+        let _ = writeln!(s, "{} = {}  # {role}, {}", spec.name, float(value), spec.kind.describe());
+    }
+    s
+}
+
+/// A TOML basic string, escaped by the `toml` crate.
+fn string(v: &str) -> String {
+    toml::Value::String(v.to_string()).to_string()
+}
+
+fn string_array<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    format!("[{}]", items.map(string).collect::<Vec<_>>().join(", "))
+}
+
+/// A TOML float that parses back to exactly `v`: Rust's `{:?}` is the shortest round-trip form
+/// (`0.45`, `4000.0`, `1e-5`, all valid TOML); non-finite values get TOML's spelling.
+fn float(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf".into() } else { "-inf".into() }
+    } else {
+        format!("{v:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests;
