@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
-use servesim::sched::{Batch, SchedulerConfig};
+use servesim::sched::{Batch, SchedulerConfig, TgiConfig};
 use servesim::sim::{SimConfig, simulate};
 use servesim::workload::RequestSpec;
 
@@ -32,6 +32,10 @@ fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
 }
 
 fn config_strategy() -> impl Strategy<Value = SimConfig> {
+    prop_oneof![vllm_config_strategy(), tgi_config_strategy()]
+}
+
+fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
     (
         prop_oneof![Just(Policy::VllmV1), Just(Policy::VllmV0)],
         any::<bool>(),
@@ -54,6 +58,7 @@ fn config_strategy() -> impl Strategy<Value = SimConfig> {
                     block_size,
                     num_gpu_blocks: blocks,
                     watermark,
+                    tgi: None,
                 },
                 policy,
                 replicas,
@@ -61,6 +66,54 @@ fn config_strategy() -> impl Strategy<Value = SimConfig> {
                 max_concurrency,
             }
         })
+}
+
+/// TGI with limits drawn so its start-up checks hold: max_input_tokens < max_total_tokens ≤ the
+/// KV cache, max_batch_prefill_tokens ≥ max_input_tokens. Small caches and concurrency limits, so
+/// that requests are refused (422, 429) and admission is tight.
+fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
+    (
+        4u32..200, // num_gpu_blocks
+        prop_oneof![Just(1u32), Just(16u32)],
+        1u32..4, // replicas
+        prop_oneof![Just(Router::RoundRobin), Just(Router::LeastOutstanding)],
+        prop::option::of(1u32..10),
+        (0.0f64..=1.0, 0.0f64..=1.0, 0u32..200), // max_total_tokens, max_input_tokens, prefill margin
+        prop_oneof![Just(0.0f32), Just(0.3f32), Just(1.2f32)],
+        0u32..25,  // max_waiting_tokens
+        1u32..100, // max_concurrent_requests
+    )
+        .prop_map(
+            |(blocks, block_size, replicas, router, max_concurrency, (total_at, input_at, margin), ratio, waiting, concurrent)| {
+                let kv_tokens = blocks * block_size;
+                let max_total_tokens = 2 + ((kv_tokens - 2) as f64 * total_at) as u32;
+                let max_input_tokens = 1 + ((max_total_tokens - 2) as f64 * input_at) as u32;
+                let tgi = TgiConfig {
+                    max_input_tokens,
+                    max_total_tokens,
+                    max_batch_prefill_tokens: max_input_tokens + margin,
+                    max_batch_total_tokens: kv_tokens,
+                    waiting_served_ratio: ratio,
+                    max_waiting_tokens: waiting,
+                    max_concurrent_requests: concurrent,
+                };
+                SimConfig {
+                    scheduler: SchedulerConfig {
+                        max_num_batched_tokens: tgi.prefill_budget_tokens(block_size),
+                        max_num_seqs: u32::MAX,
+                        enable_chunked_prefill: false,
+                        block_size,
+                        num_gpu_blocks: blocks,
+                        watermark: 0.0,
+                        tgi: Some(tgi),
+                    },
+                    policy: Policy::Tgi,
+                    replicas,
+                    router,
+                    max_concurrency,
+                }
+            },
+        )
 }
 
 proptest! {
@@ -100,10 +153,19 @@ proptest! {
                 prop_assert!(pair[1].start_ns >= pair[0].start_ns + pair[0].cost.total_ns);
             }
             for s in &steps {
-                prop_assert!(s.prefill_tokens + s.decode_tokens <= config.scheduler.max_num_batched_tokens);
+                if config.policy == Policy::Tgi {
+                    // TGI's budget bounds prefill steps only, and never mixes them with decodes.
+                    prop_assert!(s.prefill_tokens <= config.scheduler.max_num_batched_tokens);
+                    prop_assert!(s.prefill_tokens == 0 || s.decode_tokens == 0, "TGI mixed prefill and decode");
+                } else {
+                    prop_assert!(s.prefill_tokens + s.decode_tokens <= config.scheduler.max_num_batched_tokens);
+                }
                 prop_assert!(s.batch_seqs <= config.scheduler.max_num_seqs);
                 prop_assert!(s.kv_blocks_used <= config.scheduler.num_gpu_blocks);
             }
+        }
+        if config.policy == Policy::Tgi {
+            prop_assert!(out.extras.iter().all(|e| e.preemptions == 0), "TGI preempted");
         }
         if let Some(limit) = config.max_concurrency {
             // At any send instant, at most `limit` requests are in flight.

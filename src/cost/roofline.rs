@@ -137,6 +137,8 @@ pub struct Roofline {
     step_overhead_eager_s: f64,
     /// CPU overhead of a step replayed from a captured graph, seconds.
     step_overhead_graph_s: f64,
+    /// Extra CPU time of a step with prefill tokens, seconds.
+    prefill_step_overhead_s: f64,
     /// CPU overhead per sequence in a step, seconds.
     seq_overhead_s: f64,
     /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
@@ -256,6 +258,7 @@ impl Roofline {
             logit_gather_latency_s,
             step_overhead_eager_s: params.step_overhead_eager_us * S_PER_US,
             step_overhead_graph_s: params.step_overhead_graph_us * S_PER_US,
+            prefill_step_overhead_s: params.prefill_step_overhead_us * S_PER_US,
             seq_overhead_s: params.seq_overhead_us * S_PER_US,
             weight_bytes_read_per_step,
         }
@@ -370,7 +373,8 @@ impl CostModel for Roofline {
 
         let step_overhead_s =
             if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
-        let overhead_s = step_overhead_s + self.seq_overhead_s * batch.seqs.len() as f64;
+        let prefill_s = if batch.prefill_tokens > 0 { self.prefill_step_overhead_s } else { 0.0 };
+        let overhead_s = step_overhead_s + prefill_s + self.seq_overhead_s * batch.seqs.len() as f64;
 
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
@@ -439,6 +443,7 @@ mod tests {
             prefix_attention_efficiency: 0.5,
             step_overhead_eager_us: 100.0,
             step_overhead_graph_us: 100.0,
+            prefill_step_overhead_us: 0.0,
             seq_overhead_us: 5.0,
         }
     }
@@ -481,6 +486,7 @@ mod tests {
             prefix_attention_efficiency: 0.5,
             step_overhead_eager_us: 0.0,
             step_overhead_graph_us: 0.0,
+            prefill_step_overhead_us: 0.0,
             seq_overhead_us: 0.0,
         }
     }

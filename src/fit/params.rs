@@ -133,7 +133,7 @@ macro_rules! param {
 /// Every parameter of [`CostParams`], in the struct's order (the order profiles list them in).
 /// The exhaustive destructuring in the test `registry_covers_every_field` fails to compile when
 /// a field is added to `CostParams` and not here.
-pub const PARAMS: [ParamSpec; 9] = [
+pub const PARAMS: [ParamSpec; 10] = [
     param!(gemm_efficiency, ParamKind::Fraction),
     param!(attention_efficiency, ParamKind::Fraction),
     param!(memory_bandwidth_efficiency, ParamKind::Fraction),
@@ -142,6 +142,7 @@ pub const PARAMS: [ParamSpec; 9] = [
     param!(prefix_attention_efficiency, ParamKind::Fraction),
     param!(step_overhead_eager_us, ParamKind::NonNegativeMicros),
     param!(step_overhead_graph_us, ParamKind::NonNegativeMicros),
+    param!(prefill_step_overhead_us, ParamKind::NonNegativeMicros),
     param!(seq_overhead_us, ParamKind::NonNegativeMicros),
 ];
 
@@ -191,6 +192,7 @@ mod tests {
             prefix_attention_efficiency: 0.6,
             step_overhead_eager_us: 7.0,
             step_overhead_graph_us: 8.0,
+            prefill_step_overhead_us: 8.5,
             seq_overhead_us: 9.0,
         }
     }
@@ -207,6 +209,7 @@ mod tests {
             prefix_attention_efficiency,
             step_overhead_eager_us,
             step_overhead_graph_us,
+            prefill_step_overhead_us,
             seq_overhead_us,
         } = sample();
         let expected = [
@@ -218,6 +221,7 @@ mod tests {
             prefix_attention_efficiency,
             step_overhead_eager_us,
             step_overhead_graph_us,
+            prefill_step_overhead_us,
             seq_overhead_us,
         ];
         let p = sample();

@@ -28,6 +28,9 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         block_size: e.block_size,
         num_gpu_blocks: e.num_gpu_blocks,
         watermark: e.watermark,
+        // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
+        // on sequences, no chunking and no watermark.
+        tgi: e.tgi,
     }
 }
 

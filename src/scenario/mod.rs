@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 pub use error::ScenarioError;
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
+pub use crate::sched::TgiConfig;
 
 /// A validated scenario. Every field is in force; nothing is left to defaults downstream.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +67,9 @@ pub enum Policy {
     VllmV1,
     /// vLLM V0 scheduler: prefills before decodes; mixes them only with chunked prefill.
     VllmV0,
+    /// Text Generation Inference 2.3: whole-prompt prefill steps that pause the decodes, the
+    /// `waiting_served_ratio` / `max_waiting_tokens` rules, KV reserved up front, no preemption.
+    Tgi,
 }
 
 impl Policy {
@@ -73,6 +77,7 @@ impl Policy {
         match self {
             Policy::VllmV1 => "vllm-v1",
             Policy::VllmV0 => "vllm-v0",
+            Policy::Tgi => "tgi",
         }
     }
 }
@@ -92,12 +97,18 @@ pub struct EngineConfig {
     pub tensor_parallel: u32,
     pub replicas: u32,
     pub router: Router,
-    /// Token budget of one step (prefill chunk tokens + decode tokens).
+    /// Token budget of one step (prefill chunk tokens + decode tokens). For `tgi`: the prefill
+    /// budget, `max_batch_prefill_tokens` padded up to whole blocks; TGI's decodes have none.
     pub max_num_batched_tokens: u32,
+    /// For `tgi`, which has no cap on the batch: `u32::MAX`.
     pub max_num_seqs: u32,
+    /// Always false for `tgi` (2.3 has no chunked prefill).
     pub enable_chunked_prefill: bool,
     pub block_size: u32,
+    /// Fraction of GPU memory the engine may use. For `tgi`, its `CUDA_MEMORY_FRACTION`
+    /// (default 1.0).
     pub gpu_memory_utilization: f64,
+    /// Longest sequence (prompt + output). For `tgi`: `max_total_tokens`.
     pub max_model_len: u32,
     /// KV blocks per replica: pinned by the scenario, or computed as the engine computes it.
     pub num_gpu_blocks: u32,
@@ -105,6 +116,9 @@ pub struct EngineConfig {
     pub watermark: f64,
     /// Memory per GPU held back for activations and runtime buffers when sizing the KV cache.
     pub activation_reserve_bytes: u64,
+    /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is
+    /// `num_gpu_blocks × block_size` unless the scenario pins it.
+    pub tgi: Option<TgiConfig>,
 }
 
 /// Named physical parameters of the cost model. Later issues calibrate and fit these.
@@ -128,6 +142,9 @@ pub struct CostParams {
     pub step_overhead_eager_us: f64,
     /// CPU overhead of one engine step replayed from a captured CUDA/HIP graph, microseconds.
     pub step_overhead_graph_us: f64,
+    /// Extra CPU time of a step that runs prefill tokens (the prefill attention path and its
+    /// metadata, outside any graph), microseconds.
+    pub prefill_step_overhead_us: f64,
     /// CPU overhead per sequence in a step (input prep, detokenize, stream), microseconds.
     pub seq_overhead_us: f64,
 }

@@ -17,7 +17,7 @@ use super::schema::{
 };
 use super::{
     CostParams, DEFAULT_VALIDATION_METRICS, Dataset, EngineConfig, LengthDist, Policy, Router,
-    Scenario, ScenarioError, ValidationSpec, WorkloadConfig,
+    Scenario, ScenarioError, TgiConfig, ValidationSpec, WorkloadConfig,
 };
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -50,6 +50,31 @@ const V0_MIN_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
 /// vLLM 0.6.3 `BlockSpaceManager` watermark: 1% of blocks kept free when admitting a prompt.
 const V0_WATERMARK: f64 = 0.01;
 
+/// TGI 2.3 launcher (`launcher/src/main.rs`): without `--max-input-tokens` / `--max-total-tokens`,
+/// they default to the model's `max_position_embeddings` − 1 and `max_position_embeddings`, but a
+/// larger `max_position_embeddings` is first capped at 4096 ("to save VRAM by refusing large
+/// prompts in order to allow more users on the same hardware").
+const TGI_MAX_POSITIONS_DEFAULT: u32 = 4096;
+/// TGI 2.3 launcher: `max_batch_prefill_tokens` defaults to `max_input_tokens` + 50 ("some edge
+/// in order to account for potential block_size alignment issue").
+const TGI_PREFILL_MARGIN_TOKENS: u32 = 50;
+/// TGI 2.3 launcher defaults of `--waiting-served-ratio`, `--max-waiting-tokens` and
+/// `--max-concurrent-requests`.
+const TGI_WAITING_SERVED_RATIO: f64 = 0.3;
+const TGI_MAX_WAITING_TOKENS: u32 = 20;
+const TGI_MAX_CONCURRENT_REQUESTS: u32 = 128;
+/// TGI's shards read `CUDA_MEMORY_FRACTION` (default 1.0): the share of GPU memory they may use,
+/// our `gpu_memory_utilization` for policy "tgi".
+const TGI_MEMORY_FRACTION: f64 = 1.0;
+/// TGI's warm-up sizes the KV cache to 95% of the memory left free (`FlashCausalLM.warmup`:
+/// "Leave 5% for some wiggle room").
+const TGI_WIGGLE_ROOM: f64 = 0.95;
+/// TGI's warm-up requests ask for prefill log-probs (`prefill_logprobs: true` in the router's
+/// `warmup`), so the LM head runs on every prompt token: the all-gathered logits and their
+/// `log_softmax`, two `[tokens, vocab]` tensors in the activation dtype, are part of the peak that
+/// the KV cache is sized after. *Unconfirmed* reading; `activation_reserve_gib` overrides it.
+const TGI_WARMUP_LOGITS_COPIES: u64 = 2;
+
 /// Memory per GPU outside PyTorch's activation peak that still is not available for the KV cache:
 /// CUDA context, cuBLAS/NCCL workspaces and buffers, CUDA-graph pools, and the gap between the
 /// device total we use and what `cudaMemGetInfo` reports. An *estimate*, not a measurement.
@@ -67,6 +92,7 @@ const DEFAULT_COST: CostParams = CostParams {
     prefix_attention_efficiency: 0.5,
     step_overhead_eager_us: 1000.0,
     step_overhead_graph_us: 300.0,
+    prefill_step_overhead_us: 0.0,
     seq_overhead_us: 10.0,
 };
 
@@ -494,11 +520,12 @@ fn resolve_engine(
         Some(p) => match p.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "vllm-v1" => Policy::VllmV1,
             "vllm-v0" => Policy::VllmV0,
+            "tgi" => Policy::Tgi,
             _ => {
                 return Err(cx.invalid(
                     "engine.policy",
                     quote(p),
-                    "unknown policy; known: vllm-v1, vllm-v0",
+                    "unknown policy; known: vllm-v1, vllm-v0, tgi",
                 ));
             }
         },
@@ -529,6 +556,27 @@ fn resolve_engine(
     check_tp(model, tp).map_err(|reason| cx.invalid("engine.tensor_parallel", tp, reason))?;
     let replicas = positive("replicas", raw.replicas, 1)?;
     let block_size = positive("block_size", raw.block_size, DEFAULT_BLOCK_SIZE)?;
+    reject_other_policy_fields(raw, policy, cx)?;
+    if policy == Policy::Tgi {
+        let common = EngineConfig {
+            policy,
+            tensor_parallel: tp,
+            replicas,
+            router,
+            block_size,
+            // The rest is TGI's, filled in by `resolve_tgi` and `size_memory`.
+            max_num_batched_tokens: 0,
+            max_num_seqs: 0,
+            enable_chunked_prefill: false,
+            gpu_memory_utilization: 0.0,
+            max_model_len: 0,
+            num_gpu_blocks: 0,
+            watermark: 0.0,
+            activation_reserve_bytes: 0,
+            tgi: None,
+        };
+        return resolve_tgi(raw, model, common, cx);
+    }
     let max_num_seqs = positive("max_num_seqs", raw.max_num_seqs, DEFAULT_MAX_NUM_SEQS)?;
     let max_model_len = positive(
         "max_model_len",
@@ -580,6 +628,7 @@ fn resolve_engine(
             };
             (chunked, budget, V0_WATERMARK)
         }
+        Policy::Tgi => unreachable!("resolved by resolve_tgi"),
     };
     let max_num_batched_tokens = positive(
         "max_num_batched_tokens",
@@ -626,7 +675,183 @@ fn resolve_engine(
         num_gpu_blocks: 0,
         watermark,
         activation_reserve_bytes: 0,
+        tgi: None,
     })
+}
+
+/// Engine keys that every policy takes; the others belong to one kind of engine.
+const ENGINE_COMMON_FIELDS: [&str; 8] = [
+    "policy",
+    "tensor_parallel",
+    "replicas",
+    "router",
+    "block_size",
+    "gpu_memory_utilization",
+    "num_gpu_blocks",
+    "activation_reserve_gib",
+];
+const ENGINE_VLLM_FIELDS: [&str; 5] =
+    ["max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "max_model_len", "watermark"];
+const ENGINE_TGI_FIELDS: [&str; 7] = [
+    "max_input_tokens",
+    "max_total_tokens",
+    "max_batch_prefill_tokens",
+    "max_batch_total_tokens",
+    "waiting_served_ratio",
+    "max_waiting_tokens",
+    "max_concurrent_requests",
+];
+
+/// vLLM's keys with policy "tgi", or TGI's with a vLLM policy, are errors: each engine has its
+/// own names for its limits, and a key the chosen engine does not read would be silently ignored.
+fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Result<(), ScenarioError> {
+    let show = |v: Option<u32>| v.map(|v| v.to_string());
+    let present: [(&str, Option<String>); 12] = [
+        ("max_num_batched_tokens", show(raw.max_num_batched_tokens)),
+        ("max_num_seqs", show(raw.max_num_seqs)),
+        ("enable_chunked_prefill", raw.enable_chunked_prefill.map(|v| v.to_string())),
+        ("max_model_len", show(raw.max_model_len)),
+        ("watermark", raw.watermark.map(|v| v.to_string())),
+        ("max_input_tokens", show(raw.max_input_tokens)),
+        ("max_total_tokens", show(raw.max_total_tokens)),
+        ("max_batch_prefill_tokens", show(raw.max_batch_prefill_tokens)),
+        ("max_batch_total_tokens", show(raw.max_batch_total_tokens)),
+        ("waiting_served_ratio", raw.waiting_served_ratio.map(|v| v.to_string())),
+        ("max_waiting_tokens", show(raw.max_waiting_tokens)),
+        ("max_concurrent_requests", show(raw.max_concurrent_requests)),
+    ];
+    let own: &[&str] = match policy {
+        Policy::VllmV1 | Policy::VllmV0 => &ENGINE_VLLM_FIELDS,
+        Policy::Tgi => &ENGINE_TGI_FIELDS,
+    };
+    let allowed: Vec<&str> = ENGINE_COMMON_FIELDS.iter().chain(own).copied().collect();
+    reject_unused_fields(cx, "engine", &present, &allowed, &format!("policy {:?}", policy.name()))
+}
+
+/// `[engine]` for policy "tgi": TGI 2.3's launcher defaults and start-up checks. The KV capacity
+/// (`max_batch_total_tokens`) comes later, from `size_memory`, as TGI measures it at warm-up.
+fn resolve_tgi(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    mut engine: EngineConfig,
+    cx: &Cx,
+) -> Result<EngineConfig, ScenarioError> {
+    let positive = |field: &str, v: Option<u32>, default: u32| -> Result<u32, ScenarioError> {
+        match v {
+            Some(0) => Err(cx.invalid(&format!("engine.{field}"), 0, "must be at least 1")),
+            Some(x) => Ok(x),
+            None => Ok(default),
+        }
+    };
+    let positions = model.max_position_embeddings.min(TGI_MAX_POSITIONS_DEFAULT);
+    let max_total_tokens = positive("max_total_tokens", raw.max_total_tokens, positions)?;
+    let max_input_tokens = positive("max_input_tokens", raw.max_input_tokens, positions.saturating_sub(1))?;
+    if max_input_tokens == 0 {
+        return Err(cx.invalid(
+            "model.max_position_embeddings",
+            model.max_position_embeddings,
+            "leaves TGI's default max_input_tokens (max_position_embeddings − 1) at 0; set engine.max_input_tokens",
+        ));
+    }
+    if max_input_tokens >= max_total_tokens {
+        // TGI's launcher: "`max_input_tokens` must be < `max_total_tokens`". Blame the key given.
+        let (field, value) = if raw.max_input_tokens.is_some() || raw.max_total_tokens.is_none() {
+            ("engine.max_input_tokens", max_input_tokens)
+        } else {
+            ("engine.max_total_tokens", max_total_tokens)
+        };
+        return Err(cx.invalid(
+            field,
+            value,
+            format!(
+                "max_input_tokens ({max_input_tokens}) must be < max_total_tokens ({max_total_tokens}), as TGI's \
+                 launcher requires (defaults: max_position_embeddings capped at {TGI_MAX_POSITIONS_DEFAULT}, minus 1 \
+                 for max_input_tokens)"
+            ),
+        ));
+    }
+    let max_batch_prefill_tokens = positive(
+        "max_batch_prefill_tokens",
+        raw.max_batch_prefill_tokens,
+        max_input_tokens.saturating_add(TGI_PREFILL_MARGIN_TOKENS),
+    )?;
+    if max_batch_prefill_tokens < max_input_tokens {
+        return Err(cx.invalid(
+            "engine.max_batch_prefill_tokens",
+            max_batch_prefill_tokens,
+            format!("must be >= max_input_tokens ({max_input_tokens}), as TGI's launcher requires"),
+        ));
+    }
+    if let Some(total) = raw.max_batch_total_tokens {
+        let field = "engine.max_batch_total_tokens";
+        if raw.num_gpu_blocks.is_some() {
+            return Err(cx.invalid(
+                field,
+                total,
+                "pins the KV capacity, as engine.num_gpu_blocks does; give one of them",
+            ));
+        }
+        if total == 0 || !total.is_multiple_of(engine.block_size) {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be a positive multiple of block_size ({}): TGI's KV cache is whole blocks", engine.block_size),
+            ));
+        }
+        // TGI's launcher checks these two when the flag is given.
+        if total < max_batch_prefill_tokens {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be >= max_batch_prefill_tokens ({max_batch_prefill_tokens}), as TGI's launcher requires"),
+            ));
+        }
+        if total < max_total_tokens {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be >= max_total_tokens ({max_total_tokens}), as TGI's launcher requires"),
+            ));
+        }
+    }
+    let waiting_served_ratio = raw.waiting_served_ratio.unwrap_or(TGI_WAITING_SERVED_RATIO);
+    if !(waiting_served_ratio >= 0.0 && (waiting_served_ratio as f32).is_finite()) {
+        return Err(cx.invalid(
+            "engine.waiting_served_ratio",
+            waiting_served_ratio,
+            "must be a finite number ≥ 0 (waiting requests needed per running request to start a prefill)",
+        ));
+    }
+    let max_concurrent_requests =
+        positive("max_concurrent_requests", raw.max_concurrent_requests, TGI_MAX_CONCURRENT_REQUESTS)?;
+    let gpu_memory_utilization = raw.gpu_memory_utilization.unwrap_or(TGI_MEMORY_FRACTION);
+    if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
+        return Err(cx.invalid(
+            "engine.gpu_memory_utilization",
+            gpu_memory_utilization,
+            "must be in (0, 1] (TGI's CUDA_MEMORY_FRACTION)",
+        ));
+    }
+    let tgi = TgiConfig {
+        max_input_tokens,
+        max_total_tokens,
+        max_batch_prefill_tokens,
+        // Measured (or pinned) by `size_memory`.
+        max_batch_total_tokens: raw.max_batch_total_tokens.unwrap_or(0),
+        waiting_served_ratio: waiting_served_ratio as f32,
+        max_waiting_tokens: raw.max_waiting_tokens.unwrap_or(TGI_MAX_WAITING_TOKENS),
+        max_concurrent_requests,
+    };
+    // The scheduler's generic knobs, made to say what TGI does: the token budget is the
+    // prefill budget, there is no cap on the batch, no chunking and no watermark.
+    engine.max_num_batched_tokens = tgi.prefill_budget_tokens(engine.block_size);
+    engine.max_num_seqs = u32::MAX;
+    engine.enable_chunked_prefill = false;
+    engine.gpu_memory_utilization = gpu_memory_utilization;
+    engine.max_model_len = max_total_tokens;
+    engine.watermark = 0.0;
+    engine.tgi = Some(tgi);
+    Ok(engine)
 }
 
 /// vLLM's sharding rules: TP divides the query heads; the KV heads are either split evenly
@@ -682,6 +907,10 @@ fn size_memory(
                 format!("{why}; no tensor_parallel fits on this GPU"),
             ),
         });
+    }
+
+    if engine.tgi.is_some() {
+        return size_tgi_memory(raw, model, usable, weights, engine, cx);
     }
 
     let activation_reserve_bytes = match raw.activation_reserve_gib {
@@ -747,6 +976,93 @@ fn size_memory(
             ),
         ));
     }
+    Ok(())
+}
+
+/// TGI's warm-up (`FlashCausalLM.warmup`, after the router's `warmup` request): a prefill of
+/// `max_batch_prefill_tokens` tokens in requests of at most `max_input_tokens`, each with
+/// `max_new_tokens` = `max_total_tokens` − its prompt, so each holds the KV blocks of
+/// `max_total_tokens` − 1 tokens. Then, with that batch's blocks and the forward's activation peak
+/// still allocated, KV blocks = ⌊0.95 × free memory / block bytes⌋ + the warm-up batch's blocks,
+/// and `max_batch_total_tokens` = blocks × block size. `CUDA_MEMORY_FRACTION` (our
+/// `gpu_memory_utilization`) bounds the memory it may use. The router then refuses to start if
+/// `max_total_tokens` exceeds it.
+fn size_tgi_memory(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    usable: f64,
+    weights: f64,
+    engine: &mut EngineConfig,
+    cx: &Cx,
+) -> Result<(), ScenarioError> {
+    let mut tgi = engine.tgi.expect("policy tgi");
+    let tp = engine.tensor_parallel;
+    let block_size = engine.block_size as u64;
+    let block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp);
+    let prefill_tokens = tgi.max_batch_prefill_tokens as u64;
+    let warmup_requests = prefill_tokens.div_ceil(tgi.max_input_tokens as u64);
+    let warmup_blocks = warmup_requests * (tgi.max_total_tokens as u64 - 1).div_ceil(block_size);
+
+    engine.activation_reserve_bytes = match raw.activation_reserve_gib {
+        Some(g) if g.is_finite() && g >= 0.0 => (g * GIB).round() as u64,
+        Some(g) => {
+            return Err(cx.invalid("engine.activation_reserve_gib", g, "must be a finite number ≥ 0"));
+        }
+        None => {
+            // Per-token activations of the warm-up prefill (no sampled rows: its logits follow).
+            let per_token = model.profile_activation_bytes_per_gpu(tp, tgi.max_batch_prefill_tokens, 0);
+            let act_bytes = if model.weight_dtype == Dtype::Fp32 { 4 } else { 2 };
+            let logits = TGI_WARMUP_LOGITS_COPIES * prefill_tokens * model.vocab_size as u64 * act_bytes;
+            per_token + logits + RUNTIME_RESERVE_BYTES
+        }
+    };
+
+    let blocks: u64 = match (raw.num_gpu_blocks, raw.max_batch_total_tokens) {
+        (Some(0), _) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
+        (Some(n), _) => n as u64,
+        (None, Some(total)) => total as u64 / block_size,
+        (None, None) => {
+            let warmup_kv_bytes = (warmup_blocks * block_bytes) as f64;
+            let free = usable - weights - engine.activation_reserve_bytes as f64 - warmup_kv_bytes;
+            if free < 0.0 {
+                // TGI: "Not enough memory to handle {n} prefill tokens. You need to decrease
+                // `--max-batch-prefill-tokens`".
+                return Err(cx.invalid(
+                    "engine.max_batch_prefill_tokens",
+                    tgi.max_batch_prefill_tokens,
+                    format!(
+                        "TGI's warm-up runs out of memory: usable {} − weights {} − activations {} − the warm-up \
+                         batch's KV ({warmup_blocks} blocks, {}) = {} per GPU; decrease max_batch_prefill_tokens or \
+                         max_total_tokens",
+                        gib(usable),
+                        gib(weights),
+                        gib(engine.activation_reserve_bytes as f64),
+                        gib(warmup_kv_bytes),
+                        gib(free)
+                    ),
+                ));
+            }
+            (free * TGI_WIGGLE_ROOM / block_bytes as f64).floor() as u64 + warmup_blocks
+        }
+    };
+    engine.num_gpu_blocks = blocks.min(u32::MAX as u64 / block_size) as u32;
+    let kv_tokens = engine.num_gpu_blocks as u64 * block_size;
+    tgi.max_batch_total_tokens = raw.max_batch_total_tokens.unwrap_or(kv_tokens as u32);
+    if tgi.max_total_tokens > tgi.max_batch_total_tokens {
+        // TGI's router: "Not enough memory to handle `max_total_tokens={max_total_tokens}`".
+        return Err(cx.invalid(
+            "engine.max_total_tokens",
+            tgi.max_total_tokens,
+            format!(
+                "more than the KV cache holds ({} tokens: {} blocks × {block_size}), so TGI refuses to start \
+                 (\"Not enough memory to handle max_total_tokens\"); lower max_total_tokens or give the KV cache \
+                 more memory",
+                tgi.max_batch_total_tokens, engine.num_gpu_blocks
+            ),
+        ));
+    }
+    debug_assert_eq!(tgi.check(engine.block_size, engine.num_gpu_blocks), Ok(()));
+    engine.tgi = Some(tgi);
     Ok(())
 }
 
@@ -828,6 +1144,11 @@ fn resolve_cost_over(raw: &RawCost, d: CostParams, cx: &Cx) -> Result<CostParams
             "step_overhead_graph_us",
             raw.step_overhead_graph_us,
             d.step_overhead_graph_us,
+        )?,
+        prefill_step_overhead_us: micros(
+            "prefill_step_overhead_us",
+            raw.prefill_step_overhead_us,
+            d.prefill_step_overhead_us,
         )?,
         seq_overhead_us: micros("seq_overhead_us", raw.seq_overhead_us, d.seq_overhead_us)?,
     })

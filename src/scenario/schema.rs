@@ -98,7 +98,7 @@ pub struct RawHardware {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEngine {
-    /// "vllm-v1" (default) or "vllm-v0".
+    /// "vllm-v1" (default), "vllm-v0" or "tgi".
     pub policy: Option<String>,
     pub tensor_parallel: Option<u32>,
     pub replicas: Option<u32>,
@@ -115,6 +115,16 @@ pub struct RawEngine {
     pub watermark: Option<f64>,
     /// Overrides the estimated activation + runtime reserve per GPU, GiB.
     pub activation_reserve_gib: Option<f64>,
+    // TGI's launcher flags (policy "tgi" only), under their own names.
+    pub max_input_tokens: Option<u32>,
+    pub max_total_tokens: Option<u32>,
+    pub max_batch_prefill_tokens: Option<u32>,
+    /// Pins the KV capacity in tokens, a multiple of `block_size` (TGI 2.3 measures it at
+    /// warm-up and ignores the flag for flash-attention models; here it stands for that measure).
+    pub max_batch_total_tokens: Option<u32>,
+    pub waiting_served_ratio: Option<f64>,
+    pub max_waiting_tokens: Option<u32>,
+    pub max_concurrent_requests: Option<u32>,
 }
 
 /// `[cost]`: the roofline cost model's named parameters (all optional).
@@ -131,6 +141,7 @@ pub struct RawCost {
     pub prefix_attention_efficiency: Option<f64>,
     pub step_overhead_eager_us: Option<f64>,
     pub step_overhead_graph_us: Option<f64>,
+    pub prefill_step_overhead_us: Option<f64>,
     pub seq_overhead_us: Option<f64>,
 }
 

@@ -6,6 +6,8 @@
 //!                        └──────── preempted (recompute) ───┘
 //! ```
 //!
+//! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`].
+//!
 //! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
 //! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
 //! the forward pass (simulated or real), then `finish_step()` (which advances every scheduled
@@ -15,8 +17,10 @@ pub mod batch;
 pub mod kv;
 mod policy;
 mod scheduler;
+mod tgi;
 
 pub use batch::{Batch, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
 pub use policy::{SchedulingPolicy, VllmV0, VllmV1};
-pub use scheduler::{Admission, Finished, Scheduler, SchedulerConfig, StepOutcome};
+pub use scheduler::{Admission, Finished, Rejection, Scheduler, SchedulerConfig, StepOutcome};
+pub use tgi::{Tgi, TgiConfig};

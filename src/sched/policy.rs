@@ -1,7 +1,7 @@
 //! Batching policies: how each engine forms a step from its waiting and running queues.
 
 use super::batch::{Batch, padded_capture_size};
-use super::scheduler::Scheduler;
+use super::scheduler::{Rejection, Scheduler};
 
 /// A batching policy. It reads and changes the scheduler's queues and KV allocations and fills
 /// `batch`; it must leave every scheduled sequence with KV blocks for its new tokens.
@@ -13,6 +13,18 @@ pub trait SchedulingPolicy {
     /// costs CPU time per step. Default: always eager.
     fn graph_size(&self, _batch: &Batch) -> Option<u32> {
         None
+    }
+    /// Whether the engine refuses a request on arrival, before queueing it (TGI's router:
+    /// length limits and its concurrency limit). Default: it accepts every request; the
+    /// scheduler still rejects one that could never fit in the KV cache.
+    fn refuse(&self, _state: &Scheduler, _prompt_tokens: u32, _max_tokens: u32) -> Option<Rejection> {
+        None
+    }
+    /// Whether `max_num_batched_tokens` bounds decode tokens too (the scheduler's invariant
+    /// check). TGI's token budget bounds only its prefill steps; its decodes run every running
+    /// request. Default: the budget bounds every step.
+    fn budget_bounds_decodes(&self) -> bool {
+        true
     }
 }
 

@@ -5,17 +5,23 @@ use std::collections::VecDeque;
 use super::batch::{Batch, SeqWork};
 use super::kv::KvCacheManager;
 use super::policy::SchedulingPolicy;
+use super::tgi::TgiConfig;
 
 /// Knobs common to every policy (vLLM's names).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
+    /// Token budget of one step. For TGI, which bounds only its prefill steps by tokens, the
+    /// prefill budget ([`TgiConfig::prefill_budget_tokens`]).
     pub max_num_batched_tokens: u32,
+    /// For TGI, which has no cap on the batch, `u32::MAX`.
     pub max_num_seqs: u32,
     pub enable_chunked_prefill: bool,
     pub block_size: u32,
     pub num_gpu_blocks: u32,
     /// Fraction of blocks that must stay free after admitting a prompt.
     pub watermark: f64,
+    /// TGI's limits: `Some` exactly when the policy is TGI's.
+    pub tgi: Option<TgiConfig>,
 }
 
 impl SchedulerConfig {
@@ -62,8 +68,21 @@ impl Seq {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
     Queued { seq: u32 },
+    /// Refused on arrival; the client sees an error and counts the request as failed.
+    Rejected(Rejection),
+}
+
+/// Why a request was refused on arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
     /// It can never fit in the KV cache, even alone; vLLM rejects such prompts too.
-    Rejected { blocks_needed: u32, blocks_usable: u32 },
+    KvCapacity { blocks_needed: u32, blocks_usable: u32 },
+    /// TGI: HTTP 422, the prompt is longer than `max_input_tokens`.
+    InputTooLong { prompt_tokens: u32, max_input_tokens: u32 },
+    /// TGI: HTTP 422, prompt + `max_new_tokens` is more than `max_total_tokens`.
+    TotalTooLong { total_tokens: u64, max_total_tokens: u32 },
+    /// TGI: HTTP 429, `max_concurrent_requests` are already in flight.
+    Overloaded { in_flight: u32, max_concurrent_requests: u32 },
 }
 
 /// A request that finished in a step.
@@ -144,13 +163,17 @@ impl Scheduler {
     /// output length; the engine stops requests with [`Scheduler::finish_early`] instead).
     /// `max_tokens` is the client's limit, which is all an engine knows in advance: engines
     /// that reserve KV up front reserve for it, and a request whose prompt plus `max_tokens`
-    /// cannot fit in the whole cache is rejected.
+    /// cannot fit in the whole cache is rejected. The policy may refuse it first, as TGI's
+    /// router does (see [`SchedulingPolicy::refuse`]).
     pub fn add_request(&mut self, request_id: u32, prompt_tokens: u32, output_tokens: u32, max_tokens: u32) -> Admission {
         assert!(prompt_tokens > 0 && output_tokens > 0 && max_tokens >= output_tokens);
+        if let Some(rejection) = self.policy.refuse(self, prompt_tokens, max_tokens) {
+            return Admission::Rejected(rejection);
+        }
         let blocks_needed = self.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1);
         let blocks_usable = self.config.num_gpu_blocks - self.config.watermark_blocks();
         if blocks_needed > blocks_usable {
-            return Admission::Rejected { blocks_needed, blocks_usable };
+            return Admission::Rejected(Rejection::KvCapacity { blocks_needed, blocks_usable });
         }
         let seq = Seq {
             request_id,
@@ -296,7 +319,9 @@ impl Scheduler {
         let blocks_running: u64 = self.running.iter().map(|&s| self.kv.block_table(s).len() as u64).sum();
         assert_eq!(blocks_running, pool.blocks_used() as u64, "KV blocks leaked");
         assert!(self.running.len() <= self.config.max_num_seqs as usize, "running > max_num_seqs");
-        assert!(self.batch.tokens() <= self.config.max_num_batched_tokens, "token budget exceeded");
+        let budgeted_tokens =
+            if self.policy.budget_bounds_decodes() { self.batch.tokens() } else { self.batch.prefill_tokens };
+        assert!(budgeted_tokens <= self.config.max_num_batched_tokens, "token budget exceeded");
         assert!(self.batch.seqs.len() <= self.config.max_num_seqs as usize);
     }
 

@@ -2,13 +2,16 @@
 
 use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
-use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, VllmV0, VllmV1};
+use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, Tgi, VllmV0, VllmV1};
 
-/// The policy object for a scenario's policy name.
-pub fn policy_for(policy: Policy) -> Box<dyn SchedulingPolicy> {
+/// The policy object for a scenario's policy name. TGI's takes its limits from `config.tgi`,
+/// which must be set exactly for it.
+pub fn policy_for(policy: Policy, config: &SchedulerConfig) -> Box<dyn SchedulingPolicy> {
+    assert_eq!(policy == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
     match policy {
         Policy::VllmV1 => Box::new(VllmV1),
         Policy::VllmV0 => Box::new(VllmV0),
+        Policy::Tgi => Box::new(Tgi::new(config)),
     }
 }
 
@@ -37,7 +40,7 @@ impl Cluster {
         assert!(replicas > 0);
         let replicas = (0..replicas)
             .map(|_| Replica {
-                scheduler: Scheduler::new(config.clone(), policy_for(policy)),
+                scheduler: Scheduler::new(config.clone(), policy_for(policy, config)),
                 busy: false,
                 start_queued: false,
                 outstanding: 0,
