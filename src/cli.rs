@@ -49,7 +49,7 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct FitArgs {
-    /// Scenario files with `[validation]`; their `fit_points` are what is fitted.
+    /// Scenario files with `[validation]`; their `fit_blocks` are what is fitted.
     #[arg(required = true)]
     pub scenarios: Vec<PathBuf>,
     /// Comma-separated cost parameters to fit (the rest keep each scenario's values).

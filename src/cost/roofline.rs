@@ -139,6 +139,8 @@ pub struct Roofline {
     step_overhead_graph_s: f64,
     /// Extra CPU time of a step with prefill tokens, seconds.
     prefill_step_overhead_s: f64,
+    /// Extra CPU time per sequence with prefill tokens in a step, seconds.
+    prefill_seq_overhead_s: f64,
     /// CPU overhead per sequence in a step, seconds.
     seq_overhead_s: f64,
     /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
@@ -259,6 +261,7 @@ impl Roofline {
             step_overhead_eager_s: params.step_overhead_eager_us * S_PER_US,
             step_overhead_graph_s: params.step_overhead_graph_us * S_PER_US,
             prefill_step_overhead_s: params.prefill_step_overhead_us * S_PER_US,
+            prefill_seq_overhead_s: params.prefill_seq_overhead_us * S_PER_US,
             seq_overhead_s: params.seq_overhead_us * S_PER_US,
             weight_bytes_read_per_step,
         }
@@ -327,6 +330,7 @@ impl CostModel for Roofline {
         let mut keys: u64 = 0;
         // Keys that prefill chunks read from the cache: priced at the prefix kernel's efficiency.
         let mut prefix_keys: u64 = 0;
+        let mut prefill_seqs: u64 = 0;
         let mut kv_tokens_read: u64 = 0;
         for work in &batch.seqs {
             let q = work.new_tokens as u64;
@@ -336,6 +340,7 @@ impl CostModel for Roofline {
             if work.is_decode() {
                 keys += q * c + 1;
             } else {
+                prefill_seqs += 1;
                 prefix_keys += q * c;
                 keys += q * (q + 1) / 2;
             }
@@ -373,7 +378,11 @@ impl CostModel for Roofline {
 
         let step_overhead_s =
             if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
-        let prefill_s = if batch.prefill_tokens > 0 { self.prefill_step_overhead_s } else { 0.0 };
+        let prefill_s = if prefill_seqs > 0 {
+            self.prefill_step_overhead_s + self.prefill_seq_overhead_s * prefill_seqs as f64
+        } else {
+            0.0
+        };
         let overhead_s = step_overhead_s + prefill_s + self.seq_overhead_s * batch.seqs.len() as f64;
 
         let gemm_ns = to_ns(gemm_s);
@@ -444,6 +453,7 @@ mod tests {
             step_overhead_eager_us: 100.0,
             step_overhead_graph_us: 100.0,
             prefill_step_overhead_us: 0.0,
+            prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 5.0,
         }
     }
@@ -487,6 +497,7 @@ mod tests {
             step_overhead_eager_us: 0.0,
             step_overhead_graph_us: 0.0,
             prefill_step_overhead_us: 0.0,
+            prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 0.0,
         }
     }

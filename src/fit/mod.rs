@@ -8,7 +8,7 @@
 //!        │  simulate the target's fit points (validate::simulate_metrics)
 //!        ▼
 //!  objective(θ) = mean over (target, fit point, metric) of ln(simulated / recorded)²
-//!        │  Nelder–Mead with restarts, from the first target's current values
+//!        │  Nelder–Mead with restarts, from the default values
 //!        ▼
 //!  FitResult ──► profile_toml: [provenance] + [cost] (every parameter), loadable by
 //!                `[cost] profile = "…"`
@@ -52,8 +52,8 @@ const MAX_RESTARTS: usize = 4;
 #[derive(Clone, Debug)]
 pub struct FitTarget {
     pub scenario: Scenario,
-    /// Which recorded block is which sweep point. Its `fit_points` (the scenario's
-    /// `[validation] fit_points`) are the points fitted; when empty, every sweep point is fitted
+    /// Which recorded block is which sweep point. Its `fit_blocks` (the scenario's
+    /// `[validation] fit_blocks`) are the points fitted; when empty, every sweep point is fitted
     /// (and [`TargetFit::all_points`] says so).
     pub plan: Plan,
 }
@@ -140,11 +140,9 @@ struct Prepared<'a> {
 
 /// Fits `config.params` to every target's fit points. Deterministic: same inputs, same result.
 pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
-    let first = config.targets.first().ok_or_else(|| Error::Usage {
-        flag: "fit",
-        value: String::new(),
-        reason: "no scenarios to fit".into(),
-    })?;
+    if config.targets.is_empty() {
+        return Err(Error::Usage { flag: "fit", value: String::new(), reason: "no scenarios to fit".into() });
+    }
     if config.params.is_empty() {
         return Err(Error::Usage {
             flag: "--params",
@@ -167,7 +165,10 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
     }
     let prepared = config.targets.iter().map(|t| prepare(t, &metrics)).collect::<Result<Vec<_>, _>>()?;
 
-    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(s.get(&first.scenario.cost))).collect();
+    // Fitted parameters start from the defaults, not from the scenarios' values: scenarios load
+    // the very profile a fit writes, and regenerating it must not depend on the previous result.
+    let defaults = CostParams::default();
+    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(s.get(&defaults))).collect();
     // Evaluated here so that an error (an unknown metric key) surfaces before any search.
     let start_objective = evaluate(&prepared, &specs, &x0, &metrics)?;
 
@@ -241,15 +242,15 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
             plan.blocks.len()
         )));
     }
-    if let Some(&missing) = plan.fit_points.iter().find(|n| !sweep.iter().any(|p| p.num_prompts == **n)) {
+    if let Some(&missing) = plan.fit_blocks.iter().find(|b| !plan.block_of_point.contains(b)) {
         return Err(Error::Recorded(format!(
-            "{}: fit point num_prompts = {missing} is not in the sweep {:?}",
+            "{}: fit block {missing} is not the block of any sweep point {:?}",
             scenario.path.display(),
-            scenario.workload.num_prompts
+            plan.block_of_point
         )));
     }
     let point_indices: Vec<usize> = (0..sweep.len())
-        .filter(|&i| plan.fit_points.is_empty() || plan.fit_points.contains(&sweep[i].num_prompts))
+        .filter(|&i| plan.fit_blocks.is_empty() || plan.fit_blocks.contains(&plan.block_of_point[i]))
         .collect();
     let mut recorded = Vec::with_capacity(point_indices.len());
     for &i in &point_indices {
@@ -342,7 +343,7 @@ fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[Strin
         scenario: p.target.scenario.path.clone(),
         recorded: plan.recorded.clone(),
         fit_points: p.points.iter().map(|pt| pt.num_prompts).collect(),
-        all_points: plan.fit_points.is_empty(),
+        all_points: plan.fit_blocks.is_empty(),
         points,
     })
 }
@@ -404,6 +405,11 @@ pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, c
         let held_out: Vec<String> =
             fit.points.iter().filter(|p| !p.fitted).map(|p| p.num_prompts.to_string()).collect();
         let _ = writeln!(s, "num_prompts_held_out = [{}]", held_out.join(", "));
+        let blocks = |fitted: bool| {
+            fit.points.iter().filter(|p| p.fitted == fitted).map(|p| p.block.to_string()).collect::<Vec<_>>().join(", ")
+        };
+        let _ = writeln!(s, "recorded_blocks_fitted = [{}]", blocks(true));
+        let _ = writeln!(s, "recorded_blocks_held_out = [{}]", blocks(false));
         let _ = writeln!(s, "all_points_fitted = {}", fit.all_points);
     }
     let _ = writeln!(s);

@@ -6,7 +6,7 @@
 //!  optimiser space (ℝ, unconstrained)          parameter space (physical)
 //!  ───────────────────────────────────         ─────────────────────────────────────
 //!  x ──► ε + (1 − ε) · σ(x)            Fraction     efficiency in (ε, 1]
-//!  x ──► exp(x)                        Micros       overhead in (0, ∞) microseconds
+//!  x ──► min(exp(x), 10 s)             Micros       overhead in (0, 10 s] microseconds
 //! ```
 //!
 //! The transforms are why the fit needs no bounds handling: the optimiser searches all of ℝⁿ,
@@ -16,7 +16,7 @@
 //! parameter pinned against its bound (σ → 1, exp → 0), which the report can flag.
 
 use crate::Error;
-use crate::scenario::CostParams;
+use crate::scenario::{CostParams, MAX_OVERHEAD_US};
 
 /// Smallest efficiency a fit can reach. An efficiency of 10⁻⁴ is already absurd for any kernel;
 /// the floor only keeps the roofline's divisions finite.
@@ -44,7 +44,9 @@ impl ParamKind {
     pub fn from_unconstrained(self, x: f64) -> f64 {
         match self {
             ParamKind::Fraction => FRACTION_FLOOR + (1.0 - FRACTION_FLOOR) * logistic(x),
-            ParamKind::NonNegativeMicros => x.exp(),
+            // Capped where scenarios are (`MAX_OVERHEAD_US`): beyond it the objective is flat,
+            // which turns the optimiser back, instead of simulating runs of absurd length.
+            ParamKind::NonNegativeMicros => x.exp().min(MAX_OVERHEAD_US),
         }
     }
 
@@ -71,7 +73,7 @@ impl ParamKind {
     pub fn is_pinned(self, value: f64) -> bool {
         match self {
             ParamKind::Fraction => value >= 0.999 || value <= 1e-3,
-            ParamKind::NonNegativeMicros => value < MICROS_FLOOR_US,
+            ParamKind::NonNegativeMicros => value < MICROS_FLOOR_US || value >= MAX_OVERHEAD_US,
         }
     }
 
@@ -133,7 +135,7 @@ macro_rules! param {
 /// Every parameter of [`CostParams`], in the struct's order (the order profiles list them in).
 /// The exhaustive destructuring in the test `registry_covers_every_field` fails to compile when
 /// a field is added to `CostParams` and not here.
-pub const PARAMS: [ParamSpec; 10] = [
+pub const PARAMS: [ParamSpec; 11] = [
     param!(gemm_efficiency, ParamKind::Fraction),
     param!(attention_efficiency, ParamKind::Fraction),
     param!(memory_bandwidth_efficiency, ParamKind::Fraction),
@@ -143,6 +145,7 @@ pub const PARAMS: [ParamSpec; 10] = [
     param!(step_overhead_eager_us, ParamKind::NonNegativeMicros),
     param!(step_overhead_graph_us, ParamKind::NonNegativeMicros),
     param!(prefill_step_overhead_us, ParamKind::NonNegativeMicros),
+    param!(prefill_seq_overhead_us, ParamKind::NonNegativeMicros),
     param!(seq_overhead_us, ParamKind::NonNegativeMicros),
 ];
 
@@ -193,6 +196,7 @@ mod tests {
             step_overhead_eager_us: 7.0,
             step_overhead_graph_us: 8.0,
             prefill_step_overhead_us: 8.5,
+            prefill_seq_overhead_us: 8.75,
             seq_overhead_us: 9.0,
         }
     }
@@ -210,6 +214,7 @@ mod tests {
             step_overhead_eager_us,
             step_overhead_graph_us,
             prefill_step_overhead_us,
+            prefill_seq_overhead_us,
             seq_overhead_us,
         } = sample();
         let expected = [
@@ -222,6 +227,7 @@ mod tests {
             step_overhead_eager_us,
             step_overhead_graph_us,
             prefill_step_overhead_us,
+            prefill_seq_overhead_us,
             seq_overhead_us,
         ];
         let p = sample();

@@ -53,6 +53,9 @@ fn names(list: &[&str]) -> Vec<String> {
 
 /// A plan whose blocks are `scenario` simulated with `truth` substituted: block i is point i.
 fn synthetic_plan(scenario: &Scenario, truth: &[(&str, f64)], fit_points: Vec<u32>) -> Plan {
+    // Block i is point i, so the blocks to fit are the positions of the wanted num_prompts.
+    let sweep = scenario.workload.num_prompts.clone();
+    let fit_blocks = fit_points.iter().map(|n| 1 + sweep.iter().position(|m| m == n).expect("point in sweep")).collect();
     let mut s = scenario.clone();
     for (name, value) in truth {
         params::lookup(name).unwrap().set(&mut s.cost, *value);
@@ -76,7 +79,7 @@ fn synthetic_plan(scenario: &Scenario, truth: &[(&str, f64)], fit_points: Vec<u3
         blocks,
         block_of_point: (1..=points.len()).collect(),
         metrics,
-        fit_points,
+        fit_blocks,
     }
 }
 

@@ -15,6 +15,7 @@ mod resolve;
 use std::path::{Path, PathBuf};
 
 pub use error::ScenarioError;
+pub use resolve::MAX_OVERHEAD_US;
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
 pub use crate::sched::TgiConfig;
@@ -43,8 +44,8 @@ pub struct ValidationSpec {
     pub blocks: Vec<usize>,
     /// vLLM JSON keys compared, in report order.
     pub metrics: Vec<String>,
-    /// Sweep points a fit may use; the others are held out.
-    pub fit_points: Vec<u32>,
+    /// Recorded blocks a fit may use; the others are held out.
+    pub fit_blocks: Vec<usize>,
 }
 
 /// Metrics compared when a scenario does not name its own: what the targets are set on,
@@ -145,8 +146,18 @@ pub struct CostParams {
     /// Extra CPU time of a step that runs prefill tokens (the prefill attention path and its
     /// metadata, outside any graph), microseconds.
     pub prefill_step_overhead_us: f64,
+    /// Extra CPU time per sequence with prefill tokens in a step (building its batch entry:
+    /// sampling state, block tables, input tensors), microseconds.
+    pub prefill_seq_overhead_us: f64,
     /// CPU overhead per sequence in a step (input prep, detokenize, stream), microseconds.
     pub seq_overhead_us: f64,
+}
+
+impl Default for CostParams {
+    /// The unfitted roofline guesses a scenario gets when it names no profile.
+    fn default() -> Self {
+        resolve::DEFAULT_COST
+    }
 }
 
 /// Resolved `[workload]` section.

@@ -83,7 +83,11 @@ const RUNTIME_RESERVE_BYTES: u64 = 1 << 30;
 /// `[cost]` defaults: roofline guesses to be replaced by calibration and fitting. They are
 /// typical of large GEMMs and of FlashAttention-class kernels on current GPUs, and of vLLM's
 /// per-step CPU work; none has been fitted yet.
-const DEFAULT_COST: CostParams = CostParams {
+/// The largest overhead or latency a scenario may set: no engine's CPU work per step or
+/// sequence comes near 10 s, and a larger value would only make runs of absurd length.
+pub const MAX_OVERHEAD_US: f64 = 1e7;
+
+pub(super) const DEFAULT_COST: CostParams = CostParams {
     gemm_efficiency: 0.7,
     attention_efficiency: 0.5,
     memory_bandwidth_efficiency: 0.8,
@@ -93,6 +97,7 @@ const DEFAULT_COST: CostParams = CostParams {
     step_overhead_eager_us: 1000.0,
     step_overhead_graph_us: 300.0,
     prefill_step_overhead_us: 0.0,
+    prefill_seq_overhead_us: 0.0,
     seq_overhead_us: 10.0,
 };
 
@@ -265,9 +270,9 @@ fn resolve_validation(raw: &RawValidation, workload: &WorkloadConfig, cx: &Cx) -
             ),
         ));
     }
-    let fit_points = raw.fit_points.clone().unwrap_or_default();
-    if let Some(p) = fit_points.iter().find(|p| !workload.num_prompts.contains(p)) {
-        return Err(cx.invalid("validation.fit_points", p, "is not one of workload.num_prompts"));
+    let fit_blocks = raw.fit_blocks.clone().unwrap_or_default();
+    if let Some(b) = fit_blocks.iter().find(|b| !raw.blocks.contains(b)) {
+        return Err(cx.invalid("validation.fit_blocks", b, "is not one of validation.blocks"));
     }
     let metrics = match &raw.metrics {
         Some(list) if list.is_empty() => {
@@ -276,7 +281,7 @@ fn resolve_validation(raw: &RawValidation, workload: &WorkloadConfig, cx: &Cx) -
         Some(list) => list.clone(),
         None => DEFAULT_VALIDATION_METRICS.iter().map(|m| m.to_string()).collect(),
     };
-    Ok(ValidationSpec { recorded: cx.relative(&raw.recorded), blocks: raw.blocks.clone(), metrics, fit_points })
+    Ok(ValidationSpec { recorded: cx.relative(&raw.recorded), blocks: raw.blocks.clone(), metrics, fit_blocks })
 }
 
 // ---- [model] ------------------------------------------------------------------------------------
@@ -1100,11 +1105,11 @@ fn resolve_cost_over(raw: &RawCost, d: CostParams, cx: &Cx) -> Result<CostParams
     let micros = |field: &str, v: Option<f64>, default: f64| -> Result<f64, ScenarioError> {
         match v {
             None => Ok(default),
-            Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            Some(x) if (0.0..=MAX_OVERHEAD_US).contains(&x) => Ok(x),
             Some(x) => Err(cx.invalid(
                 &format!("cost.{field}"),
                 x,
-                "must be a finite number of microseconds ≥ 0",
+                format!("must be microseconds in 0..={MAX_OVERHEAD_US} (10 s)"),
             )),
         }
     };
@@ -1149,6 +1154,11 @@ fn resolve_cost_over(raw: &RawCost, d: CostParams, cx: &Cx) -> Result<CostParams
             "prefill_step_overhead_us",
             raw.prefill_step_overhead_us,
             d.prefill_step_overhead_us,
+        )?,
+        prefill_seq_overhead_us: micros(
+            "prefill_seq_overhead_us",
+            raw.prefill_seq_overhead_us,
+            d.prefill_seq_overhead_us,
         )?,
         seq_overhead_us: micros("seq_overhead_us", raw.seq_overhead_us, d.seq_overhead_us)?,
     })

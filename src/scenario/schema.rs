@@ -38,8 +38,9 @@ pub struct RawValidation {
     pub blocks: Vec<usize>,
     /// vLLM JSON keys to compare; default: throughput, TTFT, TPOT and ITL figures.
     pub metrics: Option<Vec<String>>,
-    /// The `num_prompts` values a fit may use; the rest are held out. Default: none.
-    pub fit_points: Option<Vec<u32>>,
+    /// The recorded blocks (1-based, as in `blocks`) a fit may use; the rest are held out.
+    /// Default: none.
+    pub fit_blocks: Option<Vec<usize>>,
 }
 
 /// A fitted cost profile file: provenance plus `[cost]` values.
@@ -142,6 +143,7 @@ pub struct RawCost {
     pub step_overhead_eager_us: Option<f64>,
     pub step_overhead_graph_us: Option<f64>,
     pub prefill_step_overhead_us: Option<f64>,
+    pub prefill_seq_overhead_us: Option<f64>,
     pub seq_overhead_us: Option<f64>,
 }
 

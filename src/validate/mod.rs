@@ -66,7 +66,8 @@ pub struct Plan {
     /// Parallel to the scenario's sweep: the block index (1-based) of each point.
     pub block_of_point: Vec<usize>,
     pub metrics: Vec<String>,
-    pub fit_points: Vec<u32>,
+    /// Blocks (1-based) a fit may use; the others are held out.
+    pub fit_blocks: Vec<usize>,
 }
 
 impl Plan {
@@ -101,8 +102,8 @@ impl Plan {
             || DEFAULT_VALIDATION_METRICS.iter().map(|m| m.to_string()).collect(),
             |s| s.metrics.clone(),
         );
-        let fit_points = spec.map(|s| s.fit_points.clone()).unwrap_or_default();
-        Ok(Plan { recorded, blocks, block_of_point, metrics, fit_points })
+        let fit_blocks = spec.map(|s| s.fit_blocks.clone()).unwrap_or_default();
+        Ok(Plan { recorded, blocks, block_of_point, metrics, fit_blocks })
     }
 
     /// The recorded block of sweep point `i`.
@@ -175,7 +176,7 @@ pub fn validate(scenario: &Scenario, plan: &Plan) -> Result<Validation, Error> {
         out.push(PointComparison {
             num_prompts: point.num_prompts,
             block: plan.block_of_point[i],
-            fitted: plan.fit_points.contains(&point.num_prompts),
+            fitted: plan.fit_blocks.contains(&plan.block_of_point[i]),
             metrics,
         });
     }
