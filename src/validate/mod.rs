@@ -24,16 +24,18 @@ pub struct MetricComparison {
 }
 
 impl MetricComparison {
-    /// (simulated − recorded) / recorded; 0 when both are 0.
+    /// (simulated − recorded) / recorded; see [`relative_error`].
     pub fn relative_error(&self) -> f64 {
         relative_error(self.simulated, self.recorded)
     }
 }
 
-/// (simulated − recorded) / recorded, with 0/0 = 0 and x/0 = ±∞.
+/// (simulated − recorded) / recorded. 0 when both are 0; NaN (no figure) when only the recorded
+/// value is 0: vLLM prints two decimals, so a recorded 0.00 (e.g. 0.0013 req/s for one 128k
+/// prompt) says nothing about the relative size of the true value.
 pub fn relative_error(simulated: f64, recorded: f64) -> f64 {
     if recorded == 0.0 {
-        if simulated == 0.0 { 0.0 } else { f64::INFINITY.copysign(simulated) }
+        if simulated == 0.0 { 0.0 } else { f64::NAN }
     } else {
         (simulated - recorded) / recorded
     }
@@ -207,6 +209,7 @@ pub fn error_stats(v: &Validation, include: impl Fn(&PointComparison) -> bool) -
                 .iter()
                 .filter(|p| include(p))
                 .map(|p| (p.metrics[m].relative_error().abs(), p.num_prompts))
+                .filter(|(e, _)| !e.is_nan())
                 .collect();
             if errors.is_empty() {
                 return None;
@@ -229,14 +232,9 @@ pub fn render(v: &Validation) -> String {
         let _ = writeln!(s, "\nnum_prompts {} (block {}, {role})", p.num_prompts, p.block);
         let _ = writeln!(s, "  {:<26} {:>14} {:>14} {:>9}", "metric", "recorded", "simulated", "error");
         for m in &p.metrics {
-            let _ = writeln!(
-                s,
-                "  {:<26} {:>14.2} {:>14.2} {:>8.1}%",
-                m.key,
-                m.recorded,
-                m.simulated,
-                m.relative_error() * 100.0
-            );
+            let error = m.relative_error();
+            let error = if error.is_nan() { "n/a".to_string() } else { format!("{:.1}%", error * 100.0) };
+            let _ = writeln!(s, "  {:<26} {:>14.2} {:>14.2} {:>9}", m.key, m.recorded, m.simulated, error);
         }
     }
     let any_fitted = v.points.iter().any(|p| p.fitted);
@@ -300,7 +298,7 @@ mod tests {
     #[test]
     fn relative_error_handles_zero() {
         assert_eq!(relative_error(0.0, 0.0), 0.0);
-        assert_eq!(relative_error(1.0, 0.0), f64::INFINITY);
+        assert!(relative_error(1.0, 0.0).is_nan(), "a recorded 0.00 gives no relative figure");
         assert!((relative_error(110.0, 100.0) - 0.1).abs() < 1e-12);
     }
 
