@@ -134,8 +134,9 @@ struct Prepared<'a> {
     /// Indices into the sweep of the points fitted.
     point_indices: Vec<usize>,
     points: Vec<SweepPoint>,
-    /// `recorded[p][m]`: recorded value of metric m at fit point p, > 0.
-    recorded: Vec<Vec<f64>>,
+    /// `recorded[p][m]`: recorded value of metric m at fit point p, > 0; `None` where the
+    /// recorded value is 0 and so carries no relative information.
+    recorded: Vec<Vec<Option<f64>>>,
 }
 
 /// Fits `config.params` to every target's fit points. Deterministic: same inputs, same result.
@@ -258,7 +259,10 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
         let row = metrics
             .iter()
             .map(|key| match block.get(key) {
-                Some(v) if v > 0.0 && v.is_finite() => Ok(v),
+                Some(v) if v > 0.0 && v.is_finite() => Ok(Some(v)),
+                // A recorded 0 (TPOT of one-token outputs, a rate printed as 0.00) says nothing
+                // about relative error: that metric is left out at that point.
+                Some(v) if v == 0.0 => Ok(None),
                 Some(v) => Err(Error::Recorded(format!(
                     "{}: block {} (line {}): {key} = {v} cannot be fitted (the error is a log-ratio, so it needs a positive value)",
                     plan.recorded.display(),
@@ -272,7 +276,7 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
                     block.line
                 ))),
             })
-            .collect::<Result<Vec<f64>, Error>>()?;
+            .collect::<Result<Vec<Option<f64>>, Error>>()?;
         recorded.push(row);
     }
     let points = point_indices.iter().map(|&i| sweep[i]).collect();
@@ -302,9 +306,11 @@ fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[S
         let scenario = with_params(&p.target.scenario, specs, x);
         let simulated = simulate_metrics(&scenario, &p.points, metrics)?;
         for (sim_row, rec_row) in simulated.iter().zip(&p.recorded) {
-            for (&sim, &rec) in sim_row.iter().zip(rec_row) {
-                sum += squared_log_ratio(sim, rec);
-                count += 1;
+            for (&sim, rec) in sim_row.iter().zip(rec_row) {
+                if let Some(rec) = *rec {
+                    sum += squared_log_ratio(sim, rec);
+                    count += 1;
+                }
             }
         }
     }

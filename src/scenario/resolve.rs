@@ -1076,8 +1076,10 @@ fn size_tgi_memory(
 /// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
 /// by the keys given in the scenario.
 fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
-    let base = match &raw.profile {
-        None => DEFAULT_COST,
+    // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
+    // from scenarios that normally load it.
+    let base = match raw.profile.as_deref() {
+        None | Some("") => DEFAULT_COST,
         Some(path) => load_profile(&cx.relative(path))?,
     };
     resolve_cost_over(raw, base, cx)
