@@ -196,14 +196,26 @@ fn unknown_parameter_is_an_error() {
 }
 
 #[test]
-fn missing_or_non_positive_recorded_metric_is_an_error() {
+fn missing_or_negative_recorded_metric_is_an_error() {
     let mut config = synthetic_config(10);
     config.targets[0].plan.blocks[1].values.remove("mean_tpot_ms");
     let err = fit(&config).unwrap_err().to_string();
     assert!(err.contains("block 2") && err.contains("mean_tpot_ms"), "{err}");
 
     let mut config = synthetic_config(10);
-    config.targets[0].plan.blocks[0].values.insert("mean_ttft_ms".into(), 0.0);
+    config.targets[0].plan.blocks[0].values.insert("mean_ttft_ms".into(), -1.0);
     let err = fit(&config).unwrap_err().to_string();
     assert!(err.contains("mean_ttft_ms") && err.contains("positive"), "{err}");
+}
+
+#[test]
+fn a_recorded_zero_is_left_out_of_the_objective() {
+    // TPOT of one-token outputs is recorded as 0: no relative figure, so it must not count.
+    let config = synthetic_config(10);
+    let base = fit(&config).unwrap();
+    let mut zeroed = synthetic_config(10);
+    zeroed.targets[0].plan.blocks[0].values.insert("mean_tpot_ms".into(), 0.0);
+    let result = fit(&zeroed).unwrap();
+    assert!(result.objective.is_finite());
+    assert_ne!(result.start_objective, base.start_objective, "the zeroed metric changed nothing");
 }
