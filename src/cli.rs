@@ -58,7 +58,8 @@ pub struct FitArgs {
     /// Comma-separated vLLM metric keys whose relative error is minimised.
     #[arg(long, default_value = "output_throughput,mean_tpot_ms,mean_ttft_ms", value_name = "LIST")]
     pub metrics: String,
-    /// Most objective evaluations (each simulates every fitted point once).
+    /// Most objective evaluations per starting point (the fit searches from 5; each evaluation
+    /// simulates every fitted point once).
     #[arg(long, default_value_t = 3000)]
     pub max_evals: usize,
     /// Where to write the profile (TOML with provenance).

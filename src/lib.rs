@@ -12,10 +12,12 @@
 //! Dependencies point downward: `sched` knows nothing of `sim` or time sources, `cost` knows only
 //! the shape of a batch, `metrics` knows nothing of where records came from.
 
+pub mod calibrate;
 pub mod cli;
 pub mod error;
 pub mod fit;
 pub mod cost;
+pub mod engine;
 pub mod metrics;
 pub mod run;
 pub mod scenario;

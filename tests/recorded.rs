@@ -35,7 +35,11 @@ fn stat<'a>(stats: &'a [ErrorStats], key: &str) -> &'a ErrorStats {
 /// The targets on held-out points: median ≤ 10% on output throughput and mean TPOT,
 /// ≤ 15% on mean TTFT, and every point within 30%.
 fn assert_targets(stats: &[ErrorStats]) {
-    for (key, median_max) in [("output_throughput", 0.10), ("mean_tpot_ms", 0.10), ("mean_ttft_ms", 0.15)] {
+    assert_targets_with_tpot_median(stats, 0.10);
+}
+
+fn assert_targets_with_tpot_median(stats: &[ErrorStats], tpot_median_max: f64) {
+    for (key, median_max) in [("output_throughput", 0.10), ("mean_tpot_ms", tpot_median_max), ("mean_ttft_ms", 0.15)] {
         let s = stat(stats, key);
         assert!(s.median_abs <= median_max, "{key}: median {:.1}% > {:.0}%", s.median_abs * 100.0, median_max * 100.0);
         assert!(s.worst_abs <= 0.30, "{key}: worst {:.1}% > 30% (at {})", s.worst_abs * 100.0, s.worst_at);
@@ -53,16 +57,10 @@ fn vllm_single_long_prompts_are_predicted_within_targets() {
 }
 
 #[test]
-fn tgi_large_batches_are_predicted_within_current_bounds() {
-    let stats = held_out_stats("run-003-tgi-80.toml");
-    // Throughput and TTFT: within 25% median, 30% worst. TPOT misses the 10% target (see the
-    // report): guard the present figures so a regression shows.
-    for key in ["output_throughput", "mean_ttft_ms"] {
-        let s = stat(&stats, key);
-        assert!(s.median_abs <= 0.25 && s.worst_abs <= 0.30, "{key}: {s:?}");
-    }
-    let tpot = stat(&stats, "mean_tpot_ms");
-    assert!(tpot.median_abs <= 0.25 && tpot.worst_abs <= 0.40, "mean_tpot_ms: {tpot:?}");
+fn tgi_large_batches_are_predicted_within_targets_but_tpot_median() {
+    // Every target holds except the TPOT median, at 10.5% against 10% (see the README): the
+    // bound guards the present figure so that a regression shows.
+    assert_targets_with_tpot_median(&held_out_stats("run-003-tgi-80.toml"), 0.11);
 }
 
 #[test]

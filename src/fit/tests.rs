@@ -149,7 +149,7 @@ fn fit_is_deterministic() {
     let a = fit(&config).unwrap();
     let b = fit(&config).unwrap();
     assert_eq!(a, b);
-    assert_eq!(a.evaluations, 25);
+    assert_eq!(a.evaluations, 25 * super::START_POINTS, "each starting point spends its budget");
     let base = &config.targets[0].scenario.cost;
     assert_eq!(profile_toml(&a, &config, base, "servesim fit x"), profile_toml(&b, &config, base, "servesim fit x"));
 }

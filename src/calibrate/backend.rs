@@ -1,0 +1,115 @@
+//! What a calibration backend (CPU or CUDA) provides: prepared kernel invocations that the
+//! harness times, plus the facts about the device that go into a profile's provenance.
+//!
+//! The harness owns the timing policy (warm-up, repeats until the median is stable, statistics);
+//! a backend only knows how to run its kernels once and how long that took.
+
+use crate::scenario::Dtype;
+
+/// A GEMM `[m × k] · [k × n]`, as the engine runs its projections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GemmShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub dtype: Dtype,
+}
+
+/// Which attention kernel a shape exercises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttentionPhase {
+    /// Causal attention of whole prompts (no cached context), one-pass (flash) style.
+    Prefill,
+    /// One new token per sequence over a paged KV cache.
+    Decode,
+    /// Prefill chunks that also attend to `context_len` cached tokens (chunked prefill).
+    Mixed,
+}
+
+/// One attention invocation over a batch of equal-shaped sequences (or, with `uneven`, decode
+/// contexts spread evenly over `1..=2 × context_len`, whose mean is `context_len`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttentionShape {
+    pub phase: AttentionPhase,
+    pub batch: u32,
+    /// New tokens per sequence (1 for decode).
+    pub query_len: u32,
+    /// Cached tokens per sequence before this step (0 for prefill).
+    pub context_len: u32,
+    pub num_heads: u32,
+    pub num_kv_heads: u32,
+    pub head_dim: u32,
+    pub uneven: bool,
+    pub dtype: Dtype,
+}
+
+/// An all-reduce of `bytes` over `gpus` devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AllReduceShape {
+    pub bytes: u64,
+    pub gpus: u32,
+}
+
+/// Facts about the device for a profile's provenance. Unknown items are `None`, not guessed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceInfo {
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// E.g. "NVIDIA H100 80GB HBM3" or the CPU model name.
+    pub name: String,
+    pub driver_version: Option<String>,
+    pub runtime_version: Option<String>,
+    pub clocks: Option<String>,
+    /// Worker threads (CPU) or streaming multiprocessors (GPU).
+    pub parallelism: Option<u32>,
+}
+
+/// The nominal peaks that utilisation is measured against: achieved ÷ roofline, where the
+/// roofline uses these figures. For a GPU the datasheet's; for a CPU, measured once at start-up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peak {
+    /// Dense FLOP/s for 16-bit (or, on a CPU, f32) math.
+    pub flops_per_s: f64,
+    pub memory_bytes_per_s: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    /// The device or a library it needs is not there (no driver, no CUDA libraries).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The backend cannot run this shape or dtype (e.g. fp8 on a GPU without it).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A kernel launch, compilation or allocation failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// One prepared kernel invocation: inputs allocated and filled, ready to run repeatedly.
+pub trait PreparedOp {
+    /// Runs the op once; returns its duration in nanoseconds as the backend measures it (CUDA
+    /// events around the launch on a GPU, a monotonic clock on a CPU).
+    fn run_once(&mut self) -> Result<f64, CalibrateError>;
+    /// Evicts caches between repeats where that matters (a GPU's L2 for memory-bound ops), so
+    /// each repeat reads its operands from memory as in a real step.
+    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+        Ok(())
+    }
+}
+
+/// A device whose kernels can be calibrated.
+pub trait Backend {
+    fn device_info(&self) -> DeviceInfo;
+    fn peak(&self) -> Peak;
+    /// Whether GEMMs (and attention) in `dtype` can run here.
+    fn supports(&self, dtype: Dtype) -> bool;
+    /// (kernel name, hash of its source) for every kernel the backend runs, for provenance.
+    fn kernel_hashes(&self) -> Vec<(String, String)>;
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
+    /// `None` when the backend has no collective (one device, or a CPU).
+    fn prepare_allreduce(&mut self, _shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,1 @@
+//! The engine's model executor: the kernels a real transformer step runs, on CPU and on CUDA.
