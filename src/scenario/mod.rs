@@ -6,6 +6,7 @@
 //! (presets expanded, defaults filled in the way the chosen engine fills them) and validated into a
 //! [`Scenario`], which the rest of the program trusts.
 
+pub mod cost_params;
 pub mod error;
 pub mod hardware;
 pub mod model;

@@ -9,6 +9,7 @@
 //! Every error is a [`ScenarioError`] naming the scenario file, the dotted field and its value.
 //! Defaults are filled in the way the modelled engine fills them; each says which version.
 
+use super::cost_params;
 use super::hardware::{GpuSpec, Hardware};
 use super::model::{Dtype, ModelSpec, default_kv_dtype};
 use super::schema::{
@@ -1078,9 +1079,11 @@ fn size_tgi_memory(
 fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
     // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
     // from scenarios that normally load it.
-    let base = match raw.profile.as_deref() {
-        None | Some("") => DEFAULT_COST,
-        Some(path) => load_profile(&cx.relative(path))?,
+    let base = match raw.get("profile") {
+        None => DEFAULT_COST,
+        Some(toml::Value::String(path)) if path.is_empty() => DEFAULT_COST,
+        Some(toml::Value::String(path)) => load_profile(&cx.relative(path))?,
+        Some(other) => return Err(cx.invalid("cost.profile", other, "must be the path of a profile (a string)")),
     };
     resolve_cost_over(raw, base, cx)
 }
@@ -1090,80 +1093,26 @@ fn load_profile(path: &Path) -> Result<CostParams, ScenarioError> {
     let cx = Cx { file: path.to_path_buf() };
     let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
     let profile: RawProfile = toml::from_str(&text).map_err(|e| cx.parse(e.to_string()))?;
-    if let Some(nested) = &profile.cost.profile {
-        return Err(cx.invalid("cost.profile", quote(nested), "a profile cannot name another profile"));
+    if let Some(nested) = profile.cost.get("profile") {
+        return Err(cx.invalid("cost.profile", nested, "a profile cannot name another profile"));
     }
     resolve_cost_over(&profile.cost, DEFAULT_COST, &cx)
 }
 
-fn resolve_cost_over(raw: &RawCost, d: CostParams, cx: &Cx) -> Result<CostParams, ScenarioError> {
-    let fraction = |field: &str, v: Option<f64>, default: f64| -> Result<f64, ScenarioError> {
-        match v {
-            None => Ok(default),
-            Some(x) if x > 0.0 && x <= 1.0 => Ok(x),
-            Some(x) => Err(cx.invalid(&format!("cost.{field}"), x, "must be in (0, 1]")),
-        }
-    };
-    let micros = |field: &str, v: Option<f64>, default: f64| -> Result<f64, ScenarioError> {
-        match v {
-            None => Ok(default),
-            Some(x) if (0.0..=MAX_OVERHEAD_US).contains(&x) => Ok(x),
-            Some(x) => Err(cx.invalid(
-                &format!("cost.{field}"),
-                x,
-                format!("must be microseconds in 0..={MAX_OVERHEAD_US} (10 s)"),
-            )),
-        }
-    };
-    Ok(CostParams {
-        gemm_efficiency: fraction("gemm_efficiency", raw.gemm_efficiency, d.gemm_efficiency)?,
-        attention_efficiency: fraction(
-            "attention_efficiency",
-            raw.attention_efficiency,
-            d.attention_efficiency,
-        )?,
-        memory_bandwidth_efficiency: fraction(
-            "memory_bandwidth_efficiency",
-            raw.memory_bandwidth_efficiency,
-            d.memory_bandwidth_efficiency,
-        )?,
-        collective_latency_us: micros(
-            "collective_latency_us",
-            raw.collective_latency_us,
-            d.collective_latency_us,
-        )?,
-        collective_bandwidth_efficiency: fraction(
-            "collective_bandwidth_efficiency",
-            raw.collective_bandwidth_efficiency,
-            d.collective_bandwidth_efficiency,
-        )?,
-        prefix_attention_efficiency: fraction(
-            "prefix_attention_efficiency",
-            raw.prefix_attention_efficiency,
-            d.prefix_attention_efficiency,
-        )?,
-        step_overhead_eager_us: micros(
-            "step_overhead_eager_us",
-            raw.step_overhead_eager_us,
-            d.step_overhead_eager_us,
-        )?,
-        step_overhead_graph_us: micros(
-            "step_overhead_graph_us",
-            raw.step_overhead_graph_us,
-            d.step_overhead_graph_us,
-        )?,
-        prefill_step_overhead_us: micros(
-            "prefill_step_overhead_us",
-            raw.prefill_step_overhead_us,
-            d.prefill_step_overhead_us,
-        )?,
-        prefill_seq_overhead_us: micros(
-            "prefill_seq_overhead_us",
-            raw.prefill_seq_overhead_us,
-            d.prefill_seq_overhead_us,
-        )?,
-        seq_overhead_us: micros("seq_overhead_us", raw.seq_overhead_us, d.seq_overhead_us)?,
-    })
+/// `base` with every named parameter of `raw` set, each checked against the registry's range.
+fn resolve_cost_over(raw: &RawCost, base: CostParams, cx: &Cx) -> Result<CostParams, ScenarioError> {
+    let mut params = base;
+    for (key, value) in raw.iter().filter(|(key, _)| key.as_str() != "profile") {
+        let field = format!("cost.{key}");
+        let spec = cost_params::find(key).ok_or_else(|| {
+            cx.invalid(&field, value, format!("unknown cost parameter; known: profile, {}", cost_params::known_names()))
+        })?;
+        let number = value.as_float().or_else(|| value.as_integer().map(|i| i as f64));
+        let number = number.ok_or_else(|| cx.invalid(&field, value, "must be a number"))?;
+        spec.kind.check(number).map_err(|reason| cx.invalid(&field, number, reason))?;
+        spec.set(&mut params, number);
+    }
+    Ok(params)
 }
 
 // ---- [workload] ---------------------------------------------------------------------------------

@@ -495,8 +495,18 @@ fn missing_file_is_an_io_error_naming_it() {
 // ---- bad input -----------------------------------------------------------------------------------
 
 #[test]
-fn unknown_key_is_a_parse_error_naming_key_and_line() {
+fn unknown_cost_parameter_names_the_field_and_the_known_ones() {
     let text = format!("{}\n[cost]\nbogus_knob = 1\n", good_text());
+    let msg = load_text(&text, &[]).unwrap_err().to_string();
+    assert!(msg.contains(FILE) && msg.contains("cost.bogus_knob") && msg.contains("gemm_efficiency"), "{msg}");
+    let text = format!("{}\n[cost]\ngemm_efficiency = 1.5\n", good_text());
+    let msg = load_text(&text, &[]).unwrap_err().to_string();
+    assert!(msg.contains("cost.gemm_efficiency") && msg.contains("1.5"), "{msg}");
+}
+
+#[test]
+fn unknown_key_is_a_parse_error_naming_key_and_line() {
+    let text = good_text().replacen("[workload]", "[workload]\nbogus_knob = 1", 1);
     let err = load_text(&text, &[]).unwrap_err();
     assert!(matches!(err, ScenarioError::Parse { .. }), "{err:?}");
     let msg = err.to_string();

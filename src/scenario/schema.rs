@@ -128,24 +128,10 @@ pub struct RawEngine {
     pub max_concurrent_requests: Option<u32>,
 }
 
-/// `[cost]`: the roofline cost model's named parameters (all optional).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCost {
-    /// A fitted profile whose values replace the defaults; keys given here override it.
-    pub profile: Option<String>,
-    pub gemm_efficiency: Option<f64>,
-    pub attention_efficiency: Option<f64>,
-    pub memory_bandwidth_efficiency: Option<f64>,
-    pub collective_latency_us: Option<f64>,
-    pub collective_bandwidth_efficiency: Option<f64>,
-    pub prefix_attention_efficiency: Option<f64>,
-    pub step_overhead_eager_us: Option<f64>,
-    pub step_overhead_graph_us: Option<f64>,
-    pub prefill_step_overhead_us: Option<f64>,
-    pub prefill_seq_overhead_us: Option<f64>,
-    pub seq_overhead_us: Option<f64>,
-}
+/// `[cost]`: `profile` (a fitted profile's path) and any of the named parameters of
+/// [`super::cost_params::PARAMS`]. A table rather than a struct so that the registry is the one
+/// list of parameters: keys are checked against it when the scenario is resolved.
+pub type RawCost = toml::Table;
 
 /// `[workload]` and its `[workload.dataset]`.
 #[derive(Clone, Debug, Deserialize)]
