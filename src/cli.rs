@@ -29,6 +29,23 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Fit named cost-model parameters to recorded runs and write a profile.
     Fit(FitArgs),
+    /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Directories written by `simulate --out` (summary.json, requests.csv, timeline.csv,
+    /// itl.csv); each is one series on the sweep charts.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub runs: Vec<PathBuf>,
+    /// Directory for the charts and index.html (created).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Recorded results (vLLM text blocks or JSON) to overlay; its blocks are matched in order
+    /// to the sweep points of the run directories in order.
+    #[arg(long, value_name = "FILE")]
+    pub recorded: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +175,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Simulate(args) => simulate(args.validate()?),
         Command::Validate(args) => validate(args),
         Command::Fit(args) => fit(args),
+        Command::Report(args) => report(args),
     }
 }
 
@@ -227,6 +245,27 @@ fn fit(args: FitArgs) -> Result<(), Error> {
     Ok(())
 }
 
+fn report(args: ReportArgs) -> Result<(), Error> {
+    let config = crate::report::ReportConfig { runs: args.runs, out: args.out, recorded: args.recorded };
+    let written = crate::report::generate(&config)?;
+    eprintln!("wrote {} files to {} (open index.html)", written.len(), config.out.display());
+    Ok(())
+}
+
+/// A progress bar over the sweep points on stderr when it is a terminal and the sweep has more
+/// than one point; hidden (and silent) otherwise, so piped output stays clean.
+fn sweep_progress(points: usize) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if points < 2 || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(points as u64);
+    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sweep points, {elapsed}")
+        .expect("a valid template");
+    bar.set_style(style);
+    bar
+}
+
 fn simulate(config: SimulateConfig) -> Result<(), Error> {
     let scenario = &config.scenario;
     let e = &scenario.engine;
@@ -242,7 +281,9 @@ fn simulate(config: SimulateConfig) -> Result<(), Error> {
         e.num_gpu_blocks,
         e.block_size
     );
-    let points = run::run_scenario(scenario, &config.report.percentiles);
+    let progress = sweep_progress(scenario.workload.num_prompts.len());
+    let points = run::run_scenario_with_progress(scenario, &config.report.percentiles, &mut |_| progress.inc(1));
+    progress.finish_and_clear();
     let mut text = String::new();
     for (i, point) in points.iter().enumerate() {
         if i > 0 {
@@ -258,7 +299,7 @@ fn simulate(config: SimulateConfig) -> Result<(), Error> {
         .map_err(|source| Error::Output { path: "<stdout>".into(), source })?;
     if let Some(dir) = &config.out {
         output::write_all(dir, scenario, &points, &config.report)?;
-        eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv}").display());
+        eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
     }
     Ok(())
 }

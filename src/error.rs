@@ -15,6 +15,10 @@ pub enum Error {
     /// A recorded results file is missing, malformed, or lacks what the scenario asks of it.
     #[error("{0}")]
     Recorded(String),
+    /// A run directory given to `report` is missing a file or holds a malformed one (the message
+    /// names the file and, where there is one, the line).
+    #[error("{0}")]
+    Report(String),
     /// Writing results failed.
     #[error("{path}: cannot write: {source}")]
     Output { path: PathBuf, source: std::io::Error },
@@ -24,7 +28,7 @@ impl Error {
     /// 2 for bad input (like clap's usage errors), 1 for failures while running.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) => 2,
+            Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) | Error::Report(_) => 2,
             Error::Output { .. } => 1,
         }
     }

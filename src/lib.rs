@@ -19,6 +19,7 @@ pub mod fit;
 pub mod cost;
 pub mod engine;
 pub mod metrics;
+pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod sched;

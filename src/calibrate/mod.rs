@@ -2,3 +2,9 @@
 //! records the timings with their provenance.
 
 pub mod backend;
+pub mod cpu;
+pub mod cuda;
+pub mod grid;
+pub mod profile;
+pub mod run;
+pub mod timing;

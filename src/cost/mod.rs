@@ -3,6 +3,7 @@
 //! Implementations, in order of trust: [`roofline::Roofline`] from datasheet numbers, then (later)
 //! interpolation of measured kernel profiles, then parameters fitted to recorded runs.
 
+pub mod calibrated;
 pub mod roofline;
 
 use crate::sched::batch::Batch;

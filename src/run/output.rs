@@ -1,4 +1,10 @@
-//! The files `simulate --out DIR` writes: `summary.json`, `requests.csv`, `timeline.csv`.
+//! The files `simulate --out DIR` writes: `summary.json`, `requests.csv`, `timeline.csv` and
+//! `itl.csv`.
+//!
+//! `itl.csv` (`num_prompts,itl_ms,count`) holds each sweep point's inter-token latencies, the
+//! samples vLLM pools into its ITL statistics, as sorted `(value, count)` runs: one row per
+//! distinct gap, ascending, with how many gaps had exactly that value. It is what `servesim
+//! report` draws ITL distributions from without one row per generated token.
 //!
 //! A sweep writes one file of each kind; every row carries its sweep point (`num_prompts`).
 //! Times are written from integer nanoseconds with exact decimal digits, so files are
@@ -25,7 +31,7 @@ pub fn millis(ns: u64) -> String {
     format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
 }
 
-/// Writes all three files into `dir`, creating it.
+/// Writes all four files into `dir`, creating it.
 pub fn write_all(dir: &Path, scenario: &Scenario, points: &[PointResult], opts: &ReportOptions) -> Result<(), Error> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -39,6 +45,8 @@ pub fn write_all(dir: &Path, scenario: &Scenario, points: &[PointResult], opts: 
     write_file(&path, |w| write_requests_csv(w, points)).map_err(io_err(&path))?;
     let path = dir.join("timeline.csv");
     write_file(&path, |w| write_timeline_csv(w, points, scenario.engine.num_gpu_blocks)).map_err(io_err(&path))?;
+    let path = dir.join("itl.csv");
+    write_file(&path, |w| write_itl_csv(w, points)).map_err(io_err(&path))?;
     Ok(())
 }
 
@@ -158,6 +166,26 @@ fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_tota
                 millis(c.communication_ns),
                 millis(c.overhead_ns)
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// `itl.csv`: per sweep point, the ITL samples as sorted runs of equal values (see the module doc).
+fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
+    writeln!(w, "num_prompts,itl_ms,count")?;
+    for p in points {
+        let mut runs = p.output.records.itl_ns.runs.clone();
+        runs.sort_unstable_by_key(|&(value_ns, _)| value_ns);
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+        for (value_ns, count) in runs.into_iter().filter(|&(_, count)| count > 0) {
+            match merged.last_mut() {
+                Some((last_ns, last_count)) if *last_ns == value_ns => *last_count += count,
+                _ => merged.push((value_ns, count)),
+            }
+        }
+        for (value_ns, count) in merged {
+            writeln!(w, "{},{},{}", p.num_prompts, millis(value_ns), count)?;
         }
     }
     Ok(())

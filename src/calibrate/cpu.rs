@@ -1,0 +1,749 @@
+//! The CPU calibration backend: times the CPU engine's own kernels (`src/engine/cpu/`) on a
+//! rayon pool of a chosen size, with a monotonic clock.
+//!
+//! ```text
+//!  new        rayon pool of `threads`; peak FLOP/s from 1024³ GEMMs, bandwidth from parallel
+//!             copies of a buffer 4 × the last-level cache                    (< 1 s)
+//!  prepare_*  allocate operands, fill them with seeded pseudo-random values (in parallel), build
+//!             the paged cache and block tables                               ─► PreparedOp
+//!  run_once   inside the pool: Instant ─► kernel(s) ─► elapsed; servesim's code allocates
+//!             nothing on this path (the gemm crate sizes and allocates its packing buffers)
+//!  flush      the pool's threads read one float per cache line of a buffer 2 × the last-level
+//!             cache, evicting the last run's operands (an engine step finds weights and KV
+//!             cache in memory, not in cache: a 100M-parameter f32 model is 400 MB)
+//! ```
+//!
+//! What an attention shape times is what the engine's attention step runs per layer, as on CUDA:
+//! write the new tokens' keys and values into the paged cache ([`write_paged`]), then attend —
+//! prefill: [`prefill_attention`] over the new tokens' own keys ([`PackedKv`], no context);
+//! mixed: [`prefill_attention`] over the cache ([`PagedKv`], context + new tokens); decode:
+//! [`decode_attention`] over the cache. Caches use 16-token blocks handed out in a scrambled
+//! (seeded) order, as in a cache that has served many requests.
+//!
+//! GEMMs take B as `[k × n]` row-major ([`CALIBRATION_B_LAYOUT`]): the layout the CPU engine
+//! keeps its weights in, for speed at decode-sized m.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::backend::{
+    AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp,
+};
+use super::cuda::cached_lens;
+use crate::engine::cpu::{
+    AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, prefill_attention,
+    write_paged,
+};
+use crate::scenario::model::Dtype;
+
+/// Tokens per KV-cache block in calibration (vLLM's default, and the CUDA backend's).
+pub const CALIBRATION_BLOCK_SIZE: usize = 16;
+
+/// B's layout in calibrated GEMMs, which must be the CPU engine's: weights transposed once at
+/// load to `[in, out]` (row-major `[k × n]`). With the `gemm` crate that is as fast as `[out,
+/// in]` at large m and 1.2–3.5× faster at decode-sized m (4–32 rows; measured on one core).
+pub const CALIBRATION_B_LAYOUT: BLayout = BLayout::RowMajor;
+
+/// Assumed last-level cache when sysfs does not say (a common server L3 slice).
+const LLC_BYTES_DEFAULT: usize = 32 << 20;
+
+/// Calibrates this machine's CPU with the engine's f32 kernels on `threads` threads.
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    peak: Peak,
+    name: String,
+    /// Read between repeats to evict the caches: 2 × the last-level cache (see [`llc_bytes`]).
+    flush: Vec<f32>,
+    /// Bytes that one prepared op may allocate: half the memory available at start-up.
+    bytes_max: u64,
+    /// Seed for operand fills; advanced per prepared op so operands differ between shapes.
+    seed: u64,
+}
+
+impl CpuBackend {
+    /// Builds a pool of `threads` workers and measures [`Peak`] on it (about 0.1–0.5 s).
+    ///
+    /// Errors: `Failed` when `threads` is 0 or the pool cannot be built.
+    pub fn new(threads: usize) -> Result<CpuBackend, CalibrateError> {
+        if threads == 0 {
+            return Err(CalibrateError::Failed("the CPU backend needs at least 1 thread".to_string()));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("servesim-cpu-{i}"))
+            .build()
+            .map_err(|e| CalibrateError::Failed(format!("building a pool of {threads} threads: {e}")))?;
+        let llc = llc_bytes();
+        // Operands of a shape may take half of what is free now; the rest is the system's.
+        let bytes_max = mem_available_bytes().map_or(4 << 30, |b| b / 2);
+        let mut backend = CpuBackend {
+            pool,
+            threads,
+            peak: Peak { flops_per_s: 0.0, memory_bytes_per_s: 0.0 },
+            name: cpu_model_name().unwrap_or_else(|| format!("unknown {} CPU", std::env::consts::ARCH)),
+            // Written, not zeroed: untouched zeroed pages all map to one shared page, and
+            // reading that evicts nothing.
+            flush: vec![1.0; (2 * llc).clamp(32 << 20, 512 << 20) / 4],
+            bytes_max,
+            seed: 1,
+        };
+        backend.peak = Peak { flops_per_s: backend.measure_flops(), memory_bytes_per_s: backend.measure_bandwidth(llc) };
+        Ok(backend)
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Best FLOP/s of a few 1024×1024×1024 GEMMs (the engine's kernel, on the pool).
+    fn measure_flops(&self) -> f64 {
+        const N: usize = 1024;
+        let gemm = Gemm { m: N, n: N, k: N, b_layout: CALIBRATION_B_LAYOUT, accumulate: false };
+        let (mut a, mut b, mut c) = (vec![0.0; N * N], vec![0.0; N * N], vec![0.0; N * N]);
+        self.fill(&mut a, 101);
+        self.fill(&mut b, 102);
+        let mut best_ns = f64::INFINITY;
+        // One warm-up, then the best of four: the peak is what the machine can do, not a median.
+        for i in 0..5 {
+            let ns = self.pool.install(|| {
+                let t = Instant::now();
+                gemm.run(&a, &b, &mut c, self.threads);
+                t.elapsed().as_nanos() as f64
+            });
+            if i > 0 {
+                best_ns = best_ns.min(ns);
+            }
+        }
+        gemm.flops() / (best_ns.max(1.0) * 1e-9)
+    }
+
+    /// Best bytes/s of a parallel copy between two buffers of 4 × the last-level cache (so that
+    /// neither fits), counting the read and the write (STREAM's convention for `copy`).
+    fn measure_bandwidth(&self, llc: usize) -> f64 {
+        let len = (4 * llc).clamp(64 << 20, 1 << 30) / 4;
+        let src = vec![1.0f32; len];
+        let mut dst = vec![0.0f32; len];
+        let chunk = len.div_ceil(self.threads * 4).max(1 << 16);
+        let mut best_ns = f64::INFINITY;
+        // The first copy also faults the destination's pages in; then the best of three.
+        for i in 0..4 {
+            let ns = self.pool.install(|| {
+                let t = Instant::now();
+                dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
+                t.elapsed().as_nanos() as f64
+            });
+            if i > 0 {
+                best_ns = best_ns.min(ns);
+            }
+        }
+        std::hint::black_box(&dst);
+        2.0 * 4.0 * len as f64 / (best_ns.max(1.0) * 1e-9)
+    }
+
+    /// Fills `buf` with values in [-1, 1) from `seed`, in parallel; element `i` depends only on
+    /// (seed, i), so the contents do not depend on the thread count.
+    fn fill(&self, buf: &mut [f32], seed: u64) {
+        const CHUNK: usize = 1 << 16;
+        self.pool.install(|| {
+            buf.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+                for (i, x) in chunk.iter_mut().enumerate() {
+                    let z = splitmix64(seed ^ ((c * CHUNK + i) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    *x = (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                }
+            })
+        });
+    }
+
+    /// A buffer of `len` floats filled from the next seed.
+    fn random(&mut self, len: usize) -> Vec<f32> {
+        self.seed = splitmix64(self.seed);
+        let mut v = vec![0.0; len];
+        self.fill(&mut v, self.seed);
+        v
+    }
+
+    /// Refuses operands larger than [`CpuBackend::bytes_max`], so a too-large shape is
+    /// "unsupported here" rather than an allocation failure that aborts the process.
+    fn ensure_fits(&self, floats: u64, what: &str) -> Result<(), CalibrateError> {
+        let bytes = floats.saturating_mul(4);
+        if bytes > self.bytes_max {
+            return Err(CalibrateError::Unsupported(format!(
+                "{what} needs {:.2} GiB; this backend allows {:.2} GiB per shape",
+                bytes as f64 / (1u64 << 30) as f64,
+                self.bytes_max as f64 / (1u64 << 30) as f64
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads the flush buffer on every pool thread, evicting the operands of the last run from
+    /// the caches (each thread's private ones, and the shared last level).
+    fn flush_caches(&self) {
+        let chunk = self.flush.len().div_ceil(self.threads).max(1);
+        let sum: f32 = self.pool.install(|| {
+            self.flush
+                .par_chunks(chunk)
+                .map(|c| c.iter().step_by(16).sum::<f32>()) // one read per 64-byte line
+                .sum()
+        });
+        std::hint::black_box(sum);
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            device: "cpu".to_string(),
+            name: self.name.clone(),
+            driver_version: None,
+            runtime_version: None,
+            clocks: None,
+            parallelism: Some(self.threads as u32),
+        }
+    }
+
+    fn peak(&self) -> Peak {
+        self.peak
+    }
+
+    /// The CPU engine computes in f32, so f32 is the only dtype its kernels run; a profile of
+    /// f32 kernels stands for the CPU engine whatever the model's nominal dtype.
+    fn supports(&self, dtype: Dtype) -> bool {
+        dtype == Dtype::Fp32
+    }
+
+    /// FNV-1a 64 of each source file of the CPU kernels (`engine/cpu/<file>`), in hex.
+    fn kernel_hashes(&self) -> Vec<(String, String)> {
+        KERNEL_SOURCES
+            .iter()
+            .map(|(file, source)| (format!("engine/cpu/{file}"), format!("{:016x}", fnv1a_64(source.as_bytes()))))
+            .collect()
+    }
+
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        self.check_dtype(shape.dtype)?;
+        let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
+        if m == 0 || n == 0 || k == 0 {
+            return Err(CalibrateError::Failed(format!("empty GEMM {m}×{n}×{k}")));
+        }
+        self.ensure_fits((m * k + k * n + m * n) as u64, &format!("GEMM {m}×{n}×{k}"))?;
+        let a = self.random(m * k);
+        let b = self.random(k * n);
+        let c = vec![0.0; m * n];
+        let gemm = Gemm { m, n, k, b_layout: CALIBRATION_B_LAYOUT, accumulate: false };
+        Ok(Box::new(GemmOp { backend: self, gemm, a, b, c }))
+    }
+
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        self.check_dtype(shape.dtype)?;
+        let layout = Layout::new(shape)?;
+        let dims = AttentionDims {
+            num_heads: shape.num_heads as usize,
+            num_kv_heads: shape.num_kv_heads as usize,
+            head_dim: shape.head_dim as usize,
+        };
+        if dims.num_heads == 0 || dims.num_kv_heads == 0 || dims.head_dim == 0 || !dims.num_heads.is_multiple_of(dims.num_kv_heads)
+        {
+            return Err(CalibrateError::Unsupported(format!(
+                "attention with {} heads over {} KV heads of {}",
+                dims.num_heads, dims.num_kv_heads, dims.head_dim
+            )));
+        }
+        let q_floats = layout.new_tokens * dims.num_heads * dims.head_dim;
+        let kv_new_floats = layout.new_tokens * dims.num_kv_heads * dims.head_dim;
+        let cache_floats = layout.num_blocks * CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
+        self.ensure_fits((2 * q_floats + 2 * kv_new_floats + 2 * cache_floats) as u64, "attention shape")?;
+        let q = self.random(q_floats);
+        let k_new = self.random(kv_new_floats);
+        let v_new = self.random(kv_new_floats);
+        // The cached context's values matter to the softmax only through their spread; random
+        // like the rest.
+        let k_cache = self.random(cache_floats);
+        let v_cache = self.random(cache_floats);
+        Ok(Box::new(AttentionOp {
+            backend: self,
+            phase: shape.phase,
+            dims,
+            layout,
+            q,
+            k_new,
+            v_new,
+            k_cache,
+            v_cache,
+            out: vec![0.0; q_floats],
+        }))
+    }
+}
+
+impl CpuBackend {
+    fn check_dtype(&self, dtype: Dtype) -> Result<(), CalibrateError> {
+        if self.supports(dtype) {
+            Ok(())
+        } else {
+            Err(CalibrateError::Unsupported(format!("the CPU engine computes in f32, not {}", dtype.name())))
+        }
+    }
+}
+
+struct GemmOp<'a> {
+    backend: &'a CpuBackend,
+    gemm: Gemm,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl PreparedOp for GemmOp<'_> {
+    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+        let GemmOp { backend, gemm, a, b, c } = self;
+        // Timed inside the pool: the cost of entering it from outside is not the kernel's (an
+        // engine step enters once for all its kernels).
+        Ok(backend.pool.install(|| {
+            let t = Instant::now();
+            gemm.run(a, b, c, backend.threads);
+            t.elapsed().as_nanos() as f64
+        }))
+    }
+
+    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+        self.backend.flush_caches();
+        Ok(())
+    }
+}
+
+/// Sequence lengths, block tables and cache slots of an attention shape.
+struct Layout {
+    new_tokens: usize,
+    /// `num_seqs + 1` offsets of each sequence's new tokens (also its keys, for prefill).
+    cu_seqlens: Vec<usize>,
+    /// Tokens in the cache per sequence after this step's are written: context + new.
+    seq_lens: Vec<usize>,
+    blocks: Vec<u32>,
+    cu_blocks: Vec<usize>,
+    num_blocks: usize,
+    /// Cache slot of every new token.
+    slots: Vec<usize>,
+}
+
+impl Layout {
+    fn new(shape: &AttentionShape) -> Result<Layout, CalibrateError> {
+        let bs = CALIBRATION_BLOCK_SIZE;
+        let num_seqs = shape.batch as usize;
+        let query_len = shape.query_len as usize;
+        if num_seqs == 0 || query_len == 0 {
+            return Err(CalibrateError::Failed(format!("empty attention shape {shape:?}")));
+        }
+        if shape.phase == AttentionPhase::Decode && query_len != 1 {
+            return Err(CalibrateError::Failed(format!("decode shapes have query_len 1: {shape:?}")));
+        }
+        // The same cached lengths as the CUDA backend, uneven spread included.
+        let cached = match shape.phase {
+            AttentionPhase::Prefill => vec![0; num_seqs],
+            AttentionPhase::Decode | AttentionPhase::Mixed => cached_lens(shape),
+        };
+        let seq_lens: Vec<usize> = cached.iter().map(|c| c + query_len).collect();
+        let num_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum();
+        if num_blocks > u32::MAX as usize {
+            return Err(CalibrateError::Unsupported(format!("attention shape too large: {shape:?}")));
+        }
+        // Physical blocks in a seeded random order (Fisher–Yates), so consecutive logical
+        // blocks are scattered in memory as in a long-running cache.
+        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+        let mut state = 0x5eed_u64;
+        for i in (1..ids.len()).rev() {
+            state = splitmix64(state);
+            ids.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        let mut cu_blocks = Vec::with_capacity(num_seqs + 1);
+        cu_blocks.push(0);
+        let mut slots = Vec::with_capacity(num_seqs * query_len);
+        for (s, (&c, &len)) in cached.iter().zip(&seq_lens).enumerate() {
+            let table = &ids[cu_blocks[s]..cu_blocks[s] + len.div_ceil(bs)];
+            slots.extend((c..len).map(|pos| table[pos / bs] as usize * bs + pos % bs));
+            cu_blocks.push(cu_blocks[s] + table.len());
+        }
+        Ok(Layout {
+            new_tokens: num_seqs * query_len,
+            cu_seqlens: (0..=num_seqs).map(|s| s * query_len).collect(),
+            seq_lens,
+            blocks: ids,
+            cu_blocks,
+            num_blocks,
+            slots,
+        })
+    }
+}
+
+struct AttentionOp<'a> {
+    backend: &'a CpuBackend,
+    phase: AttentionPhase,
+    dims: AttentionDims,
+    layout: Layout,
+    /// `[new_tokens, num_heads, head_dim]`.
+    q: Vec<f32>,
+    /// `[new_tokens, num_kv_heads, head_dim]`.
+    k_new: Vec<f32>,
+    v_new: Vec<f32>,
+    /// `[num_blocks, 16, num_kv_heads, head_dim]`.
+    k_cache: Vec<f32>,
+    v_cache: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl PreparedOp for AttentionOp<'_> {
+    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+        let AttentionOp { backend, phase, dims, layout, q, k_new, v_new, k_cache, v_cache, out } = self;
+        let (phase, dims) = (*phase, *dims);
+        let scale = dims.default_scale();
+        Ok(backend.pool.install(|| {
+            let t = Instant::now();
+            write_paged(k_cache, v_cache, k_new, v_new, &layout.slots, dims.num_kv_heads, dims.head_dim);
+            match phase {
+                AttentionPhase::Prefill => {
+                    let kv = PackedKv::new(k_new, v_new, &layout.cu_seqlens, dims.num_kv_heads, dims.head_dim);
+                    prefill_attention(q, &layout.cu_seqlens, &kv, out, dims, scale);
+                }
+                AttentionPhase::Mixed | AttentionPhase::Decode => {
+                    let cache = PagedCache {
+                        k: k_cache,
+                        v: v_cache,
+                        block_size: CALIBRATION_BLOCK_SIZE,
+                        num_kv_heads: dims.num_kv_heads,
+                        head_dim: dims.head_dim,
+                    };
+                    // Builds the view inside the timed region, as an engine must every step
+                    // (it checks the tables: one pass over them).
+                    let kv = PagedKv::new(cache, &layout.blocks, &layout.cu_blocks, &layout.seq_lens);
+                    if phase == AttentionPhase::Decode {
+                        decode_attention(q, &kv, out, dims, scale);
+                    } else {
+                        prefill_attention(q, &layout.cu_seqlens, &kv, out, dims, scale);
+                    }
+                }
+            }
+            t.elapsed().as_nanos() as f64
+        }))
+    }
+
+    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+        self.backend.flush_caches();
+        Ok(())
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// `model name` from /proc/cpuinfo (Linux), if readable.
+fn cpu_model_name() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .filter(|name| !name.is_empty())
+}
+
+/// Total last-level cache: the size of the highest cache level times the number of distinct
+/// instances (one per CCX on an EPYC), from sysfs; [`LLC_BYTES_DEFAULT`] if unreadable.
+fn llc_bytes() -> usize {
+    let base = std::path::Path::new("/sys/devices/system/cpu");
+    let Ok(entries) = std::fs::read_dir(base) else { return LLC_BYTES_DEFAULT };
+    // (level, size, shared_cpu_list) of every cache of every CPU; keep the highest level.
+    let mut caches: Vec<(u32, usize, String)> = Vec::new();
+    for cpu in entries.flatten() {
+        let name = cpu.file_name().to_string_lossy().into_owned();
+        if !name.strip_prefix("cpu").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(indices) = std::fs::read_dir(cpu.path().join("cache")) else { continue };
+        for index in indices.flatten() {
+            let read = |f: &str| std::fs::read_to_string(index.path().join(f)).ok().map(|s| s.trim().to_string());
+            let (Some(level), Some(size), Some(shared)) = (read("level"), read("size"), read("shared_cpu_list")) else {
+                continue;
+            };
+            let (Ok(level), Some(size)) = (level.parse::<u32>(), parse_cache_size(&size)) else { continue };
+            caches.push((level, size, shared));
+        }
+    }
+    let Some(top) = caches.iter().map(|c| c.0).max() else { return LLC_BYTES_DEFAULT };
+    let mut instances: Vec<(&str, usize)> =
+        caches.iter().filter(|c| c.0 == top).map(|c| (c.2.as_str(), c.1)).collect();
+    instances.sort();
+    instances.dedup();
+    let total: usize = instances.iter().map(|i| i.1).sum();
+    if total == 0 { LLC_BYTES_DEFAULT } else { total }
+}
+
+/// sysfs cache sizes: "32768K", "2M", or bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    match unit.trim() {
+        "" => Some(n),
+        "K" | "k" => Some(n << 10),
+        "M" => Some(n << 20),
+        "G" => Some(n << 30),
+        _ => None,
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes, if readable.
+fn mem_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> CpuBackend {
+        CpuBackend::new(2).expect("CPU backend")
+    }
+
+    fn attention(phase: AttentionPhase, batch: u32, query_len: u32, context_len: u32, heads: (u32, u32, u32)) -> AttentionShape {
+        AttentionShape {
+            phase,
+            batch,
+            query_len,
+            context_len,
+            num_heads: heads.0,
+            num_kv_heads: heads.1,
+            head_dim: heads.2,
+            uneven: false,
+            dtype: Dtype::Fp32,
+        }
+    }
+
+    #[test]
+    fn peak_is_positive_and_plausible() {
+        let b = backend();
+        let peak = b.peak();
+        // A naive loop does ~6 GFLOP/s on one core here; the packed GEMM far more. DRAM copies
+        // run at several GB/s even on a small VM.
+        assert!(peak.flops_per_s > 1e9 && peak.flops_per_s < 1e14, "implausible peak FLOP/s {:e}", peak.flops_per_s);
+        assert!(
+            peak.memory_bytes_per_s > 1e9 && peak.memory_bytes_per_s < 1e13,
+            "implausible bandwidth {:e} B/s",
+            peak.memory_bytes_per_s
+        );
+        eprintln!("CPU peak on 2 threads: {:.1} GFLOP/s, {:.1} GB/s", peak.flops_per_s / 1e9, peak.memory_bytes_per_s / 1e9);
+    }
+
+    #[test]
+    fn device_info_and_kernel_hashes() {
+        let b = backend();
+        let info = b.device_info();
+        assert_eq!(info.device, "cpu");
+        assert!(!info.name.is_empty());
+        assert_eq!(info.parallelism, Some(2));
+        assert_eq!((info.driver_version, info.runtime_version), (None, None));
+        let hashes = b.kernel_hashes();
+        assert_eq!(hashes.len(), KERNEL_SOURCES.len());
+        assert!(hashes.iter().any(|(name, _)| name == "engine/cpu/prefill.rs"));
+        assert!(hashes.iter().all(|(_, h)| h.len() == 16 && h.bytes().all(|c| c.is_ascii_hexdigit())));
+        // Distinct files hash differently.
+        let mut distinct: Vec<&String> = hashes.iter().map(|(_, h)| h).collect();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), hashes.len());
+        assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c, "FNV-1a 64 test vector");
+    }
+
+    #[test]
+    fn only_f32_is_supported() {
+        let mut b = backend();
+        assert!(b.supports(Dtype::Fp32));
+        for dtype in [Dtype::Bf16, Dtype::Fp16, Dtype::Fp8] {
+            assert!(!b.supports(dtype));
+            let gemm = GemmShape { m: 4, n: 4, k: 4, dtype };
+            assert!(matches!(b.prepare_gemm(&gemm), Err(CalibrateError::Unsupported(_))), "{dtype:?} GEMM");
+            let attn = AttentionShape { dtype, ..attention(AttentionPhase::Decode, 2, 1, 10, (4, 2, 16)) };
+            assert!(matches!(b.prepare_attention(&attn), Err(CalibrateError::Unsupported(_))), "{dtype:?} attention");
+        }
+    }
+
+    #[test]
+    fn every_prepared_op_runs_and_reports_positive_times() {
+        let mut b = backend();
+        let gemms = [(1, 64, 64), (7, 100, 33), (64, 256, 128), (300, 96, 200)];
+        for (m, n, k) in gemms {
+            let mut op = b.prepare_gemm(&GemmShape { m, n, k, dtype: Dtype::Fp32 }).expect("prepare GEMM");
+            for _ in 0..3 {
+                op.flush_cache().expect("flush");
+                let ns = op.run_once().expect("run GEMM");
+                assert!(ns > 0.0 && ns.is_finite(), "GEMM {m}×{n}×{k} took {ns} ns");
+            }
+        }
+        let shapes = [
+            attention(AttentionPhase::Prefill, 3, 40, 0, (8, 2, 64)),
+            attention(AttentionPhase::Prefill, 1, 17, 0, (4, 4, 80)),
+            attention(AttentionPhase::Mixed, 2, 16, 100, (8, 1, 64)),
+            attention(AttentionPhase::Decode, 4, 1, 50, (8, 8, 64)),
+            attention(AttentionPhase::Decode, 5, 1, 33, (16, 2, 128)),
+            AttentionShape { uneven: true, ..attention(AttentionPhase::Decode, 6, 1, 40, (8, 2, 64)) },
+        ];
+        for shape in shapes {
+            let mut op = b.prepare_attention(&shape).expect("prepare attention");
+            for _ in 0..3 {
+                op.flush_cache().expect("flush");
+                let ns = op.run_once().expect("run attention");
+                assert!(ns > 0.0 && ns.is_finite(), "{shape:?} took {ns} ns");
+            }
+        }
+    }
+
+    #[test]
+    fn uneven_decode_spreads_contexts_around_the_mean() {
+        let shape = AttentionShape { uneven: true, ..attention(AttentionPhase::Decode, 8, 1, 100, (4, 4, 16)) };
+        let layout = Layout::new(&shape).expect("layout");
+        let contexts: Vec<usize> = layout.seq_lens.iter().map(|l| l - 1).collect();
+        assert!(contexts.iter().all(|&c| (1..=200).contains(&c)), "{contexts:?}");
+        assert!(contexts.windows(2).all(|w| w[0] < w[1]), "spread, not equal: {contexts:?}");
+        let mean = contexts.iter().sum::<usize>() as f64 / contexts.len() as f64;
+        assert!((mean - 100.0).abs() <= 1.0, "mean context {mean}");
+        // Every block is used exactly once across the tables.
+        let mut used = layout.blocks[..layout.cu_blocks[8]].to_vec();
+        used.sort();
+        assert_eq!(used, (0..layout.num_blocks as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn malformed_shapes_are_errors_not_panics() {
+        let mut b = backend();
+        let uneven_groups = attention(AttentionPhase::Prefill, 1, 8, 0, (6, 4, 16));
+        assert!(matches!(b.prepare_attention(&uneven_groups), Err(CalibrateError::Unsupported(_))));
+        let long_decode = attention(AttentionPhase::Decode, 1, 4, 8, (4, 4, 16));
+        assert!(matches!(b.prepare_attention(&long_decode), Err(CalibrateError::Failed(_))));
+        let huge = GemmShape { m: 1 << 20, n: 1 << 20, k: 1 << 20, dtype: Dtype::Fp32 };
+        assert!(matches!(b.prepare_gemm(&huge), Err(CalibrateError::Unsupported(_))));
+    }
+
+    #[test]
+    fn zero_threads_is_an_error() {
+        assert!(matches!(CpuBackend::new(0), Err(CalibrateError::Failed(_))));
+    }
+
+    /// Prints each kernel's achieved throughput against the measured peak, for tuning:
+    /// `cargo test --release --lib calibrate::cpu -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check; run in release"]
+    fn print_kernel_throughput() {
+        use crate::calibrate::grid::{attention_work, gemm_work};
+        let threads = std::env::var("SERVESIM_TEST_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(2);
+        let t0 = Instant::now();
+        let mut b = CpuBackend::new(threads).expect("CPU backend");
+        let peak = b.peak();
+        eprintln!(
+            "new({threads}) took {:.0} ms; peak {:.1} GFLOP/s, {:.1} GB/s; isa {:?}",
+            t0.elapsed().as_secs_f64() * 1e3,
+            peak.flops_per_s / 1e9,
+            peak.memory_bytes_per_s / 1e9,
+            crate::engine::cpu::isa()
+        );
+        // On a loaded machine wall time says little: with SERVESIM_TEST_CPU_TIME=1 (and 1
+        // thread), report the pool thread's own CPU time from /proc/thread-self/schedstat.
+        let cpu_time = std::env::var("SERVESIM_TEST_CPU_TIME").is_ok();
+        let schedstat_ns = || -> f64 {
+            std::fs::read_to_string("/proc/thread-self/schedstat")
+                .ok()
+                .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+                .unwrap_or(f64::NAN)
+        };
+        // The backend's own pool: `op` borrows the backend for its whole life, so reach the pool
+        // through a pointer (it does not move while `b` lives; this is a diagnostic).
+        let pool: *const rayon::ThreadPool = &b.pool;
+        let thread_ns = || if cpu_time { unsafe { &*pool }.install(schedstat_ns) } else { 0.0 };
+        let best = |op: &mut dyn PreparedOp| {
+            (0..7)
+                .map(|_| {
+                    op.flush_cache().unwrap();
+                    let before = thread_ns();
+                    let ns = op.run_once().unwrap();
+                    if cpu_time { thread_ns() - before } else { ns }
+                })
+                .skip(2)
+                .fold(f64::INFINITY, f64::min)
+        };
+        for (m, n, k) in [(1, 2304, 768), (32, 2304, 768), (32, 768, 3072), (256, 2304, 768), (1024, 1024, 1024)] {
+            let shape = GemmShape { m, n, k, dtype: Dtype::Fp32 };
+            let ns = best(b.prepare_gemm(&shape).unwrap().as_mut());
+            let w = gemm_work(&shape);
+            eprintln!(
+                "gemm {m:>5}×{n:>5}×{k:>5}: {:>9.1} µs  {:>6.1} GFLOP/s  {:>6.1} GB/s",
+                ns / 1e3,
+                w.flops / ns,
+                w.bytes / ns
+            );
+        }
+        for (m, n, k) in [(1, 2304, 768), (4, 2304, 768), (16, 2304, 768), (32, 2304, 768), (64, 768, 3072), (128, 2304, 768), (256, 2304, 768)] {
+            for layout in [BLayout::RowMajor, BLayout::Transposed] {
+                let gemm = Gemm { m, n, k, b_layout: layout, accumulate: false };
+                let (a, bm, mut c) = (vec![0.5; m * k], vec![0.25; k * n], vec![0.0; m * n]);
+                let mut ns = f64::INFINITY;
+                for _ in 0..5 {
+                    let before = thread_ns();
+                    let wall = unsafe { &*pool }.install(|| {
+                        let t = Instant::now();
+                        gemm.run(&a, &bm, &mut c, threads);
+                        t.elapsed().as_nanos() as f64
+                    });
+                    ns = ns.min(if cpu_time { thread_ns() - before } else { wall });
+                }
+                eprintln!("gemm {m:>5}×{n:>5}×{k:>5} B {layout:?}: {:>9.1} µs  {:>6.1} GFLOP/s", ns / 1e3, gemm.flops() / ns);
+            }
+        }
+        let shapes = [
+            attention(AttentionPhase::Prefill, 1, 512, 0, (12, 12, 64)),
+            attention(AttentionPhase::Prefill, 1, 1024, 0, (32, 8, 128)),
+            attention(AttentionPhase::Mixed, 2, 256, 1024, (12, 12, 64)),
+            attention(AttentionPhase::Decode, 32, 1, 512, (12, 12, 64)),
+            attention(AttentionPhase::Decode, 32, 1, 2048, (32, 8, 128)),
+            attention(AttentionPhase::Decode, 1, 1, 8192, (32, 8, 128)),
+        ];
+        for shape in shapes {
+            let ns = best(b.prepare_attention(&shape).unwrap().as_mut());
+            let w = attention_work(&shape);
+            eprintln!(
+                "{:?} b{} q{} c{} h{}/{}/{}: {:>9.1} µs  {:>6.1} GFLOP/s  {:>6.1} GB/s",
+                shape.phase,
+                shape.batch,
+                shape.query_len,
+                shape.context_len,
+                shape.num_heads,
+                shape.num_kv_heads,
+                shape.head_dim,
+                ns / 1e3,
+                w.flops / ns,
+                w.bytes / ns
+            );
+        }
+    }
+
+    #[test]
+    fn cache_sizes_parse() {
+        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("x"), None);
+    }
+}

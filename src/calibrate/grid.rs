@@ -1,0 +1,676 @@
+//! The calibration grid: which kernel shapes a calibration run measures.
+//!
+//! The grid is model-agnostic in the sense that it is keyed by kernel shape, not by model: a
+//! profile measured for the preset models serves any model whose per-GPU shapes it contains, and
+//! the cost model interpolates between the shapes it does contain.
+//!
+//! ```text
+//!  GEMM       (m, n, k, dtype)   m: token rows, swept 1 … max_m (dense at small m)
+//!                                (n, k): every projection of every model at every TP degree:
+//!                                  QKV      hidden → (heads + 2·kv_heads)·head_dim / t
+//!                                  O        heads·head_dim / t → hidden
+//!                                  gate+up  hidden → 2·ffn / t
+//!                                  down     ffn / t → hidden
+//!                                  LM head  hidden → vocab rows / t
+//!  attention  (phase, batch, query_len, context_len, heads, kv_heads, head_dim, uneven, dtype)
+//!             phase prefill: batch × query_len, no context
+//!             phase decode:  batch × context_len, query_len 1, even and uneven contexts
+//!             phase mixed:   batch × query_len × context_len (chunked prefill over a cache)
+//!             head counts: per GPU, from every model at every TP degree
+//!  all-reduce (bytes, gpus)      only for the GPU counts asked for
+//! ```
+//!
+//! [`GridScale`] trades coverage for time: `Full` is the GPU grid (every preset model at TP
+//! 1/2/4/8 in ≤ 30 minutes on one GPU); `Quick` and `Tiny` thin the sweeps and cap the work of
+//! each shape so that a CPU, which runs a 16384 × 53248 GEMM in minutes, calibrates a small model
+//! in seconds.
+
+use std::collections::BTreeSet;
+
+use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak};
+use crate::scenario::ModelSpec;
+use crate::scenario::model::Dtype;
+
+/// How dense the grid is and how much work one shape may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GridScale {
+    /// Every sweep point; no cap on a shape's work. For GPUs.
+    Full,
+    /// Sweeps thinned to powers of two (GEMM) or four (attention); shapes capped at
+    /// [`GridScale::max_flops_per_shape`]. A CPU calibration of a 7–8B model in minutes.
+    Quick,
+    /// A handful of points per sweep and a tight work cap: a CPU calibration of a 1B model in
+    /// tens of seconds on two cores; tests.
+    Tiny,
+}
+
+impl GridScale {
+    pub fn name(self) -> &'static str {
+        match self {
+            GridScale::Full => "full",
+            GridScale::Quick => "quick",
+            GridScale::Tiny => "tiny",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<GridScale> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "full" => Some(GridScale::Full),
+            "quick" => Some(GridScale::Quick),
+            "tiny" => Some(GridScale::Tiny),
+            _ => None,
+        }
+    }
+
+    /// Shapes whose FLOPs exceed this are left out, except the smallest shape of each sweep (so
+    /// every op keeps at least one measured point). `None`: no cap.
+    pub fn max_flops_per_shape(self) -> Option<f64> {
+        match self {
+            GridScale::Full => None,
+            GridScale::Quick => Some(5e10),
+            GridScale::Tiny => Some(5e9),
+        }
+    }
+
+    /// Cap on the KV-cache tokens one attention shape holds (batch × (context + query)): bounds
+    /// the memory a shape allocates (2²¹ tokens × 8 KV heads × 128 × 2 × 2 B = 8 GiB on a GPU).
+    pub fn max_kv_tokens_per_shape(self) -> u64 {
+        match self {
+            GridScale::Full => 1 << 21,
+            GridScale::Quick => 1 << 18,
+            GridScale::Tiny => 1 << 14,
+        }
+    }
+
+    /// GEMM rows swept (before `max_m` and the work cap).
+    pub fn m_sweep(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[
+                1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+                4096, 6144, 8192, 12288, 16384,
+            ],
+            GridScale::Quick => &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            GridScale::Tiny => &[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+        }
+    }
+
+    fn prefill_batches(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[1, 2, 4, 8, 16, 32],
+            GridScale::Quick => &[1, 4, 16],
+            GridScale::Tiny => &[1, 2, 4],
+        }
+    }
+
+    fn prefill_query_lens(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            GridScale::Quick => &[4, 16, 64, 256, 1024, 4096, 16384],
+            GridScale::Tiny => &[4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+        }
+    }
+
+    fn decode_batches(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+            GridScale::Quick => &[1, 4, 16, 64, 256],
+            GridScale::Tiny => &[1, 2, 4, 8, 16],
+        }
+    }
+
+    fn decode_context_lens(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072],
+            GridScale::Quick => &[16, 64, 256, 1024, 4096, 16384, 65536],
+            GridScale::Tiny => &[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024],
+        }
+    }
+
+    fn mixed_batches(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[1, 2, 4, 8],
+            GridScale::Quick => &[1, 4],
+            GridScale::Tiny => &[1, 2],
+        }
+    }
+
+    fn mixed_query_lens(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
+            GridScale::Quick => &[16, 64, 256, 1024],
+            GridScale::Tiny => &[16, 32, 64],
+        }
+    }
+
+    fn mixed_context_lens(self) -> &'static [u32] {
+        match self {
+            GridScale::Full => &[256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+            GridScale::Quick => &[256, 1024, 4096, 16384],
+            GridScale::Tiny => &[128, 256, 512],
+        }
+    }
+
+    /// All-reduce sizes, bytes: 4 KiB … 256 MiB.
+    fn allreduce_bytes(self) -> Vec<u64> {
+        let step = match self {
+            GridScale::Full => 1,
+            GridScale::Quick | GridScale::Tiny => 2,
+        };
+        (12..=28).step_by(step).map(|p| 1u64 << p).collect()
+    }
+}
+
+/// What a grid covers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridOptions {
+    /// GEMM dtypes measured. Attention is measured in each of them except fp8 (the attention
+    /// kernels take 16-bit or, on a CPU, 32-bit inputs).
+    pub dtypes: Vec<Dtype>,
+    /// Tensor-parallel degrees whose per-GPU shapes are covered.
+    pub tensor_parallel: Vec<u32>,
+    /// Models whose per-GPU shapes are covered.
+    pub models: Vec<ModelSpec>,
+    /// Largest GEMM row count, and the largest number of new tokens in one attention shape.
+    pub max_m: u32,
+    pub scale: GridScale,
+    /// GPU counts to measure all-reduces over (empty: none; a single device has no collective).
+    pub allreduce_gpus: Vec<u32>,
+}
+
+impl GridOptions {
+    /// Every preset model at TP 1/2/4/8 in bf16, m up to 16384: the grid a GPU profile covers.
+    pub fn all_presets(scale: GridScale) -> GridOptions {
+        GridOptions {
+            dtypes: vec![Dtype::Bf16],
+            tensor_parallel: vec![1, 2, 4, 8],
+            models: ModelSpec::preset_names().into_iter().filter_map(ModelSpec::preset).collect(),
+            max_m: 16384,
+            scale,
+            allreduce_gpus: Vec::new(),
+        }
+    }
+
+    /// One model at the given TP degrees and dtypes.
+    pub fn for_model(model: ModelSpec, tensor_parallel: Vec<u32>, dtypes: Vec<Dtype>, scale: GridScale) -> GridOptions {
+        GridOptions { dtypes, tensor_parallel, models: vec![model], max_m: 16384, scale, allreduce_gpus: Vec::new() }
+    }
+}
+
+/// Which projection of a transformer layer a GEMM is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GemmOp {
+    Qkv,
+    O,
+    GateUp,
+    Down,
+    LmHead,
+}
+
+impl GemmOp {
+    pub const ALL: [GemmOp; 5] = [GemmOp::Qkv, GemmOp::O, GemmOp::GateUp, GemmOp::Down, GemmOp::LmHead];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmOp::Qkv => "QKV",
+            GemmOp::O => "O",
+            GemmOp::GateUp => "gate+up",
+            GemmOp::Down => "down",
+            GemmOp::LmHead => "LM head",
+        }
+    }
+}
+
+/// `(n, k)` of each projection of `model` on one GPU at tensor parallelism `tp`, in
+/// [`GemmOp::ALL`] order, as vLLM shards it (see [`ModelSpec::shard`]).
+pub fn model_gemm_nk(model: &ModelSpec, tp: u32) -> [(GemmOp, u32, u32); 5] {
+    let shard = model.shard(tp);
+    let h = model.hidden_size;
+    let d = model.head_dim as u64;
+    let to_u32 = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    [
+        (GemmOp::Qkv, to_u32((shard.heads + 2 * shard.kv_heads) * d), h),
+        (GemmOp::O, h, to_u32(shard.heads * d)),
+        (GemmOp::GateUp, to_u32(2 * shard.ffn), h),
+        (GemmOp::Down, h, to_u32(shard.ffn)),
+        (GemmOp::LmHead, to_u32(shard.vocab_rows), h),
+    ]
+}
+
+/// The dtype a model's GEMM runs in: the weights' dtype, except the LM head, which stays 16-bit
+/// in fp8 checkpoints (see `cost::roofline`).
+pub fn gemm_dtype(model: &ModelSpec, op: GemmOp) -> Dtype {
+    match (op, model.weight_dtype) {
+        (GemmOp::LmHead, Dtype::Fp8) => Dtype::Bf16,
+        (_, d) => d,
+    }
+}
+
+/// Attention heads on one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HeadConfig {
+    pub num_heads: u32,
+    pub num_kv_heads: u32,
+    pub head_dim: u32,
+}
+
+/// The per-GPU head configuration of `model` at tensor parallelism `tp`.
+pub fn model_heads(model: &ModelSpec, tp: u32) -> HeadConfig {
+    let shard = model.shard(tp);
+    HeadConfig { num_heads: shard.heads as u32, num_kv_heads: shard.kv_heads as u32, head_dim: model.head_dim }
+}
+
+/// One shape of the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Shape {
+    Gemm(GemmShape),
+    Attention(AttentionShape),
+    AllReduce(AllReduceShape),
+}
+
+/// Roofline work of a shape: FLOPs and bytes moved to and from memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Work {
+    pub flops: f64,
+    pub bytes: f64,
+}
+
+impl Work {
+    /// The roofline time at `peak`: `max(flops / peak FLOP/s, bytes / peak bandwidth)`, seconds.
+    #[inline]
+    pub fn roofline_s(&self, peak: &Peak) -> f64 {
+        (self.flops / peak.flops_per_s).max(self.bytes / peak.memory_bytes_per_s)
+    }
+}
+
+/// FLOPs per multiply-accumulate.
+const FLOPS_PER_MAC: f64 = 2.0;
+/// QKᵀ and P·V.
+const ATTENTION_MATMULS: f64 = 2.0;
+/// K and V.
+const KV_TENSORS: f64 = 2.0;
+/// Q read and O written per query token.
+const QO_TENSORS: f64 = 2.0;
+
+/// Bytes of a GEMM's output element: 16-bit for fp8 (cuBLASLt writes bf16), else the dtype.
+fn gemm_output_bytes(dtype: Dtype) -> f64 {
+    dtype.bytes().max(2) as f64
+}
+
+/// A GEMM `[m × k] · [k × n]`: `2·m·n·k` FLOPs; reads `m·k + k·n` input elements in `dtype` and
+/// writes `m·n` outputs (16-bit for fp8, else `dtype`).
+pub fn gemm_work(shape: &GemmShape) -> Work {
+    let (m, n, k) = (shape.m as f64, shape.n as f64, shape.k as f64);
+    let input = shape.dtype.bytes() as f64;
+    Work { flops: FLOPS_PER_MAC * m * n * k, bytes: (m * k + k * n) * input + m * n * gemm_output_bytes(shape.dtype) }
+}
+
+/// Attention work from totals over a batch: `keys` (Σ over query tokens of the keys each
+/// attends to), `kv_tokens` (cached plus new tokens whose K and V are read) and
+/// `query_tokens`. FLOPs `4 · heads · head_dim · keys`; bytes: K and V of every KV token for
+/// each KV head, plus Q and O of every query token for each head, all in `dtype`.
+#[inline]
+pub fn attention_work_from_totals(
+    heads: HeadConfig,
+    dtype: Dtype,
+    keys: f64,
+    kv_tokens: f64,
+    query_tokens: f64,
+) -> Work {
+    let h = heads.num_heads as f64;
+    let kv = heads.num_kv_heads as f64;
+    let d = heads.head_dim as f64;
+    let bytes = dtype.bytes() as f64;
+    Work {
+        flops: ATTENTION_MATMULS * FLOPS_PER_MAC * h * d * keys,
+        bytes: (KV_TENSORS * kv * kv_tokens + QO_TENSORS * h * query_tokens) * d * bytes,
+    }
+}
+
+/// The totals `(keys, kv_tokens, query_tokens)` of `batch` sequences of `query_len` new tokens
+/// over `context_len` cached ones each: causal, so new token `i` (0-based) sees `c + i + 1` keys.
+/// For uneven decode shapes `context_len` is the mean context, which is what the totals need.
+#[inline]
+pub fn attention_totals(batch: f64, query_len: f64, context_len: f64) -> (f64, f64, f64) {
+    let keys = batch * (query_len * context_len + query_len * (query_len + 1.0) / 2.0);
+    (keys, batch * (context_len + query_len), batch * query_len)
+}
+
+pub fn attention_work(shape: &AttentionShape) -> Work {
+    let (keys, kv_tokens, query_tokens) =
+        attention_totals(shape.batch as f64, shape.query_len as f64, shape.context_len as f64);
+    let heads = HeadConfig { num_heads: shape.num_heads, num_kv_heads: shape.num_kv_heads, head_dim: shape.head_dim };
+    attention_work_from_totals(heads, shape.dtype, keys, kv_tokens, query_tokens)
+}
+
+/// A ring all-reduce of `bytes` over `gpus` moves `2·(gpus − 1)/gpus · bytes` per GPU; no FLOPs
+/// worth counting.
+pub fn allreduce_work(shape: &AllReduceShape) -> Work {
+    let g = shape.gpus.max(1) as f64;
+    Work { flops: 0.0, bytes: 2.0 * (g - 1.0) / g * shape.bytes as f64 }
+}
+
+impl Shape {
+    pub fn work(&self) -> Work {
+        match self {
+            Shape::Gemm(s) => gemm_work(s),
+            Shape::Attention(s) => attention_work(s),
+            Shape::AllReduce(s) => allreduce_work(s),
+        }
+    }
+
+    /// The dtype of a GEMM or attention shape.
+    pub fn dtype(&self) -> Option<Dtype> {
+        match self {
+            Shape::Gemm(s) => Some(s.dtype),
+            Shape::Attention(s) => Some(s.dtype),
+            Shape::AllReduce(_) => None,
+        }
+    }
+}
+
+/// The shapes a calibration run measures, deduplicated and sorted, with the options that made
+/// them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    pub options: GridOptions,
+    pub gemms: Vec<GemmShape>,
+    pub attention: Vec<AttentionShape>,
+    pub allreduce: Vec<AllReduceShape>,
+}
+
+impl Grid {
+    pub fn new(options: GridOptions) -> Grid {
+        let scale = options.scale;
+        let max_flops = scale.max_flops_per_shape().unwrap_or(f64::INFINITY);
+        let tps: Vec<u32> = if options.tensor_parallel.is_empty() { vec![1] } else { options.tensor_parallel.clone() };
+
+        // GEMM (n, k) pairs over every model and TP degree.
+        let mut nk: BTreeSet<(u32, u32)> = BTreeSet::new();
+        let mut heads: BTreeSet<HeadConfig> = BTreeSet::new();
+        let mut max_positions = 0u32;
+        for model in &options.models {
+            max_positions = max_positions.max(model.max_position_embeddings);
+            for &tp in &tps {
+                for (_, n, k) in model_gemm_nk(model, tp) {
+                    nk.insert((n, k));
+                }
+                heads.insert(model_heads(model, tp));
+            }
+        }
+        let max_positions = if max_positions == 0 { u32::MAX } else { max_positions };
+
+        let m_values: Vec<u32> = scale.m_sweep().iter().copied().filter(|&m| m <= options.max_m.max(1)).collect();
+        let m_values = if m_values.is_empty() { vec![1] } else { m_values };
+        let mut gemms = BTreeSet::new();
+        for &dtype in &options.dtypes {
+            for &(n, k) in &nk {
+                for (i, &m) in m_values.iter().enumerate() {
+                    let shape = GemmShape { m, n, k, dtype };
+                    if i == 0 || gemm_work(&shape).flops <= max_flops {
+                        gemms.insert(shape);
+                    }
+                }
+            }
+        }
+
+        let mut attention = BTreeSet::new();
+        let max_kv_tokens = scale.max_kv_tokens_per_shape();
+        let max_new_tokens = options.max_m.max(1) as u64;
+        for &dtype in options.dtypes.iter().filter(|&&d| d != Dtype::Fp8) {
+            for &h in &heads {
+                let mut add = |phase, batch: u32, query_len: u32, context_len: u32, uneven: bool, first: bool| {
+                    let shape = AttentionShape {
+                        phase,
+                        batch,
+                        query_len,
+                        context_len,
+                        num_heads: h.num_heads,
+                        num_kv_heads: h.num_kv_heads,
+                        head_dim: h.head_dim,
+                        uneven,
+                        dtype,
+                    };
+                    let b = batch as u64;
+                    let fits = b * (context_len as u64 + query_len as u64) <= max_kv_tokens
+                        && b * query_len as u64 <= max_new_tokens.max(b)
+                        && (context_len as u64 + query_len as u64) <= max_positions as u64
+                        && attention_work(&shape).flops <= max_flops;
+                    if first || fits {
+                        attention.insert(shape);
+                    }
+                };
+                for (bi, &batch) in scale.prefill_batches().iter().enumerate() {
+                    for (qi, &q) in scale.prefill_query_lens().iter().enumerate() {
+                        add(AttentionPhase::Prefill, batch, q, 0, false, bi == 0 && qi == 0);
+                    }
+                }
+                for (bi, &batch) in scale.decode_batches().iter().enumerate() {
+                    for (ci, &c) in scale.decode_context_lens().iter().enumerate() {
+                        add(AttentionPhase::Decode, batch, 1, c, false, bi == 0 && ci == 0);
+                        // Uneven contexts need at least two sequences to differ.
+                        if batch >= 2 {
+                            add(AttentionPhase::Decode, batch, 1, c, true, bi == 1 && ci == 0);
+                        }
+                    }
+                }
+                for (bi, &batch) in scale.mixed_batches().iter().enumerate() {
+                    for (qi, &q) in scale.mixed_query_lens().iter().enumerate() {
+                        for (ci, &c) in scale.mixed_context_lens().iter().enumerate() {
+                            add(AttentionPhase::Mixed, batch, q, c, false, bi == 0 && qi == 0 && ci == 0);
+                        }
+                    }
+                }
+            }
+        }
+
+        let mut allreduce = BTreeSet::new();
+        for &gpus in options.allreduce_gpus.iter().filter(|&&g| g >= 2) {
+            for bytes in scale.allreduce_bytes() {
+                allreduce.insert(AllReduceShape { bytes, gpus });
+            }
+        }
+
+        Grid {
+            options,
+            gemms: gemms.into_iter().collect(),
+            attention: attention.into_iter().collect(),
+            allreduce: allreduce.into_iter().collect(),
+        }
+    }
+
+    /// Number of shapes.
+    pub fn len(&self) -> usize {
+        self.gemms.len() + self.attention.len() + self.allreduce.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every shape, coarse to fine: the first shapes measured span each sweep's whole range
+    /// (smallest, largest, then midpoints, …), so a run stopped by its budget still covers every
+    /// op end to end and only lacks resolution. Within a level, GEMMs, then attention, then
+    /// all-reduces, each in sorted order.
+    pub fn shapes_in_run_order(&self) -> Vec<Shape> {
+        let m_axis: Vec<u32> = sorted_unique(self.gemms.iter().map(|s| s.m));
+        let batch_axis = sorted_unique(self.attention.iter().map(|s| s.batch));
+        let query_axis = sorted_unique(self.attention.iter().map(|s| s.query_len));
+        let context_axis = sorted_unique(self.attention.iter().map(|s| s.context_len));
+        let bytes_axis: Vec<u64> = sorted_unique(self.allreduce.iter().map(|s| s.bytes));
+        let mut keyed: Vec<(u32, Shape)> = Vec::with_capacity(self.len());
+        for s in &self.gemms {
+            keyed.push((level_of(&m_axis, s.m), Shape::Gemm(*s)));
+        }
+        for s in &self.attention {
+            let level = level_of(&batch_axis, s.batch)
+                .max(level_of(&query_axis, s.query_len))
+                .max(level_of(&context_axis, s.context_len));
+            keyed.push((level, Shape::Attention(*s)));
+        }
+        for s in &self.allreduce {
+            keyed.push((level_of(&bytes_axis, s.bytes), Shape::AllReduce(*s)));
+        }
+        // Stable sort by level keeps kind and shape order within a level.
+        keyed.sort_by_key(|(level, _)| *level);
+        keyed.into_iter().map(|(_, s)| s).collect()
+    }
+}
+
+fn sorted_unique<T: Ord + Copy>(values: impl Iterator<Item = T>) -> Vec<T> {
+    let set: BTreeSet<T> = values.collect();
+    set.into_iter().collect()
+}
+
+/// The subdivision level of `value` on a sorted axis: 0 for the two ends, 1 for the middle, 2
+/// for the quarter points, … (the level at which binary subdivision of the index range first
+/// reaches its index).
+fn level_of<T: Ord>(axis: &[T], value: T) -> u32 {
+    let Ok(i) = axis.binary_search(&value) else { return 0 };
+    let last = axis.len().saturating_sub(1);
+    if i == 0 || i == last {
+        return 0;
+    }
+    let mut level = 1;
+    let mut step = last.next_power_of_two() / 2;
+    while step > 1 && i % step != 0 {
+        step /= 2;
+        level += 1;
+    }
+    level
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama_1b() -> ModelSpec {
+        ModelSpec::preset("Llama-3.2-1B").unwrap()
+    }
+
+    #[test]
+    fn model_gemm_shapes_follow_the_shard() {
+        let m = ModelSpec::preset("Llama-3.1-8B").unwrap();
+        let tp1 = model_gemm_nk(&m, 1);
+        assert_eq!(tp1[0], (GemmOp::Qkv, (32 + 16) * 128, 4096));
+        assert_eq!(tp1[1], (GemmOp::O, 4096, 4096));
+        assert_eq!(tp1[2], (GemmOp::GateUp, 2 * 14336, 4096));
+        assert_eq!(tp1[3], (GemmOp::Down, 4096, 14336));
+        assert_eq!(tp1[4], (GemmOp::LmHead, 128256, 4096));
+        let tp8 = model_gemm_nk(&m, 8);
+        // 4 query heads and 1 KV head per GPU.
+        assert_eq!(tp8[0], (GemmOp::Qkv, (4 + 2) * 128, 4096));
+        assert_eq!(tp8[4], (GemmOp::LmHead, 128256 / 8, 4096));
+        assert_eq!(model_heads(&m, 8), HeadConfig { num_heads: 4, num_kv_heads: 1, head_dim: 128 });
+    }
+
+    #[test]
+    fn full_grid_covers_every_preset_at_every_tp() {
+        let grid = Grid::new(GridOptions::all_presets(GridScale::Full));
+        for name in ModelSpec::preset_names() {
+            let model = ModelSpec::preset(name).unwrap();
+            for tp in [1, 2, 4, 8] {
+                for (op, n, k) in model_gemm_nk(&model, tp) {
+                    for m in [1, 16384] {
+                        let shape = GemmShape { m, n, k, dtype: Dtype::Bf16 };
+                        assert!(grid.gemms.binary_search(&shape).is_ok(), "{name} tp {tp} {} m {m}", op.name());
+                    }
+                }
+                let h = model_heads(&model, tp);
+                for phase in [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed] {
+                    assert!(
+                        grid.attention.iter().any(|s| s.phase == phase
+                            && (s.num_heads, s.num_kv_heads, s.head_dim) == (h.num_heads, h.num_kv_heads, h.head_dim)),
+                        "{name} tp {tp} {phase:?}"
+                    );
+                }
+                assert!(grid.attention.iter().any(|s| s.uneven && s.num_heads == h.num_heads));
+            }
+        }
+        // Sorted and deduplicated.
+        assert!(grid.gemms.windows(2).all(|w| w[0] < w[1]));
+        assert!(grid.attention.windows(2).all(|w| w[0] < w[1]));
+        // Bounded memory per attention shape; nothing longer than a model's context window.
+        for s in &grid.attention {
+            assert!(s.batch as u64 * (s.context_len + s.query_len) as u64 <= 1 << 21, "{s:?}");
+            assert!(s.context_len + s.query_len <= 131072, "{s:?}");
+        }
+        println!("full grid: {} GEMMs, {} attention shapes", grid.gemms.len(), grid.attention.len());
+    }
+
+    #[test]
+    fn tiny_grid_caps_work_but_keeps_every_op() {
+        let options = GridOptions::for_model(llama_1b(), vec![1], vec![Dtype::Fp32], GridScale::Tiny);
+        let grid = Grid::new(options);
+        for (op, n, k) in model_gemm_nk(&llama_1b(), 1) {
+            let ms: Vec<u32> = grid.gemms.iter().filter(|s| (s.n, s.k) == (n, k)).map(|s| s.m).collect();
+            assert_eq!(ms.first(), Some(&1), "{}", op.name());
+            assert!(ms.len() >= 3, "{} {ms:?}", op.name());
+        }
+        for s in &grid.gemms {
+            assert!(s.m == 1 || gemm_work(s).flops <= 5e9, "{s:?}");
+        }
+        let total_flops: f64 = grid.gemms.iter().map(|s| gemm_work(s).flops).sum::<f64>()
+            + grid.attention.iter().map(|s| attention_work(s).flops).sum::<f64>();
+        // A few seconds per pass at ~100 GFLOP/s.
+        assert!(total_flops < 2e11, "{total_flops:e}");
+        assert!(grid.len() < 400, "{}", grid.len());
+        println!("tiny grid for Llama-3.2-1B: {} shapes, {total_flops:.2e} FLOP", grid.len());
+    }
+
+    #[test]
+    fn run_order_is_coarse_to_fine_and_complete() {
+        let options = GridOptions::for_model(llama_1b(), vec![1, 2], vec![Dtype::Bf16], GridScale::Quick);
+        let grid = Grid::new(options);
+        let order = grid.shapes_in_run_order();
+        assert_eq!(order.len(), grid.len());
+        let mut sorted = order.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), grid.len());
+        // The first level holds both ends of the m sweep for every (n, k): a run stopped early
+        // still spans every GEMM's range.
+        let m_axis = sorted_unique(grid.gemms.iter().map(|s| s.m));
+        let level0 = order.iter().take_while(|s| match s {
+            Shape::Gemm(g) => level_of(&m_axis, g.m) == 0,
+            _ => false,
+        });
+        let ends: BTreeSet<(u32, u32, u32)> = level0
+            .map(|s| match s {
+                Shape::Gemm(g) => (g.m, g.n, g.k),
+                _ => unreachable!(),
+            })
+            .collect();
+        for g in &grid.gemms {
+            if g.m == m_axis[0] || g.m == *m_axis.last().unwrap() {
+                assert!(ends.contains(&(g.m, g.n, g.k)), "{g:?}");
+            }
+        }
+        assert!(order.iter().position(|s| matches!(s, Shape::Gemm(g) if g.m == 2)).unwrap() > ends.len());
+    }
+
+    #[test]
+    fn subdivision_levels() {
+        let axis = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let levels: Vec<u32> = axis.iter().map(|&v| level_of(&axis, v)).collect();
+        assert_eq!(levels, [0, 3, 2, 3, 1, 3, 2, 3, 0]);
+    }
+
+    #[test]
+    fn work_formulas() {
+        let g = GemmShape { m: 2, n: 3, k: 4, dtype: Dtype::Bf16 };
+        assert_eq!(gemm_work(&g), Work { flops: 48.0, bytes: (8.0 + 12.0) * 2.0 + 6.0 * 2.0 });
+        let a = AttentionShape {
+            phase: AttentionPhase::Decode,
+            batch: 2,
+            query_len: 1,
+            context_len: 10,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 8,
+            uneven: false,
+            dtype: Dtype::Bf16,
+        };
+        // keys = 2 · 11; flops = 4 · 4 · 8 · 22; bytes = (2·2·22 + 2·4·2) · 8 · 2.
+        assert_eq!(attention_work(&a), Work { flops: 4.0 * 4.0 * 8.0 * 22.0, bytes: (88.0 + 16.0) * 16.0 });
+    }
+}

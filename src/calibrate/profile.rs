@@ -1,0 +1,650 @@
+//! The profile format: a CSV with one row per measured shape, and a TOML provenance sidecar.
+//!
+//! `calibration/h100-sxm.csv` comes with `calibration/h100-sxm.provenance.toml` (see
+//! [`provenance_path`]). The CSV is deterministic given the measurements (rows sorted by shape,
+//! numbers in Rust's shortest round-trip notation); the sidecar's `date` is the only part taken
+//! from the system clock.
+//!
+//! # CSV columns
+//!
+//! A cell that does not apply to a row's op is empty.
+//!
+//! | column | meaning |
+//! | --- | --- |
+//! | `op` | `gemm`, `attention` or `allreduce` |
+//! | `phase` | attention only: `prefill` (whole prompts, no cache), `decode` (one token over a paged cache) or `mixed` (prefill chunks over cached context) |
+//! | `dtype` | GEMM and attention: `bf16`, `fp16`, `fp8` or `fp32` (inputs; a GEMM's output is 16-bit for fp8) |
+//! | `m`, `n`, `k` | GEMM: `[m × k] · [k × n]`; `m` is token rows, `n` output features, `k` input features |
+//! | `batch` | attention: sequences in the batch |
+//! | `query_len` | attention: new tokens per sequence (1 for decode) |
+//! | `context_len` | attention: cached tokens per sequence before the step (0 for prefill); with `uneven`, the mean |
+//! | `num_heads`, `num_kv_heads`, `head_dim` | attention: heads on this GPU (query and KV) and the head size |
+//! | `uneven` | attention: `true` when decode contexts are spread evenly over `1..=2·context_len` |
+//! | `bytes` | all-reduce: payload size, bytes |
+//! | `gpus` | all-reduce: number of GPUs |
+//! | `median_ns`, `p10_ns`, `p90_ns` | the kernel's duration over the timed repeats, nanoseconds |
+//! | `repeats` | timed repeats (warm-up runs excluded) |
+//! | `flops` | roofline FLOPs of the shape (GEMM `2·m·n·k`; attention `4·heads·head_dim·keys`) |
+//! | `bytes_moved` | roofline memory traffic, bytes (GEMM inputs and output; attention K/V of every cached and new token plus Q and O; all-reduce `2(g−1)/g · bytes` per GPU) |
+//! | `utilisation` | roofline time at the sidecar's peak ÷ `median_ns`: 1 means the kernel ran at the roofline; empty for all-reduces (no link peak) |
+//!
+//! `flops`, `bytes_moved` and `utilisation` are derived, for readers of the file: the cost model
+//! recomputes them from the shape, `median_ns` and the sidecar's peak, so editing them changes
+//! nothing.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
+use super::grid::{GridOptions, Shape, Work};
+use super::timing::{Measurement, TimingOptions};
+use crate::scenario::model::Dtype;
+
+/// The CSV header, in order.
+pub const COLUMNS: [&str; 22] = [
+    "op",
+    "phase",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "query_len",
+    "context_len",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "uneven",
+    "bytes",
+    "gpus",
+    "median_ns",
+    "p10_ns",
+    "p90_ns",
+    "repeats",
+    "flops",
+    "bytes_moved",
+    "utilisation",
+];
+
+/// One measured shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileRow {
+    pub shape: Shape,
+    pub measurement: Measurement,
+    /// FLOPs and bytes of the shape (see [`Shape::work`]).
+    pub work: Work,
+    /// Roofline time at the profile's peak ÷ median time; `None` for all-reduces.
+    pub utilisation: Option<f64>,
+}
+
+impl ProfileRow {
+    pub fn new(shape: Shape, measurement: Measurement, peak: &Peak) -> ProfileRow {
+        let work = shape.work();
+        let utilisation = match shape {
+            Shape::AllReduce(_) => None,
+            _ => Some(work.roofline_s(peak) * 1e9 / measurement.median_ns),
+        };
+        ProfileRow { shape, measurement, work, utilisation }
+    }
+}
+
+/// The device a profile was measured on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProvenance {
+    pub device: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+}
+
+impl From<&DeviceInfo> for DeviceProvenance {
+    fn from(d: &DeviceInfo) -> Self {
+        DeviceProvenance {
+            device: d.device.clone(),
+            name: d.name.clone(),
+            driver_version: d.driver_version.clone(),
+            runtime_version: d.runtime_version.clone(),
+            clocks: d.clocks.clone(),
+            parallelism: d.parallelism,
+        }
+    }
+}
+
+/// The peaks utilisation is measured against.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeakProvenance {
+    pub flops_per_s: f64,
+    pub memory_bytes_per_s: f64,
+}
+
+impl From<Peak> for PeakProvenance {
+    fn from(p: Peak) -> Self {
+        PeakProvenance { flops_per_s: p.flops_per_s, memory_bytes_per_s: p.memory_bytes_per_s }
+    }
+}
+
+impl PeakProvenance {
+    pub fn peak(&self) -> Peak {
+        Peak { flops_per_s: self.flops_per_s, memory_bytes_per_s: self.memory_bytes_per_s }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelHash {
+    pub name: String,
+    pub hash: String,
+}
+
+/// The grid a profile was measured over ([`GridOptions`] with models by name).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GridProvenance {
+    pub scale: String,
+    pub dtypes: Vec<String>,
+    pub tensor_parallel: Vec<u32>,
+    pub models: Vec<String>,
+    pub max_m: u32,
+    #[serde(default)]
+    pub allreduce_gpus: Vec<u32>,
+}
+
+impl From<&GridOptions> for GridProvenance {
+    fn from(g: &GridOptions) -> Self {
+        GridProvenance {
+            scale: g.scale.name().to_string(),
+            dtypes: g.dtypes.iter().map(|d| d.name().to_string()).collect(),
+            tensor_parallel: g.tensor_parallel.clone(),
+            models: g.models.iter().map(|m| m.name.clone()).collect(),
+            max_m: g.max_m,
+            allreduce_gpus: g.allreduce_gpus.clone(),
+        }
+    }
+}
+
+/// The timing policy a profile was measured with ([`TimingOptions`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimingProvenance {
+    pub warmup: u32,
+    pub min_repeats: u32,
+    pub max_repeats: u32,
+    pub max_time_ms: u64,
+    pub stable_window: u32,
+    pub stable_rel: f64,
+    pub flush_cache: bool,
+}
+
+impl From<&TimingOptions> for TimingProvenance {
+    fn from(t: &TimingOptions) -> Self {
+        TimingProvenance {
+            warmup: t.warmup,
+            min_repeats: t.min_repeats,
+            max_repeats: t.max_repeats,
+            max_time_ms: t.max_time.as_millis() as u64,
+            stable_window: t.stable_window,
+            stable_rel: t.stable_rel,
+            flush_cache: t.flush_cache,
+        }
+    }
+}
+
+/// What a calibration run did with the grid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub shapes_in_grid: u64,
+    pub measured: u64,
+    /// Shapes the backend cannot run (a dtype it lacks, no collective on one device).
+    pub skipped_unsupported: u64,
+    /// Shapes left unmeasured when the budget ran out.
+    pub skipped_budget: u64,
+    /// Shapes whose preparation or run failed (e.g. out of memory); the first few reasons are in
+    /// `failures`.
+    pub failed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+impl std::fmt::Display for RunSummary {
+    /// One line for the end of a run: `measured 120 of 130 shapes; 4 unsupported, 6 skipped
+    /// (budget spent), 0 failed`, with the first failure reasons on following lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "measured {} of {} shapes; {} unsupported, {} skipped (budget spent), {} failed",
+            self.measured, self.shapes_in_grid, self.skipped_unsupported, self.skipped_budget, self.failed
+        )?;
+        for failure in &self.failures {
+            write!(f, "\n  failed: {failure}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a profile came from: everything needed to judge whether it applies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub servesim_version: String,
+    /// When the run ended, RFC 3339 (UTC) from the system clock.
+    pub date: String,
+    pub device: DeviceProvenance,
+    pub peak: PeakProvenance,
+    /// (kernel, hash of its source) for every kernel the backend runs.
+    #[serde(default)]
+    pub kernels: Vec<KernelHash>,
+    pub grid: GridProvenance,
+    pub timing: TimingProvenance,
+    pub run: RunSummary,
+}
+
+impl Provenance {
+    pub fn to_toml_string(&self) -> String {
+        let body = toml::to_string(self).expect("provenance serializes to TOML");
+        format!("# servesim calibration profile provenance (the CSV beside this file holds the measurements)\n{body}")
+    }
+}
+
+/// A calibration profile: measured rows and their provenance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    pub rows: Vec<ProfileRow>,
+    pub provenance: Provenance,
+}
+
+/// Why a profile could not be read or written. Each names the file (and the line, for CSV
+/// content).
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("{}: cannot read: {source}", file.display())]
+    Read { file: PathBuf, source: std::io::Error },
+    #[error("{}: cannot write: {source}", file.display())]
+    Write { file: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: {message}", file.display())]
+    Csv { file: PathBuf, line: u64, message: String },
+    #[error("{}: {message}", file.display())]
+    Provenance { file: PathBuf, message: String },
+}
+
+/// The provenance sidecar of a profile CSV: `x.csv` → `x.provenance.toml`.
+pub fn provenance_path(csv: &Path) -> PathBuf {
+    csv.with_extension("provenance.toml")
+}
+
+fn phase_name(phase: AttentionPhase) -> &'static str {
+    match phase {
+        AttentionPhase::Prefill => "prefill",
+        AttentionPhase::Decode => "decode",
+        AttentionPhase::Mixed => "mixed",
+    }
+}
+
+fn parse_phase(s: &str) -> Option<AttentionPhase> {
+    match s {
+        "prefill" => Some(AttentionPhase::Prefill),
+        "decode" => Some(AttentionPhase::Decode),
+        "mixed" => Some(AttentionPhase::Mixed),
+        _ => None,
+    }
+}
+
+impl Profile {
+    /// The rows' peak (from the provenance).
+    pub fn peak(&self) -> Peak {
+        self.provenance.peak.peak()
+    }
+
+    /// The CSV text: header, then one line per row in the order of `rows`.
+    pub fn to_csv_string(&self) -> String {
+        let mut out = String::with_capacity(64 * (self.rows.len() + 1));
+        out.push_str(&COLUMNS.join(","));
+        out.push('\n');
+        for row in &self.rows {
+            // op, phase, dtype, m, n, k, batch, query_len, context_len, num_heads, num_kv_heads,
+            // head_dim, uneven, bytes, gpus
+            let mut cells: [String; 15] = Default::default();
+            match &row.shape {
+                Shape::Gemm(g) => {
+                    cells[0] = "gemm".into();
+                    cells[2] = g.dtype.name().into();
+                    cells[3] = g.m.to_string();
+                    cells[4] = g.n.to_string();
+                    cells[5] = g.k.to_string();
+                }
+                Shape::Attention(a) => {
+                    cells[0] = "attention".into();
+                    cells[1] = phase_name(a.phase).into();
+                    cells[2] = a.dtype.name().into();
+                    cells[6] = a.batch.to_string();
+                    cells[7] = a.query_len.to_string();
+                    cells[8] = a.context_len.to_string();
+                    cells[9] = a.num_heads.to_string();
+                    cells[10] = a.num_kv_heads.to_string();
+                    cells[11] = a.head_dim.to_string();
+                    cells[12] = a.uneven.to_string();
+                }
+                Shape::AllReduce(r) => {
+                    cells[0] = "allreduce".into();
+                    cells[13] = r.bytes.to_string();
+                    cells[14] = r.gpus.to_string();
+                }
+            }
+            let m = &row.measurement;
+            let utilisation = row.utilisation.map(|u| u.to_string()).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{}",
+                cells.join(","),
+                m.median_ns,
+                m.p10_ns,
+                m.p90_ns,
+                m.repeats,
+                row.work.flops,
+                row.work.bytes,
+                utilisation
+            );
+        }
+        out
+    }
+
+    /// Writes the CSV to `csv` and the provenance to [`provenance_path`]`(csv)`.
+    pub fn write(&self, csv: &Path) -> Result<(), ProfileError> {
+        if let Some(dir) = csv.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| ProfileError::Write { file: dir.to_path_buf(), source })?;
+        }
+        std::fs::write(csv, self.to_csv_string())
+            .map_err(|source| ProfileError::Write { file: csv.to_path_buf(), source })?;
+        let sidecar = provenance_path(csv);
+        std::fs::write(&sidecar, self.provenance.to_toml_string())
+            .map_err(|source| ProfileError::Write { file: sidecar, source })
+    }
+
+    /// Reads a profile CSV and its provenance sidecar (which must exist: it holds the peak that
+    /// the utilisations are relative to).
+    pub fn read(csv: &Path) -> Result<Profile, ProfileError> {
+        let sidecar = provenance_path(csv);
+        let toml_text =
+            std::fs::read_to_string(&sidecar).map_err(|source| ProfileError::Read { file: sidecar.clone(), source })?;
+        let provenance = parse_provenance(&toml_text, &sidecar)?;
+        let text =
+            std::fs::read_to_string(csv).map_err(|source| ProfileError::Read { file: csv.to_path_buf(), source })?;
+        let rows = parse_csv(&text, csv, &provenance.peak.peak())?;
+        Ok(Profile { rows, provenance })
+    }
+}
+
+/// Parses a provenance sidecar's text; `file` names it in errors.
+pub fn parse_provenance(text: &str, file: &Path) -> Result<Provenance, ProfileError> {
+    let provenance: Provenance = toml::from_str(text)
+        .map_err(|e| ProfileError::Provenance { file: file.to_path_buf(), message: e.to_string() })?;
+    let peak = provenance.peak;
+    for (name, value) in [("peak.flops_per_s", peak.flops_per_s), ("peak.memory_bytes_per_s", peak.memory_bytes_per_s)]
+    {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(ProfileError::Provenance {
+                file: file.to_path_buf(),
+                message: format!("{name} = {value}: must be positive and finite"),
+            });
+        }
+    }
+    Ok(provenance)
+}
+
+/// Parses a profile CSV's text; `file` names it in errors, `peak` gives the utilisations.
+pub fn parse_csv(text: &str, file: &Path, peak: &Peak) -> Result<Vec<ProfileRow>, ProfileError> {
+    let err = |line: u64, message: String| ProfileError::Csv { file: file.to_path_buf(), line, message };
+    let mut reader = csv::ReaderBuilder::new().has_headers(true).flexible(false).from_reader(text.as_bytes());
+    let header = reader.headers().map_err(|e| err(1, e.to_string()))?.clone();
+    let got: Vec<&str> = header.iter().map(str::trim).collect();
+    if got != COLUMNS {
+        return Err(err(1, format!("header must be `{}`, found `{}`", COLUMNS.join(","), got.join(","))));
+    }
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            err(line, e.to_string())
+        })?;
+        let line = record.position().map_or(0, |p| p.line());
+        let cell = |i: usize| record.get(i).unwrap_or("").trim();
+        let uint = |i: usize| -> Result<u64, ProfileError> {
+            cell(i)
+                .parse::<u64>()
+                .map_err(|_| err(line, format!("{}: expected a non-negative integer, found {:?}", COLUMNS[i], cell(i))))
+        };
+        let pos32 = |i: usize| -> Result<u32, ProfileError> {
+            match uint(i)? {
+                v @ 1..=0xFFFF_FFFF => Ok(v as u32),
+                v => Err(err(line, format!("{}: expected a positive 32-bit integer, found {v}", COLUMNS[i]))),
+            }
+        };
+        let float = |i: usize| -> Result<f64, ProfileError> {
+            match cell(i).parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+                _ => Err(err(line, format!("{}: expected a non-negative number, found {:?}", COLUMNS[i], cell(i)))),
+            }
+        };
+        let dtype = || -> Result<Dtype, ProfileError> {
+            Dtype::parse(cell(2)).ok_or_else(|| {
+                err(line, format!("dtype: expected one of {}, found {:?}", Dtype::NAMES.join(", "), cell(2)))
+            })
+        };
+        let shape = match cell(0) {
+            "gemm" => Shape::Gemm(GemmShape { m: pos32(3)?, n: pos32(4)?, k: pos32(5)?, dtype: dtype()? }),
+            "attention" => {
+                let phase = parse_phase(cell(1)).ok_or_else(|| {
+                    err(line, format!("phase: expected prefill, decode or mixed, found {:?}", cell(1)))
+                })?;
+                let uneven = match cell(12) {
+                    "true" => true,
+                    "false" | "" => false,
+                    other => return Err(err(line, format!("uneven: expected true or false, found {other:?}"))),
+                };
+                let context_len = uint(8)?;
+                let context_len = u32::try_from(context_len)
+                    .map_err(|_| err(line, format!("context_len: {context_len} is too large")))?;
+                Shape::Attention(AttentionShape {
+                    phase,
+                    batch: pos32(6)?,
+                    query_len: pos32(7)?,
+                    context_len,
+                    num_heads: pos32(9)?,
+                    num_kv_heads: pos32(10)?,
+                    head_dim: pos32(11)?,
+                    uneven,
+                    dtype: dtype()?,
+                })
+            }
+            "allreduce" => Shape::AllReduce(AllReduceShape { bytes: uint(13)?, gpus: pos32(14)? }),
+            other => return Err(err(line, format!("op: expected gemm, attention or allreduce, found {other:?}"))),
+        };
+        let measurement = Measurement {
+            median_ns: float(15)?,
+            p10_ns: float(16)?,
+            p90_ns: float(17)?,
+            repeats: u32::try_from(uint(18)?).map_err(|_| err(line, "repeats: too large".into()))?,
+        };
+        if measurement.median_ns <= 0.0 {
+            return Err(err(line, "median_ns: must be positive".into()));
+        }
+        rows.push(ProfileRow::new(shape, measurement, peak));
+    }
+    Ok(rows)
+}
+
+/// `time` as RFC 3339 in UTC, to the second (`2025-06-01T12:34:56Z`).
+pub fn rfc3339_utc(time: SystemTime) -> String {
+    let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::grid::GridScale;
+    use std::time::Duration;
+
+    fn peak() -> Peak {
+        Peak { flops_per_s: 1e12, memory_bytes_per_s: 1e11 }
+    }
+
+    fn sample() -> Profile {
+        let m = |median_ns: f64| Measurement {
+            median_ns,
+            p10_ns: median_ns * 0.9,
+            p90_ns: median_ns * 1.1 + 0.125,
+            repeats: 7,
+        };
+        let rows = vec![
+            ProfileRow::new(
+                Shape::Gemm(GemmShape { m: 16, n: 3072, k: 2048, dtype: Dtype::Bf16 }),
+                m(12345.678),
+                &peak(),
+            ),
+            ProfileRow::new(
+                Shape::Attention(AttentionShape {
+                    phase: AttentionPhase::Decode,
+                    batch: 8,
+                    query_len: 1,
+                    context_len: 1024,
+                    num_heads: 32,
+                    num_kv_heads: 8,
+                    head_dim: 64,
+                    uneven: true,
+                    dtype: Dtype::Fp32,
+                }),
+                m(1.0 / 3.0 * 1e5),
+                &peak(),
+            ),
+            ProfileRow::new(
+                Shape::Attention(AttentionShape {
+                    phase: AttentionPhase::Prefill,
+                    batch: 1,
+                    query_len: 512,
+                    context_len: 0,
+                    num_heads: 32,
+                    num_kv_heads: 8,
+                    head_dim: 64,
+                    uneven: false,
+                    dtype: Dtype::Bf16,
+                }),
+                m(9.5e6),
+                &peak(),
+            ),
+            ProfileRow::new(Shape::AllReduce(AllReduceShape { bytes: 1 << 20, gpus: 8 }), m(40000.0), &peak()),
+        ];
+        let mut options = GridOptions::all_presets(GridScale::Tiny);
+        options.allreduce_gpus = vec![8];
+        Profile {
+            rows,
+            provenance: Provenance {
+                servesim_version: env!("CARGO_PKG_VERSION").into(),
+                date: rfc3339_utc(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+                device: DeviceProvenance {
+                    device: "cpu".into(),
+                    name: "Test CPU \"quoted\"".into(),
+                    driver_version: None,
+                    runtime_version: Some("12.8".into()),
+                    clocks: None,
+                    parallelism: Some(2),
+                },
+                peak: peak().into(),
+                kernels: vec![KernelHash { name: "attention.cu".into(), hash: "abc123".into() }],
+                grid: (&options).into(),
+                timing: (&TimingOptions::default()).into(),
+                run: RunSummary {
+                    shapes_in_grid: 10,
+                    measured: 4,
+                    skipped_unsupported: 1,
+                    skipped_budget: 5,
+                    failed: 0,
+                    budget_s: Some(60.0),
+                    failures: vec![],
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip_through_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("sub/profile.csv");
+        let profile = sample();
+        profile.write(&csv).unwrap();
+        assert!(dir.path().join("sub/profile.provenance.toml").exists());
+        let back = Profile::read(&csv).unwrap();
+        assert_eq!(back, profile);
+        // Byte-identical when written again.
+        assert_eq!(back.to_csv_string(), profile.to_csv_string());
+        assert_eq!(back.provenance.to_toml_string(), profile.provenance.to_toml_string());
+        assert_eq!(
+            back.provenance.run.to_string(),
+            "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed"
+        );
+    }
+
+    #[test]
+    fn csv_has_the_documented_header_and_empty_cells() {
+        let text = sample().to_csv_string();
+        let mut lines = text.lines();
+        assert_eq!(lines.next().unwrap(), COLUMNS.join(","));
+        let gemm = lines.next().unwrap();
+        assert!(gemm.starts_with("gemm,,bf16,16,3072,2048,,,,,,,,,,12345.678,"), "{gemm}");
+        let allreduce = text.lines().last().unwrap();
+        assert!(allreduce.starts_with("allreduce,,,,,,,,,,,,,1048576,8,40000,"), "{allreduce}");
+        assert!(allreduce.ends_with(','), "no utilisation for all-reduce: {allreduce}");
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let peak = peak();
+        let file = Path::new("calibration/x.csv");
+        let good = sample().to_csv_string();
+        let bad = good.replacen("gemm,,bf16,16,", "gemm,,bf16,zero,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:2: m:"), "{e}");
+        let bad = good.replacen(",decode,", ",sideways,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:3: phase"), "{e}");
+        let bad = good.replacen("op,phase", "operation,phase", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:1: header"), "{e}");
+        let bad = format!("{good}gemm,,bf16,1,2\n");
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:6:"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("p.csv");
+        std::fs::write(&csv, &good).unwrap();
+        let e = Profile::read(&csv).unwrap_err().to_string();
+        assert!(e.contains("p.provenance.toml") && e.contains("cannot read"), "{e}");
+        std::fs::write(provenance_path(&csv), "servesim_version = 3").unwrap();
+        let e = Profile::read(&csv).unwrap_err().to_string();
+        assert!(e.contains("p.provenance.toml"), "{e}");
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(UNIX_EPOCH + Duration::from_secs(1_700_000_000)), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+    }
+}

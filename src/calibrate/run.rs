@@ -1,0 +1,414 @@
+//! A calibration run: every shape of a [`Grid`] through a [`Backend`], timed by
+//! [`measure`], into a [`Profile`].
+//!
+//! Shapes run coarse to fine ([`Grid::shapes_in_run_order`]), so a run cut short by its budget
+//! still spans every sweep. Shapes the backend cannot run are skipped and counted; a shape that
+//! fails (e.g. out of memory) is skipped, counted and its reason kept; "device unavailable" ends
+//! the run with an error.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::backend::{
+    AllReduceShape, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp,
+};
+use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
+use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
+use super::timing::{TimingOptions, measure};
+use crate::scenario::model::Dtype;
+
+/// Failure reasons kept in the provenance, at most.
+const FAILURES_KEPT: usize = 10;
+
+/// How a calibration run behaves. The default: no budget, no progress bar, GPU timing
+/// ([`TimingOptions::default`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunOptions {
+    /// Stop starting new shapes once this much wall time has passed; what was measured is kept.
+    pub budget: Option<Duration>,
+    /// Draw a progress bar with an ETA on standard error (the caller sets it only on a terminal).
+    pub progress: bool,
+    pub timing: TimingOptions,
+}
+
+/// Measures every shape of `grid` on `backend`. The profile's rows are sorted by shape; its
+/// provenance records the device, peak, kernel hashes, grid, timing policy and what was skipped
+/// (see [`RunSummary`]).
+///
+/// Errors: [`CalibrateError::Unavailable`] from the backend ends the run; so does a run in which
+/// every attempted shape failed (a broken backend, not a too-large shape).
+pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -> Result<Profile, CalibrateError> {
+    let start = Instant::now();
+    let peak = backend.peak();
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(peak.flops_per_s) || !positive(peak.memory_bytes_per_s) {
+        return Err(CalibrateError::Failed(format!("backend reports a non-positive peak: {peak:?}")));
+    }
+    let device = backend.device_info();
+    let shapes = grid.shapes_in_run_order();
+
+    let bar = if options.progress {
+        let bar = ProgressBar::with_draw_target(Some(shapes.len() as u64), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} calibrating [{bar:40}] {pos}/{len} shapes, {elapsed} elapsed, ETA {eta} {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let mut summary = RunSummary {
+        shapes_in_grid: shapes.len() as u64,
+        budget_s: options.budget.map(|b| b.as_secs_f64()),
+        ..RunSummary::default()
+    };
+    let mut rows = Vec::with_capacity(shapes.len());
+    for (i, shape) in shapes.iter().enumerate() {
+        if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
+            summary.skipped_budget = (shapes.len() - i) as u64;
+            break;
+        }
+        bar.set_message(describe(shape));
+        match measure_shape(backend, shape, &options.timing) {
+            Ok(Some(measurement)) => {
+                rows.push(ProfileRow::new(*shape, measurement, &peak));
+                summary.measured += 1;
+            }
+            Ok(None) | Err(CalibrateError::Unsupported(_)) => summary.skipped_unsupported += 1,
+            Err(e @ CalibrateError::Unavailable(_)) => {
+                bar.abandon();
+                return Err(e);
+            }
+            Err(CalibrateError::Failed(reason)) => {
+                summary.failed += 1;
+                if summary.failures.len() < FAILURES_KEPT {
+                    summary.failures.push(format!("{}: {reason}", describe(shape)));
+                }
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    if summary.measured == 0 && summary.failed > 0 {
+        return Err(CalibrateError::Failed(format!(
+            "every shape failed ({} of them); first: {}",
+            summary.failed,
+            summary.failures.first().map_or("", String::as_str)
+        )));
+    }
+
+    rows.sort_by_key(|row| row.shape);
+    let mut kernels: Vec<KernelHash> =
+        backend.kernel_hashes().into_iter().map(|(name, hash)| KernelHash { name, hash }).collect();
+    kernels.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Profile {
+        rows,
+        provenance: Provenance {
+            servesim_version: env!("CARGO_PKG_VERSION").to_string(),
+            date: rfc3339_utc(SystemTime::now()),
+            device: (&device).into(),
+            peak: peak.into(),
+            kernels,
+            grid: (&grid.options).into(),
+            timing: (&options.timing).into(),
+            run: summary,
+        },
+    })
+}
+
+/// `Ok(None)`: the backend cannot run this kind of shape at all.
+fn measure_shape(
+    backend: &mut dyn Backend,
+    shape: &Shape,
+    timing: &TimingOptions,
+) -> Result<Option<super::timing::Measurement>, CalibrateError> {
+    if let Some(dtype) = shape.dtype()
+        && !backend.supports(dtype)
+    {
+        return Ok(None);
+    }
+    let mut op: Box<dyn PreparedOp + '_> = match shape {
+        Shape::Gemm(g) => backend.prepare_gemm(g)?,
+        Shape::Attention(a) => backend.prepare_attention(a)?,
+        Shape::AllReduce(r) => match backend.prepare_allreduce(r)? {
+            Some(op) => op,
+            None => return Ok(None),
+        },
+    };
+    measure(op.as_mut(), timing).map(Some)
+}
+
+/// A short label for progress and failure messages.
+pub fn describe(shape: &Shape) -> String {
+    match shape {
+        Shape::Gemm(g) => format!("gemm {}×{}×{} {}", g.m, g.n, g.k, g.dtype.name()),
+        Shape::Attention(a) => format!(
+            "attention {:?} b{} q{} c{}{} h{}/{}/{} {}",
+            a.phase,
+            a.batch,
+            a.query_len,
+            a.context_len,
+            if a.uneven { " uneven" } else { "" },
+            a.num_heads,
+            a.num_kv_heads,
+            a.head_dim,
+            a.dtype.name()
+        ),
+        Shape::AllReduce(r) => format!("all-reduce {} B over {} GPUs", r.bytes, r.gpus),
+    }
+}
+
+/// A deterministic backend whose kernels take no time but report a duration from a known smooth
+/// law that is *not* a roofline (a soft maximum of compute and memory time at efficiencies that
+/// grow with the problem size, plus a launch latency). For tests of the harness and of the
+/// calibrated cost model, where interpolation error must be checked against exact values.
+#[derive(Clone, Debug)]
+pub struct SyntheticBackend {
+    pub peak: Peak,
+    pub dtypes: Vec<Dtype>,
+    /// Relative jitter of each reported run (deterministic, from a counter), e.g. 0.01.
+    pub jitter: f64,
+    /// Number of runs so far (drives the jitter).
+    runs: u64,
+}
+
+impl SyntheticBackend {
+    pub fn new(peak: Peak, dtypes: Vec<Dtype>) -> SyntheticBackend {
+        SyntheticBackend { peak, dtypes, jitter: 0.0, runs: 0 }
+    }
+
+    /// The law's time for a GEMM, nanoseconds.
+    pub fn gemm_ns(&self, shape: &GemmShape) -> f64 {
+        let work = gemm_work(shape);
+        let m = shape.m as f64;
+        // Tiles are under-filled at small m; wide outputs fill the device better.
+        let compute_eff = 0.85 * m / (m + 24.0) * (shape.n as f64 / (shape.n as f64 + 256.0));
+        let memory_eff = 0.8;
+        self.law_ns(work, compute_eff, memory_eff, 4_000.0)
+    }
+
+    /// The law's time for an attention shape, nanoseconds.
+    pub fn attention_ns(&self, shape: &AttentionShape) -> f64 {
+        let work = attention_work(shape);
+        let tokens = (shape.batch * shape.query_len) as f64;
+        let kv = shape.batch as f64 * (shape.context_len + shape.query_len) as f64;
+        let compute_eff = 0.6 * tokens / (tokens + 48.0) * if shape.query_len == 1 { 0.5 } else { 1.0 };
+        let mut memory_eff = 0.75 * kv / (kv + 512.0);
+        if shape.uneven {
+            memory_eff *= 0.9;
+        }
+        self.law_ns(work, compute_eff, memory_eff, 3_000.0)
+    }
+
+    /// The law's time for an all-reduce, nanoseconds: 10 µs plus the ring traffic at 100 GB/s.
+    pub fn allreduce_ns(&self, shape: &AllReduceShape) -> f64 {
+        let g = shape.gpus as f64;
+        10_000.0 + 2.0 * (g - 1.0) / g * shape.bytes as f64 / 100.0
+    }
+
+    /// `latency + (tc³ + tm³)^(1/3)`: a smooth maximum, which a roofline is not.
+    fn law_ns(&self, work: Work, compute_eff: f64, memory_eff: f64, latency_ns: f64) -> f64 {
+        let tc = work.flops / (self.peak.flops_per_s * compute_eff) * 1e9;
+        let tm = work.bytes / (self.peak.memory_bytes_per_s * memory_eff) * 1e9;
+        latency_ns + (tc.powi(3) + tm.powi(3)).cbrt()
+    }
+
+    fn jittered(&mut self, ns: f64) -> f64 {
+        self.runs += 1;
+        // A fixed pseudo-random sequence in [-1, 1).
+        let x = (self.runs.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+        ns * (1.0 + self.jitter * (2.0 * x - 1.0))
+    }
+}
+
+struct SyntheticOp<'a> {
+    backend: &'a mut SyntheticBackend,
+    ns: f64,
+}
+
+impl PreparedOp for SyntheticOp<'_> {
+    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+        Ok(self.backend.jittered(self.ns))
+    }
+}
+
+impl Backend for SyntheticBackend {
+    fn device_info(&self) -> DeviceInfo {
+        DeviceInfo { device: "synthetic".into(), name: "synthetic kernel-time law".into(), ..DeviceInfo::default() }
+    }
+
+    fn peak(&self) -> Peak {
+        self.peak
+    }
+
+    fn supports(&self, dtype: Dtype) -> bool {
+        self.dtypes.contains(&dtype)
+    }
+
+    fn kernel_hashes(&self) -> Vec<(String, String)> {
+        vec![("synthetic".into(), "0".into())]
+    }
+
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        let ns = self.gemm_ns(shape);
+        Ok(Box::new(SyntheticOp { backend: self, ns }))
+    }
+
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        let ns = self.attention_ns(shape);
+        Ok(Box::new(SyntheticOp { backend: self, ns }))
+    }
+
+    fn prepare_allreduce(
+        &mut self,
+        shape: &AllReduceShape,
+    ) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {
+        let ns = self.allreduce_ns(shape);
+        Ok(Some(Box::new(SyntheticOp { backend: self, ns })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::grid::{GridOptions, GridScale};
+    use crate::scenario::ModelSpec;
+
+    fn gpu_peak() -> Peak {
+        Peak { flops_per_s: 1e15, memory_bytes_per_s: 3e12 }
+    }
+
+    fn tiny_grid(dtypes: Vec<Dtype>) -> Grid {
+        let model = ModelSpec::preset("Llama-3.2-1B").unwrap();
+        Grid::new(GridOptions::for_model(model, vec![1, 2], dtypes, GridScale::Tiny))
+    }
+
+    #[test]
+    fn measures_every_shape_exactly_without_jitter() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+        let profile = calibrate(&mut backend, &grid, &RunOptions::default()).unwrap();
+        assert_eq!(profile.rows.len(), grid.len());
+        assert_eq!(profile.provenance.run.measured, grid.len() as u64);
+        assert!(profile.rows.windows(2).all(|w| w[0].shape < w[1].shape));
+        let law = SyntheticBackend::new(gpu_peak(), vec![]);
+        for row in &profile.rows {
+            let expected = match &row.shape {
+                Shape::Gemm(g) => law.gemm_ns(g),
+                Shape::Attention(a) => law.attention_ns(a),
+                Shape::AllReduce(r) => law.allreduce_ns(r),
+            };
+            assert_eq!(row.measurement.median_ns, expected);
+            let u = row.utilisation.unwrap();
+            assert!(u > 0.0 && u < 1.0, "{row:?}");
+        }
+        assert_eq!(profile.provenance.device.device, "synthetic");
+        assert_eq!(profile.provenance.grid.scale, "tiny");
+        assert!(profile.provenance.date.ends_with('Z'));
+    }
+
+    #[test]
+    fn unsupported_dtypes_are_skipped_and_counted() {
+        let grid = tiny_grid(vec![Dtype::Bf16, Dtype::Fp8]);
+        let fp8 = grid.gemms.iter().filter(|g| g.dtype == Dtype::Fp8).count();
+        assert!(fp8 > 0);
+        let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+        let profile = calibrate(&mut backend, &grid, &RunOptions::default()).unwrap();
+        assert_eq!(profile.provenance.run.skipped_unsupported, fp8 as u64);
+        assert_eq!(profile.rows.len() + fp8, grid.len());
+    }
+
+    #[test]
+    fn budget_stops_the_run_and_keeps_what_was_measured() {
+        struct Slow(SyntheticBackend);
+        struct SlowOp;
+        impl PreparedOp for SlowOp {
+            fn run_once(&mut self) -> Result<f64, CalibrateError> {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(2e6)
+            }
+        }
+        impl Backend for Slow {
+            fn device_info(&self) -> DeviceInfo {
+                self.0.device_info()
+            }
+            fn peak(&self) -> Peak {
+                self.0.peak()
+            }
+            fn supports(&self, dtype: Dtype) -> bool {
+                self.0.supports(dtype)
+            }
+            fn kernel_hashes(&self) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                Ok(Box::new(SlowOp))
+            }
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                Err(CalibrateError::Failed("out of memory".into()))
+            }
+        }
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut backend = Slow(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let options = RunOptions { budget: Some(Duration::from_millis(30)), progress: false, timing };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let run = &profile.provenance.run;
+        assert!(run.measured >= 1 && run.skipped_budget > 0, "{run:?}");
+        assert_eq!(run.measured + run.skipped_budget + run.failed + run.skipped_unsupported, grid.len() as u64);
+        assert_eq!(profile.rows.len() as u64, run.measured);
+        // Coarse to fine: the measured GEMMs include m = 1 for several (n, k).
+        assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
+    }
+
+    #[test]
+    fn all_failures_is_an_error_and_unavailable_stops_at_once() {
+        struct Broken(bool);
+        impl Backend for Broken {
+            fn device_info(&self) -> DeviceInfo {
+                DeviceInfo::default()
+            }
+            fn peak(&self) -> Peak {
+                Peak { flops_per_s: 1.0, memory_bytes_per_s: 1.0 }
+            }
+            fn supports(&self, _: Dtype) -> bool {
+                true
+            }
+            fn kernel_hashes(&self) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                Err(if self.0 {
+                    CalibrateError::Unavailable("no driver".into())
+                } else {
+                    CalibrateError::Failed("boom".into())
+                })
+            }
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                Err(CalibrateError::Failed("boom".into()))
+            }
+        }
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let e = calibrate(&mut Broken(false), &grid, &RunOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("every shape failed") && e.to_string().contains("boom"), "{e}");
+        let e = calibrate(&mut Broken(true), &grid, &RunOptions::default()).unwrap_err();
+        assert!(matches!(e, CalibrateError::Unavailable(_)), "{e}");
+    }
+
+    #[test]
+    fn jitter_is_deterministic_and_bounded() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let run = || {
+            let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+            backend.jitter = 0.02;
+            calibrate(&mut backend, &grid, &RunOptions::default()).unwrap().to_csv_string()
+        };
+        assert_eq!(run(), run());
+    }
+}

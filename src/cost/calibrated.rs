@@ -1,0 +1,1175 @@
+//! Calibrated cost model: the roofline, corrected op by op by the utilisation that real kernels
+//! achieved in a calibration profile.
+//!
+//! ```text
+//!  op time = roofline time at the profile's peak ÷ utilisation(shape)
+//!
+//!  utilisation = achieved ÷ roofline, measured at the profile's points and interpolated:
+//!    GEMM       ln(utilisation) linear in ln(m), for the op's exact (n, k, dtype)
+//!    attention  ln(utilisation) trilinear in (ln batch, ln query_len, ln context_len), for the
+//!               step's phase (prefill / decode / mixed) and the nearest measured head config;
+//!               decode batches blend the even and uneven-context tables by the spread of their
+//!               contexts
+//!  outside the measured range the boundary utilisation is held and the roofline re-applied, so
+//!  times follow the roofline's shape instead of extrapolating measured times (the grid reaches
+//!  down to m = 1, 16-token contexts and 4-token prompts, so that real steps rarely fall below it).
+//!  A single-row GEMM (matrix–vector) is its own regime, used only for m = 1.
+//!
+//!  what the profile lacks ──► the roofline (datasheet × CostParams efficiencies), said once in
+//!                             `notices()`
+//!  elementwise, communication, CPU overhead ──► the roofline, as without a profile
+//! ```
+//!
+//! Everything that depends only on the model is resolved when the model is built: per-op
+//! interpolation tables, fallbacks and notices. [`CostModel::predict`] makes one pass over the
+//! batch and a fixed number of table look-ups, with no allocation.
+
+use std::collections::BTreeMap;
+
+use super::roofline::Roofline;
+use super::{CostModel, StepCost};
+use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak};
+use crate::calibrate::grid::{
+    GemmOp, HeadConfig, Shape, attention_totals, attention_work, attention_work_from_totals, gemm_dtype, gemm_work,
+    model_gemm_nk, model_heads,
+};
+use crate::calibrate::profile::{Profile, ProfileRow};
+use crate::scenario::model::Dtype;
+use crate::scenario::{CostParams, GpuSpec, ModelSpec};
+use crate::sched::batch::Batch;
+
+const NS_PER_S: f64 = 1e9;
+/// Coefficient of variation of contexts spread evenly over `1..=2c` (the profile's uneven
+/// decode shapes): `1/√3`.
+const UNEVEN_CV: f64 = 0.577_350_269_189_625_8;
+
+/// Piecewise-linear `y(x)` through sorted points, held constant outside them.
+#[derive(Clone, Debug, PartialEq)]
+struct Curve {
+    xs: Vec<f64>,
+    ys: Vec<f64>,
+}
+
+impl Curve {
+    /// From `(x, y)` points in any order; equal `x` are averaged. `None` when empty.
+    fn new(mut points: Vec<(f64, f64)>) -> Option<Curve> {
+        if points.is_empty() {
+            return None;
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut xs: Vec<f64> = Vec::with_capacity(points.len());
+        let mut ys: Vec<f64> = Vec::with_capacity(points.len());
+        let mut count = 0.0;
+        for (x, y) in points {
+            if xs.last() == Some(&x) {
+                let last = ys.len() - 1;
+                ys[last] = (ys[last] * count + y) / (count + 1.0);
+                count += 1.0;
+            } else {
+                xs.push(x);
+                ys.push(y);
+                count = 1.0;
+            }
+        }
+        Some(Curve { xs, ys })
+    }
+
+    #[inline]
+    fn eval(&self, x: f64) -> f64 {
+        let (i, t) = bracket(&self.xs, x);
+        if t == 0.0 { self.ys[i] } else { self.ys[i] + (self.ys[i + 1] - self.ys[i]) * t }
+    }
+}
+
+/// ln utilisation of one GEMM `(n, k, dtype)`, linear in ln m. A single row (m = 1) is a
+/// matrix–vector product, which BLAS libraries (cuBLASLt, the `gemm` crate) run with a different
+/// kernel than m ≥ 2 — several times faster per row on a CPU — so it is its own regime: used for
+/// m = 1 only, never interpolated towards m = 2.
+#[derive(Clone, Debug, PartialEq)]
+struct GemmCurve {
+    single_row: Option<f64>,
+    rows: Option<Curve>,
+}
+
+impl GemmCurve {
+    /// From `(m, ln utilisation)` points; `None` when empty.
+    fn new(points: Vec<(u32, f64)>) -> Option<GemmCurve> {
+        let ones: Vec<f64> = points.iter().filter(|(m, _)| *m <= 1).map(|(_, u)| *u).collect();
+        let single_row = (!ones.is_empty()).then(|| ones.iter().sum::<f64>() / ones.len() as f64);
+        let rows = Curve::new(points.iter().filter(|(m, _)| *m > 1).map(|&(m, u)| (ln1(m as f64), u)).collect());
+        (single_row.is_some() || rows.is_some()).then_some(GemmCurve { single_row, rows })
+    }
+
+    /// ln utilisation at `m` rows (≥ 1).
+    #[inline]
+    fn eval(&self, m: f64) -> f64 {
+        match (&self.rows, self.single_row) {
+            (_, Some(u)) if m < 1.5 => u,
+            (Some(curve), _) => curve.eval(ln1(m)),
+            (None, Some(u)) => u,
+            (None, None) => unreachable!("a GEMM curve has a point"),
+        }
+    }
+}
+
+/// The cell `i` of sorted `axis` whose span `[axis[i], axis[i+1]]` holds `x` (clamped), and the
+/// fraction `t` of the way across it. A single-value axis gives `(0, 0)`.
+#[inline]
+fn bracket(axis: &[f64], x: f64) -> (usize, f64) {
+    let n = axis.len();
+    if n <= 1 || x <= axis[0] {
+        return (0, 0.0);
+    }
+    if x >= axis[n - 1] {
+        return (n - 2, 1.0);
+    }
+    let i = axis.partition_point(|&v| v <= x) - 1;
+    (i, (x - axis[i]) / (axis[i + 1] - axis[i]))
+}
+
+/// `y` over a 3-D grid, interpolated trilinearly; held constant outside the grid. Cells without
+/// a measured point are filled when built (see [`Surface::new`]).
+#[derive(Clone, Debug, PartialEq)]
+struct Surface {
+    axes: [Vec<f64>; 3],
+    /// Row-major over the axes: index `(i0 · n1 + i1) · n2 + i2`.
+    values: Vec<f64>,
+}
+
+impl Surface {
+    /// From `([x0, x1, x2], y)` points; equal coordinates are averaged. The grid is every
+    /// combination of the coordinates seen on each axis. A combination without a point (a hole:
+    /// a shape the grid capped, or one a run skipped) is filled, in this order of preference:
+    ///
+    /// 1. interpolation along each axis on which measured cells bracket it (the nearest on each
+    ///    side), averaged with weights 1/span², so the tightest bracket counts most;
+    /// 2. the parallelogram rule over adjacent measured cells, `y(c+a) + y(c+b) − y(c+a+b)`,
+    ///    averaged over the pairs of axes and directions available: exact where `y` is additive
+    ///    in the (log) coordinates, as ln utilisation is where it depends on products such as
+    ///    batch × length;
+    /// 3. interpolation (1) between cells filled so far, repeatedly;
+    /// 4. the nearest known cell along an axis (holding the edge), else the nearest anywhere.
+    ///
+    /// A filled value stays within the measured ones' range: no hole is made faster than the
+    /// best a kernel achieved, nor slower than the worst. `None` when there are no points.
+    fn new(points: &[([f64; 3], f64)]) -> Option<Surface> {
+        if points.is_empty() {
+            return None;
+        }
+        let axes: [Vec<f64>; 3] = std::array::from_fn(|a| {
+            let mut v: Vec<f64> = points.iter().map(|(x, _)| x[a]).collect();
+            v.sort_by(f64::total_cmp);
+            v.dedup();
+            v
+        });
+        let dims = [axes[0].len(), axes[1].len(), axes[2].len()];
+        let cells = dims[0] * dims[1] * dims[2];
+        let mut sums = vec![0.0; cells];
+        let mut counts = vec![0u32; cells];
+        for (x, y) in points {
+            let idx: [usize; 3] = std::array::from_fn(|a| axes[a].partition_point(|&v| v < x[a]));
+            let c = flat(dims, idx);
+            sums[c] += y;
+            counts[c] += 1;
+        }
+        let measured: Vec<bool> = counts.iter().map(|&c| c > 0).collect();
+        let mut values: Vec<f64> =
+            sums.iter().zip(&counts).map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 }).collect();
+        let measured_values = || values.iter().zip(&measured).filter(|(_, m)| **m).map(|(v, _)| *v);
+        let ceiling = measured_values().fold(f64::NEG_INFINITY, f64::max);
+        let floor = measured_values().fold(f64::INFINITY, f64::min);
+        let mut known = measured.clone();
+        let grid = Grid3 { axes: &axes, dims };
+
+        // 1 and 2, from measured cells only.
+        for c in (0..cells).filter(|&c| !measured[c]) {
+            if let Some(v) =
+                grid.interpolate(c, &measured, &values).or_else(|| grid.parallelogram(c, &measured, &values))
+            {
+                values[c] = v.clamp(floor, ceiling);
+                known[c] = true;
+            }
+        }
+        loop {
+            // 3: interpolation between known cells until nothing more fills.
+            loop {
+                let snapshot = known.clone();
+                let mut filled = false;
+                for c in (0..cells).filter(|&c| !snapshot[c]) {
+                    if let Some(v) = grid.interpolate(c, &snapshot, &values) {
+                        values[c] = v.clamp(floor, ceiling);
+                        known[c] = true;
+                        filled = true;
+                    }
+                }
+                if !filled {
+                    break;
+                }
+            }
+            if known.iter().all(|&k| k) {
+                break;
+            }
+            // 4: hold the nearest known cell along the first axis that has one, else anywhere.
+            let snapshot = known.clone();
+            let mut filled = false;
+            for axis in 0..3 {
+                for c in 0..cells {
+                    if snapshot[c] || known[c] {
+                        continue;
+                    }
+                    if let Some(k) = grid.nearest_along(c, axis, &snapshot) {
+                        values[c] = values[k];
+                        known[c] = true;
+                        filled = true;
+                    }
+                }
+                if filled {
+                    break;
+                }
+            }
+            if !filled {
+                for c in (0..cells).filter(|&c| !snapshot[c]) {
+                    let k = grid.nearest_anywhere(c, &snapshot).expect("a measured cell");
+                    values[c] = values[k];
+                    known[c] = true;
+                }
+            }
+        }
+        Some(Surface { axes, values })
+    }
+
+    #[inline]
+    fn eval(&self, x: [f64; 3]) -> f64 {
+        let dims = [self.axes[0].len(), self.axes[1].len(), self.axes[2].len()];
+        let b: [(usize, f64); 3] = std::array::from_fn(|a| bracket(&self.axes[a], x[a]));
+        let mut sum = 0.0;
+        for corner in 0..8usize {
+            let mut weight = 1.0;
+            let mut idx = [0usize; 3];
+            for a in 0..3 {
+                let upper = corner >> a & 1 == 1;
+                let (i, t) = b[a];
+                if upper {
+                    if t == 0.0 {
+                        weight = 0.0;
+                        break;
+                    }
+                    idx[a] = i + 1;
+                    weight *= t;
+                } else {
+                    idx[a] = i;
+                    weight *= 1.0 - t;
+                }
+            }
+            if weight != 0.0 {
+                sum += weight * self.values[flat(dims, idx)];
+            }
+        }
+        sum
+    }
+}
+
+#[inline]
+fn flat(dims: [usize; 3], idx: [usize; 3]) -> usize {
+    (idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]
+}
+
+fn unflat(dims: [usize; 3], c: usize) -> [usize; 3] {
+    [c / (dims[1] * dims[2]), c / dims[2] % dims[1], c % dims[2]]
+}
+
+fn with(mut idx: [usize; 3], axis: usize, j: usize) -> [usize; 3] {
+    idx[axis] = j;
+    idx
+}
+
+/// The axes and dimensions of a surface under construction, for filling holes.
+struct Grid3<'a> {
+    axes: &'a [Vec<f64>; 3],
+    dims: [usize; 3],
+}
+
+impl Grid3<'_> {
+    /// Interpolation of cell `c` along every axis on which `known` cells bracket it, weighted by
+    /// 1/span².
+    fn interpolate(&self, c: usize, known: &[bool], values: &[f64]) -> Option<f64> {
+        let idx = unflat(self.dims, c);
+        let (mut sum, mut weights) = (0.0, 0.0);
+        for axis in 0..3 {
+            let at = |j: usize| flat(self.dims, with(idx, axis, j));
+            let below = (0..idx[axis]).rev().find(|&j| known[at(j)]);
+            let above = (idx[axis] + 1..self.dims[axis]).find(|&j| known[at(j)]);
+            if let (Some(lo), Some(hi)) = (below, above) {
+                let a = &self.axes[axis];
+                let span = a[hi] - a[lo];
+                let (y0, y1) = (values[at(lo)], values[at(hi)]);
+                let weight = 1.0 / (span * span);
+                sum += weight * (y0 + (y1 - y0) * (a[idx[axis]] - a[lo]) / span);
+                weights += weight;
+            }
+        }
+        (weights > 0.0).then(|| sum / weights)
+    }
+
+    /// The parallelogram rule over adjacent `known` cells, averaged over the pairs of axes and
+    /// directions where all three neighbours are known.
+    fn parallelogram(&self, c: usize, known: &[bool], values: &[f64]) -> Option<f64> {
+        let idx = unflat(self.dims, c);
+        let step = |i: usize, d: isize, n: usize| i.checked_add_signed(d).filter(|&j| j < n);
+        let (mut sum, mut count) = (0.0, 0.0);
+        for a1 in 0..3 {
+            for a2 in a1 + 1..3 {
+                for d1 in [-1isize, 1] {
+                    for d2 in [-1isize, 1] {
+                        let (Some(i1), Some(i2)) = (step(idx[a1], d1, self.dims[a1]), step(idx[a2], d2, self.dims[a2]))
+                        else {
+                            continue;
+                        };
+                        let p = flat(self.dims, with(idx, a1, i1));
+                        let q = flat(self.dims, with(idx, a2, i2));
+                        let r = flat(self.dims, with(with(idx, a1, i1), a2, i2));
+                        if known[p] && known[q] && known[r] {
+                            sum += values[p] + values[q] - values[r];
+                            count += 1.0;
+                        }
+                    }
+                }
+            }
+        }
+        (count > 0.0).then(|| sum / count)
+    }
+
+    /// The `known` cell nearest to `c` along `axis` (by coordinate; ties to the lower).
+    fn nearest_along(&self, c: usize, axis: usize, known: &[bool]) -> Option<usize> {
+        let idx = unflat(self.dims, c);
+        let a = &self.axes[axis];
+        (0..self.dims[axis])
+            .map(|j| flat(self.dims, with(idx, axis, j)))
+            .zip(a.iter())
+            .filter(|(k, _)| known[*k])
+            .min_by(|x, y| (x.1 - a[idx[axis]]).abs().total_cmp(&(y.1 - a[idx[axis]]).abs()))
+            .map(|(k, _)| k)
+    }
+
+    /// The `known` cell nearest to `c` (Euclidean in the coordinates; ties to the lower index).
+    fn nearest_anywhere(&self, c: usize, known: &[bool]) -> Option<usize> {
+        let idx = unflat(self.dims, c);
+        let distance = |k: usize| {
+            let kidx = unflat(self.dims, k);
+            (0..3).map(|a| (self.axes[a][idx[a]] - self.axes[a][kidx[a]]).powi(2)).sum::<f64>()
+        };
+        (0..known.len()).filter(|&k| known[k]).min_by(|&x, &y| distance(x).total_cmp(&distance(y)))
+    }
+}
+
+/// Where an attention surface applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct AttentionKey {
+    phase: AttentionPhase,
+    dtype: Dtype,
+    heads: HeadConfig,
+    uneven: bool,
+}
+
+fn attention_key(s: &AttentionShape) -> AttentionKey {
+    AttentionKey {
+        phase: s.phase,
+        dtype: s.dtype,
+        heads: HeadConfig { num_heads: s.num_heads, num_kv_heads: s.num_kv_heads, head_dim: s.head_dim },
+        uneven: s.uneven,
+    }
+}
+
+#[inline]
+fn ln1(x: f64) -> f64 {
+    x.max(1.0).ln()
+}
+
+fn attention_coords(batch: f64, query_len: f64, context_len: f64) -> [f64; 3] {
+    [ln1(batch), ln1(query_len), ln1(context_len)]
+}
+
+/// ln of a row's measured utilisation: roofline time at `peak` ÷ median time.
+fn ln_utilisation(row: &ProfileRow, peak: &Peak) -> f64 {
+    (row.shape.work().roofline_s(peak) * NS_PER_S / row.measurement.median_ns).ln()
+}
+
+/// A profile's measurements organised for interpolation: one utilisation curve per GEMM
+/// `(dtype, n, k)` and one surface per attention (phase, dtype, heads, uneven).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileIndex {
+    peak: Peak,
+    gemm: BTreeMap<(Dtype, u32, u32), GemmCurve>,
+    attention: BTreeMap<AttentionKey, Surface>,
+}
+
+impl ProfileIndex {
+    pub fn new(profile: &Profile) -> ProfileIndex {
+        Self::from_rows(profile.rows.iter(), profile.peak())
+    }
+
+    fn from_rows<'a>(rows: impl Iterator<Item = &'a ProfileRow>, peak: Peak) -> ProfileIndex {
+        let mut gemm_points: BTreeMap<(Dtype, u32, u32), Vec<(u32, f64)>> = BTreeMap::new();
+        let mut attention_points: BTreeMap<AttentionKey, Vec<([f64; 3], f64)>> = BTreeMap::new();
+        for row in rows {
+            if !(row.measurement.median_ns.is_finite() && row.measurement.median_ns > 0.0) {
+                continue;
+            }
+            match &row.shape {
+                Shape::Gemm(g) => {
+                    gemm_points.entry((g.dtype, g.n, g.k)).or_default().push((g.m, ln_utilisation(row, &peak)))
+                }
+                Shape::Attention(a) => attention_points.entry(attention_key(a)).or_default().push((
+                    attention_coords(a.batch as f64, a.query_len as f64, a.context_len as f64),
+                    ln_utilisation(row, &peak),
+                )),
+                Shape::AllReduce(_) => {}
+            }
+        }
+        ProfileIndex {
+            peak,
+            gemm: gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect(),
+            attention: attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
+        }
+    }
+
+    pub fn peak(&self) -> Peak {
+        self.peak
+    }
+
+    /// The GEMM's time, nanoseconds, from the curve of its exact `(n, k, dtype)`; `None` when
+    /// the profile has none.
+    pub fn predict_gemm_ns(&self, shape: &GemmShape) -> Option<f64> {
+        let curve = self.gemm.get(&(shape.dtype, shape.n, shape.k))?;
+        let util = curve.eval(shape.m as f64).exp();
+        Some(gemm_work(shape).roofline_s(&self.peak) * NS_PER_S / util)
+    }
+
+    /// The attention shape's time, nanoseconds, from the surface of its exact phase, dtype, head
+    /// configuration and evenness; `None` when the profile has none.
+    pub fn predict_attention_ns(&self, shape: &AttentionShape) -> Option<f64> {
+        let surface = self.attention.get(&attention_key(shape))?;
+        let util =
+            surface.eval(attention_coords(shape.batch as f64, shape.query_len as f64, shape.context_len as f64)).exp();
+        Some(attention_work(shape).roofline_s(&self.peak) * NS_PER_S / util)
+    }
+}
+
+/// Leave-one-out relative errors of a profile's interpolation: each measured GEMM and attention
+/// point predicted from the others of its curve or surface.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LeaveOneOut {
+    /// `|predicted − measured| / measured` per GEMM point, in row order.
+    pub gemm: Vec<f64>,
+    pub attention: Vec<f64>,
+    /// Points alone in their curve, regime or surface (nothing to predict them from): among them
+    /// every single-row GEMM.
+    pub alone: usize,
+}
+
+impl LeaveOneOut {
+    pub fn all(&self) -> Vec<f64> {
+        self.gemm.iter().chain(&self.attention).copied().collect()
+    }
+
+    /// (median, p90) of `errors` (numpy's percentiles); NaN when empty.
+    pub fn summary(errors: &[f64]) -> (f64, f64) {
+        let mut sorted = errors.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        (
+            crate::calibrate::timing::percentile_sorted(&sorted, 50.0),
+            crate::calibrate::timing::percentile_sorted(&sorted, 90.0),
+        )
+    }
+}
+
+/// Drops each GEMM and attention point of `profile` in turn and predicts it from the rest of its
+/// curve (GEMM: same `n`, `k`, dtype, m ≥ 2; a single-row GEMM is its own regime, see
+/// [`GemmCurve`], and so is `alone`) or surface (attention: same phase, dtype, heads, evenness).
+pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
+    let peak = profile.peak();
+    type GroupKey = (u8, Option<AttentionKey>, Option<(Dtype, u32, u32, bool)>);
+    let mut groups: BTreeMap<GroupKey, Vec<&ProfileRow>> = BTreeMap::new();
+    for row in &profile.rows {
+        match &row.shape {
+            Shape::Gemm(g) => groups.entry((0, None, Some((g.dtype, g.n, g.k, g.m == 1)))).or_default().push(row),
+            Shape::Attention(a) => groups.entry((1, Some(attention_key(a)), None)).or_default().push(row),
+            Shape::AllReduce(_) => {}
+        }
+    }
+    let mut result = LeaveOneOut::default();
+    for rows in groups.values() {
+        if rows.len() < 2 {
+            result.alone += rows.len();
+            continue;
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let index =
+                ProfileIndex::from_rows(rows.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, r)| *r), peak);
+            let measured = row.measurement.median_ns;
+            match &row.shape {
+                Shape::Gemm(g) => {
+                    let predicted = index.predict_gemm_ns(g).expect("curve of the group");
+                    result.gemm.push((predicted - measured).abs() / measured);
+                }
+                Shape::Attention(a) => {
+                    let predicted = index.predict_attention_ns(a).expect("surface of the group");
+                    result.attention.push((predicted - measured).abs() / measured);
+                }
+                Shape::AllReduce(_) => {}
+            }
+        }
+    }
+    result
+}
+
+/// A GEMM of the model: interpolated from the profile, or the roofline where it has no such
+/// GEMM.
+#[derive(Clone, Debug, PartialEq)]
+enum GemmPredictor {
+    Profiled {
+        n: u32,
+        k: u32,
+        /// The dtype of the measurements used (the model's, unless the profile lacks it).
+        dtype: Dtype,
+        curve: GemmCurve,
+    },
+    /// `max(rows · flop_s_per_row, weight_s + rows · activation_s_per_row)` at datasheet peaks ×
+    /// efficiencies, as [`Roofline`] prices it.
+    Roofline { flop_s_per_row: f64, weight_s: f64, activation_s_per_row: f64 },
+}
+
+impl GemmPredictor {
+    #[inline]
+    fn time_s(&self, rows: f64, peak: &Peak) -> f64 {
+        if rows <= 0.0 {
+            return 0.0;
+        }
+        match self {
+            GemmPredictor::Profiled { n, k, dtype, curve } => {
+                let m = rows.round().clamp(1.0, u32::MAX as f64) as u32;
+                let work = gemm_work(&GemmShape { m, n: *n, k: *k, dtype: *dtype });
+                work.roofline_s(peak) / curve.eval(rows).exp()
+            }
+            GemmPredictor::Roofline { flop_s_per_row, weight_s, activation_s_per_row } => {
+                (rows * flop_s_per_row).max(weight_s + rows * activation_s_per_row)
+            }
+        }
+    }
+}
+
+/// One attention phase of the model: interpolated from the profile, or the roofline.
+#[derive(Clone, Debug, PartialEq)]
+enum AttentionPredictor {
+    Profiled {
+        /// The dtype of the measurements used (the model's KV dtype, unless the profile lacks
+        /// it); the model's own head configuration prices the work.
+        dtype: Dtype,
+        even: Option<Surface>,
+        uneven: Option<Surface>,
+    },
+    Roofline,
+}
+
+/// Per-phase sums over one step's sequences.
+#[derive(Clone, Copy, Debug, Default)]
+struct PhaseSums {
+    seqs: f64,
+    query_tokens: f64,
+    context_tokens: f64,
+    context_squares: f64,
+    keys: f64,
+    /// Keys read from the cache by prefill chunks (the prefix-attention kernel).
+    prefix_keys: f64,
+    kv_tokens: f64,
+}
+
+/// The calibrated cost model for one replica: `model` on `tensor_parallel` GPUs, priced from
+/// `profile` where it has the model's shapes and by the roofline (`gpu`, `params`) elsewhere.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibrated {
+    roofline: Roofline,
+    peak: Peak,
+    num_layers: f64,
+    heads: HeadConfig,
+    /// QKV, O, gate+up, down.
+    layer_gemms: [GemmPredictor; 4],
+    lm_head: GemmPredictor,
+    /// Prefill, decode, mixed.
+    attention: [AttentionPredictor; 3],
+    /// Datasheet-roofline constants for attention phases the profile lacks.
+    fallback_attention_s_per_key: f64,
+    fallback_prefix_attention_s_per_key: f64,
+    fallback_kv_token_bytes: f64,
+    fallback_query_bytes: f64,
+    fallback_bytes_per_s: f64,
+    notices: Vec<String>,
+}
+
+impl Calibrated {
+    /// Resolves, for every op of `model` at `tensor_parallel`, the profile's interpolation table
+    /// or the roofline fallback. Panics where [`Roofline::new`] does.
+    pub fn new(
+        profile: &Profile,
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        tensor_parallel: u32,
+        params: &CostParams,
+    ) -> Calibrated {
+        let roofline = Roofline::new(model, gpu, tensor_parallel, params);
+        let index = ProfileIndex::new(profile);
+        let peak = index.peak;
+        let mut notices = Vec::new();
+
+        // Datasheet roofline for what the profile lacks (the same formulas as `Roofline`).
+        let peak_16bit = gpu.peak_flops_16bit;
+        let bytes_per_s = gpu.memory_bandwidth_bytes_per_s * params.memory_bandwidth_efficiency;
+        let gemm_peak = match model.weight_dtype {
+            Dtype::Fp8 => gpu.peak_flops_fp8.unwrap_or(peak_16bit),
+            _ => peak_16bit,
+        } * params.gemm_efficiency;
+
+        let gemms = model_gemm_nk(model, tensor_parallel);
+        let mut predictors: Vec<GemmPredictor> = Vec::with_capacity(5);
+        for (op, n, k) in gemms {
+            let want = gemm_dtype(model, op);
+            let found = if index.gemm.contains_key(&(want, n, k)) {
+                Some(want)
+            } else {
+                index.gemm.keys().find(|(_, gn, gk)| (*gn, *gk) == (n, k)).map(|(d, _, _)| *d)
+            };
+            match found {
+                Some(dtype) => {
+                    if dtype != want {
+                        notices.push(format!(
+                            "calibrated profile: no {} GEMM {n}×{k} ({}); using its {} measurements",
+                            want.name(),
+                            op.name(),
+                            dtype.name()
+                        ));
+                    }
+                    predictors.push(GemmPredictor::Profiled { n, k, dtype, curve: index.gemm[&(dtype, n, k)].clone() });
+                }
+                None => {
+                    notices.push(format!(
+                        "calibrated profile: no GEMM n={n} k={k} ({} of {} at TP {tensor_parallel}); priced by the roofline",
+                        op.name(),
+                        model.name
+                    ));
+                    let (weight_bytes, flops_per_s) = if op == GemmOp::LmHead {
+                        (2.0, peak_16bit * params.gemm_efficiency)
+                    } else {
+                        (model.weight_dtype.bytes() as f64, gemm_peak)
+                    };
+                    let (n, k) = (n as f64, k as f64);
+                    predictors.push(GemmPredictor::Roofline {
+                        flop_s_per_row: 2.0 * n * k / flops_per_s,
+                        weight_s: n * k * weight_bytes / bytes_per_s,
+                        activation_s_per_row: (n + k) * 2.0 / bytes_per_s,
+                    });
+                }
+            }
+        }
+        let lm_head = predictors.pop().expect("five GEMMs");
+        let layer_gemms: [GemmPredictor; 4] = predictors.try_into().expect("four layer GEMMs");
+
+        let heads = model_heads(model, tensor_parallel);
+        let attention = [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed]
+            .map(|phase| resolve_attention(&index, phase, model.kv_dtype, heads, &mut notices));
+
+        let h = heads.num_heads as f64;
+        let d = heads.head_dim as f64;
+        let flops_per_key = 4.0 * h * d;
+        Calibrated {
+            roofline,
+            peak,
+            num_layers: model.num_layers as f64,
+            heads,
+            layer_gemms,
+            lm_head,
+            attention,
+            fallback_attention_s_per_key: flops_per_key / (peak_16bit * params.attention_efficiency),
+            fallback_prefix_attention_s_per_key: flops_per_key / (peak_16bit * params.prefix_attention_efficiency),
+            fallback_kv_token_bytes: 2.0 * heads.num_kv_heads as f64 * d * model.kv_dtype.bytes() as f64,
+            fallback_query_bytes: 2.0 * h * d * 2.0,
+            fallback_bytes_per_s: bytes_per_s,
+            notices,
+        }
+    }
+
+    /// What the profile did not cover and how it was priced instead, one line each, for the
+    /// caller to print once.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    /// Attention time of one phase's sequences, seconds per layer.
+    #[inline]
+    fn attention_s(&self, phase: usize, sums: &PhaseSums) -> f64 {
+        if sums.seqs == 0.0 {
+            return 0.0;
+        }
+        match &self.attention[phase] {
+            AttentionPredictor::Profiled { dtype, even, uneven } => {
+                let n = sums.seqs;
+                let (q, c) = (sums.query_tokens / n, sums.context_tokens / n);
+                let coords = attention_coords(n, q, c);
+                let util = match (even, uneven) {
+                    (Some(e), Some(u)) => {
+                        let variance = (sums.context_squares / n - c * c).max(0.0);
+                        let cv = if c > 0.0 { variance.sqrt() / c } else { 0.0 };
+                        let w = (cv / UNEVEN_CV).min(1.0);
+                        (1.0 - w) * e.eval(coords) + w * u.eval(coords)
+                    }
+                    (Some(s), None) | (None, Some(s)) => s.eval(coords),
+                    (None, None) => unreachable!("a profiled phase has a surface"),
+                };
+                let work = attention_work_from_totals(self.heads, *dtype, sums.keys, sums.kv_tokens, sums.query_tokens);
+                work.roofline_s(&self.peak) / util.exp()
+            }
+            AttentionPredictor::Roofline => {
+                let compute = (sums.keys - sums.prefix_keys) * self.fallback_attention_s_per_key
+                    + sums.prefix_keys * self.fallback_prefix_attention_s_per_key;
+                let memory = (sums.kv_tokens * self.fallback_kv_token_bytes
+                    + sums.query_tokens * self.fallback_query_bytes)
+                    / self.fallback_bytes_per_s;
+                compute.max(memory)
+            }
+        }
+    }
+}
+
+/// The attention predictor of one phase: the profile's surfaces for the model's KV dtype (or
+/// another, said) and its head configuration (or the nearest measured, said); else the roofline
+/// (said).
+fn resolve_attention(
+    index: &ProfileIndex,
+    phase: AttentionPhase,
+    kv_dtype: Dtype,
+    heads: HeadConfig,
+    notices: &mut Vec<String>,
+) -> AttentionPredictor {
+    let phase_name = match phase {
+        AttentionPhase::Prefill => "prefill",
+        AttentionPhase::Decode => "decode",
+        AttentionPhase::Mixed => "mixed (chunked-prefill)",
+    };
+    let of_phase = || index.attention.keys().filter(move |k| k.phase == phase);
+    let dtype = if of_phase().any(|k| k.dtype == kv_dtype) {
+        kv_dtype
+    } else if let Some(k) = of_phase().next() {
+        notices.push(format!(
+            "calibrated profile: no {} {phase_name} attention; using its {} measurements",
+            kv_dtype.name(),
+            k.dtype.name()
+        ));
+        k.dtype
+    } else {
+        notices.push(format!("calibrated profile: no {phase_name} attention measured; priced by the roofline"));
+        return AttentionPredictor::Roofline;
+    };
+    let distance = |h: &HeadConfig| {
+        let r = |a: u32, b: u32| ((a.max(1) as f64) / (b.max(1) as f64)).ln().abs();
+        r(h.num_heads, heads.num_heads) + r(h.num_kv_heads, heads.num_kv_heads) + r(h.head_dim, heads.head_dim)
+    };
+    let nearest = of_phase()
+        .filter(|k| k.dtype == dtype)
+        .map(|k| k.heads)
+        .min_by(|a, b| distance(a).total_cmp(&distance(b)))
+        .expect("a key of this phase and dtype");
+    if nearest != heads {
+        notices.push(format!(
+            "calibrated profile: no {phase_name} attention for {}/{}/{} heads/KV heads/head dim; using the nearest measured, {}/{}/{}",
+            heads.num_heads, heads.num_kv_heads, heads.head_dim, nearest.num_heads, nearest.num_kv_heads, nearest.head_dim
+        ));
+    }
+    let surface = |uneven| index.attention.get(&AttentionKey { phase, dtype, heads: nearest, uneven }).cloned();
+    AttentionPredictor::Profiled { dtype, even: surface(false), uneven: surface(true) }
+}
+
+/// Seconds (non-negative, finite) to integer nanoseconds, rounded to nearest.
+#[inline]
+fn to_ns(seconds: f64) -> u64 {
+    debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
+    (seconds * NS_PER_S).round() as u64
+}
+
+const PREFILL: usize = 0;
+const DECODE: usize = 1;
+const MIXED: usize = 2;
+
+impl CostModel for Calibrated {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        if batch.seqs.is_empty() {
+            return StepCost::default();
+        }
+        // Elementwise, communication and CPU overhead as the roofline prices them.
+        let base = self.roofline.predict(batch);
+
+        let mut sums = [PhaseSums::default(); 3];
+        let mut tokens = 0.0;
+        let mut sampled = 0.0;
+        for work in &batch.seqs {
+            let q = work.new_tokens as f64;
+            let c = work.context_tokens as f64;
+            tokens += q;
+            sampled += work.samples_token as u64 as f64;
+            let phase = if work.is_decode() {
+                DECODE
+            } else if work.context_tokens == 0 {
+                PREFILL
+            } else {
+                MIXED
+            };
+            let (keys, kv_tokens, query_tokens) = attention_totals(1.0, q, c);
+            let s = &mut sums[phase];
+            s.seqs += 1.0;
+            s.query_tokens += query_tokens;
+            s.context_tokens += c;
+            s.context_squares += c * c;
+            s.keys += keys;
+            s.kv_tokens += kv_tokens;
+            if phase == MIXED {
+                s.prefix_keys += q * c;
+            }
+        }
+
+        let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
+        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows, &self.peak)).sum();
+        let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled, &self.peak);
+        let attention_s = if tokens > 0.0 {
+            self.num_layers
+                * (self.attention_s(PREFILL, &sums[PREFILL])
+                    + self.attention_s(DECODE, &sums[DECODE])
+                    + self.attention_s(MIXED, &sums[MIXED]))
+        } else {
+            0.0
+        };
+
+        let gemm_ns = to_ns(gemm_s);
+        let attention_ns = to_ns(attention_s);
+        StepCost {
+            total_ns: gemm_ns + attention_ns + base.elementwise_ns + base.communication_ns + base.overhead_ns,
+            gemm_ns,
+            attention_ns,
+            elementwise_ns: base.elementwise_ns,
+            communication_ns: base.communication_ns,
+            overhead_ns: base.overhead_ns,
+        }
+    }
+
+    fn source(&self) -> &'static str {
+        "calibrated profile"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::cpu::CpuBackend;
+    use crate::calibrate::grid::{Grid, GridOptions, GridScale};
+    use crate::calibrate::run::{RunOptions, SyntheticBackend, calibrate};
+    use crate::calibrate::timing::TimingOptions;
+    use crate::sched::batch::SeqWork;
+
+    fn gpu_peak() -> Peak {
+        Peak { flops_per_s: 989e12, memory_bytes_per_s: 3.35e12 }
+    }
+
+    fn h100() -> GpuSpec {
+        GpuSpec::preset("H100-SXM").expect("H100 preset")
+    }
+
+    fn synthetic_profile(options: GridOptions) -> (Profile, SyntheticBackend) {
+        let grid = Grid::new(options);
+        let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16, Dtype::Fp32]);
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &RunOptions { budget: None, progress: false, timing }).unwrap();
+        (profile, backend)
+    }
+
+    fn report(label: &str, errors: &[f64]) -> (f64, f64) {
+        let (median, p90) = LeaveOneOut::summary(errors);
+        println!(
+            "leave-one-out {label}: {} points, median relative error {:.2}%, p90 {:.2}%",
+            errors.len(),
+            median * 100.0,
+            p90 * 100.0
+        );
+        (median, p90)
+    }
+
+    #[test]
+    fn leave_one_out_on_a_synthetic_full_profile_meets_the_thresholds() {
+        let (profile, _) = synthetic_profile(GridOptions::all_presets(GridScale::Full));
+        let loo = leave_one_out(&profile);
+        report("synthetic GEMM", &loo.gemm);
+        report("synthetic attention", &loo.attention);
+        let (median, p90) = report("synthetic all", &loo.all());
+        assert!(median <= 0.05, "median {median}");
+        assert!(p90 <= 0.15, "p90 {p90}");
+        // Every single-row GEMM is alone in its regime; nothing else is.
+        let single_rows = profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count();
+        assert_eq!(loo.alone, single_rows);
+    }
+
+    /// A small model whose Tiny grid a CPU measures in a few seconds.
+    fn cpu_test_model() -> ModelSpec {
+        ModelSpec {
+            name: "cpu-test".into(),
+            num_layers: 2,
+            hidden_size: 256,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 32,
+            ffn_size: 512,
+            vocab_size: 1024,
+            tied_embeddings: false,
+            max_position_embeddings: 4096,
+            weight_dtype: Dtype::Fp32,
+            kv_dtype: Dtype::Fp32,
+        }
+    }
+
+    /// The issue's acceptance test: a CPU profile measured here, each point predicted from the
+    /// others. The figures include the kernels' own irregularities (the `gemm` crate switches
+    /// micro-kernels at small m) and timing noise (a test-retest of this profile differs by ~1%
+    /// median, ~6% p90 on a shared 2-core machine), so a run that misses the thresholds is
+    /// measured once more before the test fails.
+    #[test]
+    fn leave_one_out_on_a_cpu_profile_measured_here_meets_the_thresholds() {
+        let mut grid = Grid::new(GridOptions::for_model(cpu_test_model(), vec![1], vec![Dtype::Fp32], GridScale::Tiny));
+        // Short kernels (≲ 5 ms each on one core) keep the test fast and each repeat shorter than
+        // a scheduler time slice, so other tests running beside this one disturb few repeats.
+        grid.attention.retain(|s| attention_work(s).flops <= 4e6);
+        // One thread: tests run beside each other, and a pool of one is the least disturbed.
+        let mut backend = CpuBackend::new(1).expect("CPU backend");
+        // Operands stay in cache between repeats (no flush): the profile is of this machine's
+        // kernels either way, cold-cache repeats are several times noisier, and the test stays
+        // fast.
+        let timing = TimingOptions {
+            warmup: 2,
+            min_repeats: 9,
+            max_repeats: 51,
+            max_time: std::time::Duration::from_millis(100),
+            stable_window: 4,
+            stable_rel: 0.005,
+            flush_cache: false,
+        };
+        let options = RunOptions { budget: None, progress: false, timing };
+        let mut figures = Vec::new();
+        for attempt in 1..=2 {
+            let start = std::time::Instant::now();
+            let profile = calibrate(&mut backend, &grid, &options).expect("CPU calibration");
+            assert_eq!(profile.provenance.run.measured, grid.len() as u64, "{}", profile.provenance.run);
+            let loo = leave_one_out(&profile);
+            println!(
+                "CPU profile, attempt {attempt}: {} shapes measured and checked in {:.1} s",
+                grid.len(),
+                start.elapsed().as_secs_f64()
+            );
+            report("CPU GEMM", &loo.gemm);
+            report("CPU attention", &loo.attention);
+            let (median, p90) = report("CPU all", &loo.all());
+            figures.push((median, p90));
+            if median <= 0.05 && p90 <= 0.15 {
+                return;
+            }
+        }
+        panic!("leave-one-out (median, p90) over the CPU profile missed 5% / 15% twice: {figures:?}");
+    }
+
+    #[test]
+    fn curve_and_surface_interpolate_exactly_on_linear_data() {
+        let curve = Curve::new(vec![(2.0, 20.0), (0.0, 0.0), (1.0, 10.0), (1.0, 12.0)]).unwrap();
+        assert_eq!(curve.xs, [0.0, 1.0, 2.0]);
+        assert_eq!(curve.ys, [0.0, 11.0, 20.0]);
+        assert_eq!(curve.eval(0.5), 5.5);
+        assert_eq!(curve.eval(-3.0), 0.0);
+        assert_eq!(curve.eval(9.0), 20.0);
+
+        // y = x0 + 2·x1 + 3·x2 on a 3×3×2 grid with two holes: filled and evaluated exactly.
+        let f = |x: [f64; 3]| x[0] + 2.0 * x[1] + 3.0 * x[2];
+        let mut points = Vec::new();
+        for a in [0.0, 1.0, 3.0] {
+            for b in [0.0, 2.0, 4.0] {
+                for c in [1.0, 5.0] {
+                    if (a, b, c) != (1.0, 2.0, 1.0) && (a, b, c) != (3.0, 4.0, 5.0) {
+                        points.push(([a, b, c], f([a, b, c])));
+                    }
+                }
+            }
+        }
+        let s = Surface::new(&points).unwrap();
+        for x in [[1.0, 2.0, 1.0], [0.5, 1.0, 3.0], [2.0, 1.0, 4.0], [0.0, 0.0, 1.0]] {
+            assert!((s.eval(x) - f(x)).abs() < 1e-12, "{x:?}: {} vs {}", s.eval(x), f(x));
+        }
+        // The corner (3, 4, 5) has known cells on one side only along every axis: it holds the
+        // nearest along the first axis, (1, 4, 5), rather than extrapolate.
+        assert_eq!(s.eval([3.0, 4.0, 5.0]), f([1.0, 4.0, 5.0]));
+        // Outside the grid: clamped.
+        assert_eq!(s.eval([-10.0, 0.0, 1.0]), f([0.0, 0.0, 1.0]));
+    }
+
+    fn tiny_model() -> ModelSpec {
+        ModelSpec::preset("Llama-3.2-1B").unwrap()
+    }
+
+    fn decode_batch(n: u32, context: u32) -> Batch {
+        let mut batch = Batch::default();
+        for seq in 0..n {
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: context, samples_token: true });
+        }
+        batch
+    }
+
+    #[test]
+    fn predictions_follow_the_measured_law() {
+        let model = tiny_model();
+        let (profile, law) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Full));
+        let params = CostParams::default();
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &params);
+        assert!(calibrated.notices().is_empty(), "{:?}", calibrated.notices());
+        assert_eq!(calibrated.source(), "calibrated profile");
+
+        // GEMMs at a measured m (16 decode rows) match the law exactly; in between, closely.
+        for (rows, tolerance) in [(16u32, 1e-6), (40, 0.02), (700, 0.02)] {
+            let cost = calibrated.predict(&decode_batch(rows, 1000));
+            let layer: f64 = model_gemm_nk(&model, 1)[..4]
+                .iter()
+                .map(|&(_, n, k)| law.gemm_ns(&GemmShape { m: rows, n, k, dtype: Dtype::Bf16 }))
+                .sum();
+            let (_, n, k) = model_gemm_nk(&model, 1)[4];
+            let expected =
+                model.num_layers as f64 * layer + law.gemm_ns(&GemmShape { m: rows, n, k, dtype: Dtype::Bf16 });
+            let rel = (cost.gemm_ns as f64 - expected).abs() / expected;
+            assert!(rel <= tolerance, "rows {rows}: {} vs {expected} ({rel})", cost.gemm_ns);
+
+            // Decode attention at context 1000 (between 512 and 1024): close to the law.
+            let heads = model_heads(&model, 1);
+            let shape = AttentionShape {
+                phase: AttentionPhase::Decode,
+                batch: rows,
+                query_len: 1,
+                context_len: 1000,
+                num_heads: heads.num_heads,
+                num_kv_heads: heads.num_kv_heads,
+                head_dim: heads.head_dim,
+                uneven: false,
+                dtype: Dtype::Bf16,
+            };
+            let expected = model.num_layers as f64 * law.attention_ns(&shape);
+            let rel = (cost.attention_ns as f64 - expected).abs() / expected;
+            assert!(rel <= 0.03, "rows {rows}: attention {} vs {expected} ({rel})", cost.attention_ns);
+
+            // Everything else is the roofline's.
+            let roofline = Roofline::new(&model, &h100(), 1, &params).predict(&decode_batch(rows, 1000));
+            assert_eq!(cost.elementwise_ns, roofline.elementwise_ns);
+            assert_eq!(cost.overhead_ns, roofline.overhead_ns);
+            assert_eq!(cost.communication_ns, roofline.communication_ns);
+            assert_eq!(
+                cost.total_ns,
+                cost.gemm_ns + cost.attention_ns + cost.elementwise_ns + cost.communication_ns + cost.overhead_ns
+            );
+        }
+
+        // A prefill of 300 tokens and a mixed batch.
+        let mut batch = Batch::default();
+        batch.push(SeqWork { seq: 0, new_tokens: 300, context_tokens: 0, samples_token: true });
+        let heads = model_heads(&model, 1);
+        let shape = AttentionShape {
+            phase: AttentionPhase::Prefill,
+            batch: 1,
+            query_len: 300,
+            context_len: 0,
+            num_heads: heads.num_heads,
+            num_kv_heads: heads.num_kv_heads,
+            head_dim: heads.head_dim,
+            uneven: false,
+            dtype: Dtype::Bf16,
+        };
+        let expected = model.num_layers as f64 * law.attention_ns(&shape);
+        let got = calibrated.predict(&batch).attention_ns as f64;
+        assert!((got - expected).abs() / expected < 0.03, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn outside_the_measured_range_utilisation_is_held_and_the_roofline_reapplied() {
+        let model = tiny_model();
+        let mut options = GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Full);
+        options.max_m = 256;
+        let (profile, _) = synthetic_profile(options);
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &CostParams::default());
+        let index = ProfileIndex::new(&profile);
+        let (_, n, k) = model_gemm_nk(&model, 1)[2];
+        let at = |m| GemmShape { m, n, k, dtype: Dtype::Bf16 };
+        let peak = profile.peak();
+        let util = |m| gemm_work(&at(m)).roofline_s(&peak) * 1e9 / index.predict_gemm_ns(&at(m)).unwrap();
+        let u256 = util(256);
+        for m in [512, 4096, 100_000] {
+            assert!((util(m) - u256).abs() < 1e-12 * u256, "m {m}");
+        }
+        // The step's GEMMs grow like the roofline beyond the range (compute-bound: linearly).
+        let a = calibrated.predict(&decode_batch(4096, 10)).gemm_ns as f64;
+        let b = calibrated.predict(&decode_batch(8192, 10)).gemm_ns as f64;
+        assert!((b / a - 2.0).abs() < 0.05, "{}", b / a);
+    }
+
+    #[test]
+    fn an_empty_profile_is_the_roofline_and_says_so_once_per_op() {
+        let model = ModelSpec::preset("Llama-3.1-8B").unwrap();
+        let (mut profile, _) =
+            synthetic_profile(GridOptions::for_model(tiny_model(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        profile.rows.clear();
+        let params = CostParams::default();
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 2, &params);
+        let roofline = Roofline::new(&model, &h100(), 2, &params);
+        // 5 GEMMs + 3 attention phases.
+        assert_eq!(calibrated.notices().len(), 8, "{:#?}", calibrated.notices());
+        assert!(calibrated.notices()[0].contains("priced by the roofline"));
+        for batch in [decode_batch(1, 100), decode_batch(64, 4000)] {
+            assert_eq!(calibrated.predict(&batch), roofline.predict(&batch));
+        }
+        let mut prefill = Batch::default();
+        prefill.push(SeqWork { seq: 0, new_tokens: 2000, context_tokens: 0, samples_token: true });
+        assert_eq!(calibrated.predict(&prefill), roofline.predict(&prefill));
+        assert_eq!(calibrated.predict(&Batch::default()), StepCost::default());
+    }
+
+    #[test]
+    fn other_dtypes_and_nearest_heads_are_used_and_said() {
+        // A profile of Llama-3.2-1B in fp32 at TP 1 prices Llama-3.2-1B in bf16 at TP 2: GEMM
+        // (n, k) differ (not covered), heads 16/4/64 are absent (nearest 32/8/64), fp32 for bf16.
+        let model = tiny_model();
+        let (profile, _) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Fp32], GridScale::Tiny));
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &CostParams::default());
+        let notices = calibrated.notices().join("\n");
+        assert!(notices.contains("no bf16 GEMM") && notices.contains("fp32"), "{notices}");
+        let tp2 = Calibrated::new(&profile, &model, &h100(), 2, &CostParams::default());
+        let notices = tp2.notices().join("\n");
+        assert!(notices.contains("nearest measured, 32/8/64"), "{notices}");
+        assert!(notices.contains("priced by the roofline"), "{notices}");
+        let cost = tp2.predict(&decode_batch(8, 300));
+        assert!(cost.attention_ns > 0 && cost.gemm_ns > 0);
+    }
+
+    #[test]
+    fn uneven_decode_contexts_use_the_uneven_table() {
+        let model = tiny_model();
+        let (profile, law) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Full));
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &CostParams::default());
+        // 16 sequences with contexts 64, 128, …, 1024 (mean 544, cv ≈ 0.55): mostly uneven.
+        let mut batch = Batch::default();
+        for seq in 0..16 {
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: 64 * (seq + 1), samples_token: true });
+        }
+        let even = calibrated.predict(&decode_batch(16, 544)).attention_ns as f64;
+        let uneven = calibrated.predict(&batch).attention_ns as f64;
+        // The law makes uneven batches' memory phase 1/0.9 slower.
+        assert!(uneven > even * 1.03, "{uneven} vs {even}");
+        let _ = law;
+    }
+}

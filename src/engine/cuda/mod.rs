@@ -1,0 +1,18 @@
+//! The engine on NVIDIA GPUs, through `cudarc` with dynamic loading: nothing here needs a CUDA
+//! toolkit at build time, and with no driver every entry point returns
+//! [`CalibrateError::Unavailable`](crate::calibrate::backend::CalibrateError) instead of panicking.
+//!
+//! ```text
+//!  kernels/*.cu ──NVRTC (compile.rs)──► PTX ──load (kernels.rs)──► typed launchers
+//!  cuBLASLt (gemm.rs) ─────────────────────────────────────────────► GEMM plans
+//!                       both run on CudaDevice's stream (device.rs)
+//! ```
+
+pub mod compile;
+pub mod device;
+pub mod gemm;
+pub mod kernels;
+
+pub use device::CudaDevice;
+pub use gemm::{CublasLt, GemmDtype, GemmPlan};
+pub use kernels::{CudaKernels, KernelFloat};
