@@ -29,6 +29,8 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Fit named cost-model parameters to recorded runs and write a profile.
     Fit(FitArgs),
+    /// Time real GEMM and attention kernels (CPU, or CUDA through cudarc) into a profile.
+    Calibrate(CalibrateArgs),
     /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
     Report(ReportArgs),
 }
@@ -109,6 +111,35 @@ pub struct SimulateArgs {
     /// Comma-separated metrics that get percentiles: ttft, tpot, itl, e2el.
     #[arg(long, default_value = "ttft,tpot,itl", value_name = "LIST")]
     pub percentile_metrics: String,
+    /// Price steps from a calibration profile (`servesim calibrate --out`) instead of the roofline.
+    #[arg(long, value_name = "PROFILE.csv")]
+    pub profile: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: PathBuf,
+    /// Stop starting new shapes after this many minutes; what was measured is kept.
+    #[arg(long, value_name = "N")]
+    pub budget_minutes: Option<f64>,
+    /// Grid size: `full` (every preset model's shapes), `quick` or `tiny` (capped shape sizes).
+    /// Default: full on a GPU, tiny on a CPU.
+    #[arg(long, value_name = "SCALE")]
+    pub grid: Option<String>,
+    /// Only this preset model's shapes (repeatable); default: every preset.
+    #[arg(long = "model", value_name = "PRESET")]
+    pub models: Vec<String>,
+    /// Comma-separated tensor-parallel degrees whose per-GPU shapes are measured.
+    #[arg(long, default_value = "1,2,4,8", value_name = "LIST")]
+    pub tp: String,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// A fully validated `simulate` invocation.
@@ -117,6 +148,8 @@ pub struct SimulateConfig {
     pub scenario: Scenario,
     pub out: Option<PathBuf>,
     pub report: ReportOptions,
+    /// A calibration profile that prices steps instead of the roofline.
+    pub profile: Option<crate::calibrate::profile::Profile>,
 }
 
 impl SimulateArgs {
@@ -140,7 +173,15 @@ impl SimulateArgs {
             max_concurrency: scenario.workload.max_concurrency,
             request_rate: scenario.workload.request_rate,
         };
-        Ok(SimulateConfig { scenario, out: self.out, report })
+        let profile = match &self.profile {
+            None => None,
+            Some(path) => Some(crate::calibrate::profile::Profile::read(path).map_err(|e| Error::Usage {
+                flag: "--profile",
+                value: path.display().to_string(),
+                reason: e.to_string(),
+            })?),
+        };
+        Ok(SimulateConfig { scenario, out: self.out, report, profile })
     }
 }
 
@@ -175,6 +216,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Simulate(args) => simulate(args.validate()?),
         Command::Validate(args) => validate(args),
         Command::Fit(args) => fit(args),
+        Command::Calibrate(args) => calibrate(args),
         Command::Report(args) => report(args),
     }
 }
@@ -281,8 +323,25 @@ fn simulate(config: SimulateConfig) -> Result<(), Error> {
         e.num_gpu_blocks,
         e.block_size
     );
+    let cost: Box<dyn crate::cost::CostModel> = match &config.profile {
+        None => Box::new(run::cost_model(scenario)),
+        Some(profile) => {
+            let calibrated = crate::cost::calibrated::Calibrated::new(
+                profile,
+                &scenario.model,
+                &scenario.hardware.gpu,
+                e.tensor_parallel,
+                &scenario.cost,
+            );
+            for notice in calibrated.notices() {
+                eprintln!("note: {notice}");
+            }
+            Box::new(calibrated)
+        }
+    };
     let progress = sweep_progress(scenario.workload.num_prompts.len());
-    let points = run::run_scenario_with_progress(scenario, &config.report.percentiles, &mut |_| progress.inc(1));
+    let points =
+        run::run_scenario_with_progress(scenario, cost.as_ref(), &config.report.percentiles, &mut |_| progress.inc(1));
     progress.finish_and_clear();
     let mut text = String::new();
     for (i, point) in points.iter().enumerate() {
@@ -298,8 +357,79 @@ fn simulate(config: SimulateConfig) -> Result<(), Error> {
         .and_then(|()| lock.flush())
         .map_err(|source| Error::Output { path: "<stdout>".into(), source })?;
     if let Some(dir) = &config.out {
-        output::write_all(dir, scenario, &points, &config.report)?;
+        output::write_all(dir, scenario, &points, &config.report, cost.source())?;
         eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
     }
+    Ok(())
+}
+
+fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
+    use crate::calibrate::backend::Backend;
+    use crate::calibrate::grid::{Grid, GridOptions, GridScale};
+    use crate::calibrate::run::RunOptions;
+    use crate::calibrate::timing::TimingOptions;
+    use crate::scenario::{Dtype, ModelSpec};
+    use std::io::IsTerminal;
+
+    let usage = |flag: &'static str, value: &str, reason: String| Error::Usage { flag, value: value.into(), reason };
+    let on_gpu = args.device.starts_with("cuda");
+    let mut backend: Box<dyn Backend> = if args.device == "cpu" {
+        let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        Box::new(crate::calibrate::cpu::CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?)
+    } else if let Some(ordinal) = args.device.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+        Box::new(crate::calibrate::cuda::CudaBackend::new(ordinal).map_err(|e| usage("--device", &args.device, e.to_string()))?)
+    } else {
+        return Err(usage("--device", &args.device, "expected `cpu` or `cuda:N`".into()));
+    };
+    let scale_name = args.grid.clone().unwrap_or_else(|| if on_gpu { "full" } else { "tiny" }.into());
+    let scale = GridScale::parse(&scale_name)
+        .ok_or_else(|| usage("--grid", &scale_name, "expected `full`, `quick` or `tiny`".into()))?;
+    let tensor_parallel = args
+        .tp
+        .split(',')
+        .map(|t| t.trim().parse::<u32>().ok().filter(|&t| t > 0))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| usage("--tp", &args.tp, "expected comma-separated positive integers".into()))?;
+    // The CPU engine computes in f32; GPUs are calibrated in the dtypes engines serve with.
+    let dtypes = if on_gpu { vec![Dtype::Bf16, Dtype::Fp16, Dtype::Fp8] } else { vec![Dtype::Fp32] };
+    let mut options = GridOptions::all_presets(scale);
+    options.tensor_parallel = tensor_parallel;
+    options.dtypes = dtypes;
+    if !args.models.is_empty() {
+        options.models = args
+            .models
+            .iter()
+            .map(|name| {
+                ModelSpec::preset(name).ok_or_else(|| {
+                    usage("--model", name, format!("unknown preset; known: {}", ModelSpec::preset_names().join(", ")))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    let grid = Grid::new(options);
+    if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
+        return Err(usage("--budget-minutes", &minutes.to_string(), "must be a positive number of minutes".into()));
+    }
+    let run_options = RunOptions {
+        budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
+        progress: std::io::stderr().is_terminal(),
+        timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
+    };
+    eprintln!("calibrating {} shapes on {} ({scale_name} grid)", grid.len(), args.device);
+    let profile = crate::calibrate::run::calibrate(backend.as_mut(), &grid, &run_options)
+        .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+    profile.write(&args.out).map_err(|e| Error::Output {
+        path: args.out.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let loo = crate::cost::calibrated::leave_one_out(&profile);
+    let (median, p90) = crate::cost::calibrated::LeaveOneOut::summary(&loo.all());
+    eprintln!("{}", profile.provenance.run);
+    eprintln!(
+        "leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; wrote {}",
+        median * 100.0,
+        p90 * 100.0,
+        args.out.display()
+    );
     Ok(())
 }

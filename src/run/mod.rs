@@ -53,24 +53,24 @@ pub fn cost_model(scenario: &Scenario) -> Roofline {
 /// Simulates every point of the scenario's sweep. `percentiles` are those the summaries compute
 /// (vLLM's `--metric-percentiles`).
 pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult> {
-    run_scenario_with_progress(scenario, percentiles, &mut |_| {})
+    run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, &mut |_| {})
 }
 
-/// [`run_scenario`], calling `on_point` after each sweep point finishes (e.g. to advance a
+/// [`run_scenario`] with a given cost model (e.g. a calibrated profile), calling `on_point` after each sweep point finishes (e.g. to advance a
 /// progress bar); the results do not depend on it.
 pub fn run_scenario_with_progress(
     scenario: &Scenario,
+    cost: &dyn CostModel,
     percentiles: &[f64],
     on_point: &mut dyn FnMut(&PointResult),
 ) -> Vec<PointResult> {
     let config = sim_config(scenario);
-    let cost = cost_model(scenario);
     scenario
         .workload
         .points()
         .iter()
         .map(|point| {
-            let result = run_point(scenario, &config, &cost, point, percentiles);
+            let result = run_point(scenario, &config, cost, point, percentiles);
             on_point(&result);
             result
         })

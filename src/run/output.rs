@@ -32,14 +32,20 @@ pub fn millis(ns: u64) -> String {
 }
 
 /// Writes all four files into `dir`, creating it.
-pub fn write_all(dir: &Path, scenario: &Scenario, points: &[PointResult], opts: &ReportOptions) -> Result<(), Error> {
+pub fn write_all(
+    dir: &Path,
+    scenario: &Scenario,
+    points: &[PointResult],
+    opts: &ReportOptions,
+    cost_source: &str,
+) -> Result<(), Error> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| Error::Output { path, source }
     };
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summary_json(scenario, points, opts)).expect("JSON of plain values");
+    let text = serde_json::to_string_pretty(&summary_json(scenario, points, opts, cost_source)).expect("JSON of plain values");
     fs::write(&path, text + "\n").map_err(io_err(&path))?;
     let path = dir.join("requests.csv");
     write_file(&path, |w| write_requests_csv(w, points)).map_err(io_err(&path))?;
@@ -57,7 +63,7 @@ fn write_file(path: &Path, body: impl FnOnce(&mut BufWriter<fs::File>) -> io::Re
 }
 
 /// vLLM `--save-result` keys per sweep point, plus servesim's own.
-pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOptions) -> Value {
+pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOptions, cost_source: &str) -> Value {
     let results: Vec<Value> = points
         .iter()
         .map(|p| {
@@ -99,7 +105,7 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             "enable_chunked_prefill": e.enable_chunked_prefill,
             "block_size": e.block_size,
             "num_gpu_blocks": e.num_gpu_blocks,
-            "cost_model": "roofline",
+            "cost_model": cost_source,
         },
         "results": results,
     })
