@@ -43,6 +43,38 @@ pub struct AttentionShape {
     pub dtype: Dtype,
 }
 
+impl AttentionShape {
+    /// Cached tokens of each sequence before the step: all `context_len`, or with `uneven`,
+    /// sequence i of b gets round((2i + 1) · c / b) (at least 1), which averages c. Prefill
+    /// shapes have none. Every backend lays out its KV cache from this, so profiles agree.
+    pub fn cached_lens(&self) -> Vec<usize> {
+        let b = self.batch as usize;
+        let c = self.context_len as usize;
+        if self.phase == AttentionPhase::Prefill {
+            return vec![0; b];
+        }
+        if !self.uneven || b <= 1 || c == 0 {
+            return vec![c; b];
+        }
+        (0..b).map(|i| (((2 * i + 1) * c) as f64 / b as f64).round().max(1.0) as usize).collect()
+    }
+
+    /// A shape no backend can run: no sequences or no query tokens, or a decode of more than
+    /// one token per sequence.
+    pub fn check(&self) -> Result<(), CalibrateError> {
+        if self.batch == 0 || self.query_len == 0 {
+            return Err(CalibrateError::Failed(format!("empty attention shape {self:?}")));
+        }
+        if self.phase == AttentionPhase::Decode && self.query_len != 1 {
+            return Err(CalibrateError::Failed(format!("decode shapes have query_len 1: {self:?}")));
+        }
+        Ok(())
+    }
+}
+
+/// KV-cache block size (tokens) of every backend's attention calibration, as vLLM's default.
+pub const CALIBRATION_BLOCK_SIZE: usize = 16;
+
 /// An all-reduce of `bytes` over `gpus` devices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AllReduceShape {

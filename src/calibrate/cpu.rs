@@ -30,7 +30,6 @@ use rayon::prelude::*;
 use super::backend::{
     AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp,
 };
-use super::cuda::cached_lens;
 use crate::engine::cpu::{
     AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, prefill_attention,
     write_paged,
@@ -38,7 +37,7 @@ use crate::engine::cpu::{
 use crate::scenario::model::Dtype;
 
 /// Tokens per KV-cache block in calibration (vLLM's default, and the CUDA backend's).
-pub const CALIBRATION_BLOCK_SIZE: usize = 16;
+pub use super::backend::CALIBRATION_BLOCK_SIZE;
 
 /// B's layout in calibrated GEMMs, which must be the CPU engine's: weights transposed once at
 /// load to `[in, out]` (row-major `[k × n]`). With the `gemm` crate that is as fast as `[out,
@@ -330,19 +329,11 @@ struct Layout {
 impl Layout {
     fn new(shape: &AttentionShape) -> Result<Layout, CalibrateError> {
         let bs = CALIBRATION_BLOCK_SIZE;
+        shape.check()?;
         let num_seqs = shape.batch as usize;
         let query_len = shape.query_len as usize;
-        if num_seqs == 0 || query_len == 0 {
-            return Err(CalibrateError::Failed(format!("empty attention shape {shape:?}")));
-        }
-        if shape.phase == AttentionPhase::Decode && query_len != 1 {
-            return Err(CalibrateError::Failed(format!("decode shapes have query_len 1: {shape:?}")));
-        }
         // The same cached lengths as the CUDA backend, uneven spread included.
-        let cached = match shape.phase {
-            AttentionPhase::Prefill => vec![0; num_seqs],
-            AttentionPhase::Decode | AttentionPhase::Mixed => cached_lens(shape),
-        };
+        let cached = shape.cached_lens();
         let seq_lens: Vec<usize> = cached.iter().map(|c| c + query_len).collect();
         let num_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum();
         if num_blocks > u32::MAX as usize {

@@ -36,7 +36,7 @@ use crate::scenario::GpuSpec;
 use crate::scenario::model::Dtype;
 
 /// Tokens per KV-cache block in calibration (vLLM's default on CUDA).
-pub const CALIBRATION_BLOCK_SIZE: usize = 16;
+pub use super::backend::CALIBRATION_BLOCK_SIZE;
 
 /// Where a backend's [`Peak`] came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -389,33 +389,14 @@ pub struct AttentionLayout {
     pub slot_mapping: Vec<i32>,
 }
 
-/// Cached tokens per sequence for an attention shape: `context_len` each, or with `uneven`,
-/// spread evenly over `1..=2·context_len` with mean `context_len`: sequence i of b gets
-/// `round((2i + 1)·context_len / b)`, at least 1.
-pub fn cached_lens(shape: &AttentionShape) -> Vec<usize> {
-    let b = shape.batch as usize;
-    let c = shape.context_len as usize;
-    if !shape.uneven || b <= 1 || c == 0 {
-        return vec![c; b];
-    }
-    (0..b).map(|i| (((2 * i + 1) * c) as f64 / b as f64).round().max(1.0) as usize).collect()
-}
 
 impl AttentionLayout {
     pub fn new(shape: &AttentionShape) -> Result<Self, CalibrateError> {
         let bs = CALIBRATION_BLOCK_SIZE;
+        shape.check()?;
         let num_seqs = shape.batch as usize;
         let query_len = shape.query_len as usize;
-        if num_seqs == 0 || query_len == 0 {
-            return Err(CalibrateError::Failed(format!("empty attention shape {shape:?}")));
-        }
-        if shape.phase == AttentionPhase::Decode && query_len != 1 {
-            return Err(CalibrateError::Failed(format!("decode shapes have query_len 1: {shape:?}")));
-        }
-        let cached = match shape.phase {
-            AttentionPhase::Prefill => vec![0; num_seqs],
-            _ => cached_lens(shape),
-        };
+        let cached = shape.cached_lens();
         let blocks_per_seq: Vec<usize> = cached.iter().map(|c| (c + query_len).div_ceil(bs)).collect();
         let max_blocks_per_seq = blocks_per_seq.iter().copied().max().unwrap_or(1).max(1);
         let num_blocks: usize = blocks_per_seq.iter().sum();
@@ -777,11 +758,11 @@ mod tests {
 
     #[test]
     fn uneven_contexts_average_to_the_context_len() {
-        let lens = cached_lens(&shape(AttentionPhase::Decode, 8, 1, 1000, true));
+        let lens = shape(AttentionPhase::Decode, 8, 1, 1000, true).cached_lens();
         assert_eq!(lens.len(), 8);
         assert_eq!(lens.iter().sum::<usize>(), 8000);
         assert!(lens.iter().all(|&l| (1..=2000).contains(&l)));
-        assert_eq!(cached_lens(&shape(AttentionPhase::Decode, 3, 1, 7, false)), vec![7, 7, 7]);
+        assert_eq!(shape(AttentionPhase::Decode, 3, 1, 7, false).cached_lens(), vec![7, 7, 7]);
     }
 
     #[test]

@@ -65,33 +65,25 @@ impl SchedulingPolicy for VllmV1 {
     }
 }
 
-/// vLLM V1's default `cudagraph_capture_sizes`: 1, 2, 4, then every multiple of 8 up to 512.
-const V1_CAPTURE_SIZES: [u32; 67] = {
-    let mut sizes = [0u32; 67];
+/// 1, 2, 4, then every multiple of 8 up to `8 × (N − 3)`: the capture sizes vLLM uses.
+const fn capture_sizes<const N: usize>() -> [u32; N] {
+    let mut sizes = [0u32; N];
     sizes[0] = 1;
     sizes[1] = 2;
     sizes[2] = 4;
     let mut i = 3;
-    while i < 67 {
+    while i < N {
         sizes[i] = 8 * (i as u32 - 2);
         i += 1;
     }
     sizes
-};
+}
+
+/// vLLM V1's default `cudagraph_capture_sizes`: 1, 2, 4, then every multiple of 8 up to 512.
+const V1_CAPTURE_SIZES: [u32; 67] = capture_sizes();
 
 /// vLLM 0.6.3's `_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to 256.
-const V0_CAPTURE_SIZES: [u32; 35] = {
-    let mut sizes = [0u32; 35];
-    sizes[0] = 1;
-    sizes[1] = 2;
-    sizes[2] = 4;
-    let mut i = 3;
-    while i < 35 {
-        sizes[i] = 8 * (i as u32 - 2);
-        i += 1;
-    }
-    sizes
-};
+const V0_CAPTURE_SIZES: [u32; 35] = capture_sizes();
 
 /// vLLM 0.6.3's `max_seq_len_to_capture`: longer contexts run decode eagerly.
 const V0_MAX_CONTEXT_TO_CAPTURE: u32 = 8192;
