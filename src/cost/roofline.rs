@@ -470,20 +470,7 @@ mod tests {
     }
 
     fn llama_8b_like() -> ModelSpec {
-        ModelSpec {
-            name: "llama-3.1-8b-like".into(),
-            num_layers: 32,
-            hidden_size: 4096,
-            num_heads: 32,
-            num_kv_heads: 8,
-            head_dim: 128,
-            ffn_size: 14336,
-            vocab_size: 128256,
-            tied_embeddings: false,
-            max_position_embeddings: 131072,
-            weight_dtype: Dtype::Bf16,
-            kv_dtype: Dtype::Bf16,
-        }
+        ModelSpec::preset("Llama-3.1-8B").expect("preset")
     }
 
     fn realistic_params() -> CostParams {

@@ -319,20 +319,13 @@ fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, ScenarioError> {
         (None, None) => None,
     };
 
-    let dim = |field: &str,
-               explicit: Option<u32>,
-               from_base: Option<u32>|
-     -> Result<u32, ScenarioError> {
-        let full = format!("model.{field}");
-        match explicit.or(from_base) {
-            Some(0) => Err(cx.invalid(&full, 0, "must be at least 1")),
-            Some(v) => Ok(v),
-            None => Err(cx.invalid(
-                &full,
-                "(missing)",
-                "required when neither model.preset nor model.hf_config is given",
-            )),
-        }
+    let dim = |field: &str, explicit: Option<u32>, from_base: Option<u32>| {
+        positive_count(
+            cx,
+            &format!("model.{field}"),
+            explicit.or(from_base),
+            "required when neither model.preset nor model.hf_config is given",
+        )
     };
     let b = base.as_ref();
     let num_layers = dim("num_layers", raw.num_layers, b.map(|m| m.num_layers))?;
@@ -1255,6 +1248,15 @@ fn resolve_totals(
     Ok(Some(list.clone()))
 }
 
+/// A count that must be given (else `missing_reason`) and at least 1.
+fn positive_count(cx: &Cx, field: &str, value: Option<u32>, missing_reason: &str) -> Result<u32, ScenarioError> {
+    match value {
+        Some(0) => Err(cx.invalid(field, 0, "must be at least 1")),
+        Some(v) => Ok(v),
+        None => Err(cx.invalid(field, "(missing)", missing_reason)),
+    }
+}
+
 /// A field given that the chosen variant (`owner`) does not use is an error, not silently ignored.
 fn reject_unused_fields(
     cx: &Cx,
@@ -1311,17 +1313,13 @@ fn resolve_dataset(
         ("path", raw.path.as_deref().map(quote)),
     ];
     reject_unused_fields(cx, "workload.dataset", &present, allowed, &format!("dataset kind {kind:?}"))?;
-    let count = |field: &str, v: Option<u32>, default: Option<u32>| -> Result<u32, ScenarioError> {
-        let full = format!("workload.dataset.{field}");
-        match v.or(default) {
-            Some(0) => Err(cx.invalid(&full, 0, "must be at least 1")),
-            Some(x) => Ok(x),
-            None => Err(cx.invalid(
-                &full,
-                "(missing)",
-                format!("required for dataset kind {kind:?}"),
-            )),
-        }
+    let count = |field: &str, v: Option<u32>, default: Option<u32>| {
+        positive_count(
+            cx,
+            &format!("workload.dataset.{field}"),
+            v.or(default),
+            &format!("required for dataset kind {kind:?}"),
+        )
     };
     // The longest request the dataset can produce must fit max_model_len: vLLM rejects a request
     // whose prompt + max_tokens exceeds it.
