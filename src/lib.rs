@@ -12,6 +12,7 @@
 //! Dependencies point downward: `sched` knows nothing of `sim` or time sources, `cost` knows only
 //! the shape of a batch, `metrics` knows nothing of where records came from.
 
+pub mod bench;
 pub mod calibrate;
 pub mod cli;
 pub mod error;

@@ -1,0 +1,441 @@
+//! `servesim bench`: an async load generator for any OpenAI- or TGI-compatible endpoint, with the
+//! semantics of vLLM's `benchmark_serving.py`.
+//!
+//! ```text
+//!  Vec<RequestSpec> ──► dispatcher: sleep until arrival_ns ──► FIFO semaphore (max_concurrency)
+//!                                                                │ permit; send time recorded
+//!                                                                ▼
+//!                          task per request: POST, stream SSE, time every chunk with output
+//!                                                                │
+//!   RunRecords (send, first token, end, tokens, ITL, 1-s token buckets) ──► crate::metrics
+//! ```
+//!
+//! Every figure comes from [`crate::metrics`], the same code that summarises the simulator, so a
+//! measured run and a simulated one compare one-to-one. Times are nanoseconds since the benchmark
+//! started (just before the first request is dispatched).
+//!
+//! Definitions, as in vLLM: TTFT is the first chunk that carries output; ITL is every gap between
+//! consecutive such chunks; output tokens are the server's `usage.completion_tokens` when it
+//! reports them (OpenAI), else the number of output chunks (one per token for TGI). A request
+//! fails on an HTTP error status, a transport error, an error event in the stream, a timeout, or a
+//! stream with no output; the failure keeps its error text.
+
+pub mod protocol;
+pub mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use thiserror::Error;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
+use crate::workload::RequestSpec;
+
+use protocol::{parse_chunk, request_body, truncate};
+use sse::SseLines;
+
+/// Which API the endpoint speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// OpenAI completions (`POST /v1/completions`, streaming).
+    OpenAi,
+    /// Hugging Face TGI (`POST /generate_stream`).
+    Tgi,
+}
+
+impl Backend {
+    /// The endpoint vLLM's client uses for this backend.
+    pub fn default_endpoint(self) -> &'static str {
+        match self {
+            Backend::OpenAi => "/v1/completions",
+            Backend::Tgi => "/generate_stream",
+        }
+    }
+
+    /// Parses vLLM's `--backend` names (`openai`, `vllm` — an alias vLLM also accepts — and `tgi`).
+    pub fn parse(name: &str) -> Option<Backend> {
+        match name {
+            "openai" | "vllm" => Some(Backend::OpenAi),
+            "tgi" => Some(Backend::Tgi),
+            _ => None,
+        }
+    }
+}
+
+/// Everything one benchmark run needs.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub backend: Backend,
+    /// Scheme, host and port, e.g. `http://127.0.0.1:8000` (plain HTTP: no TLS is built in).
+    pub base_url: String,
+    /// Path appended to `base_url`; see [`Backend::default_endpoint`].
+    pub endpoint: String,
+    /// The `model` field of OpenAI requests.
+    pub model: String,
+    /// Requests in arrival order (as [`crate::workload::generate`] returns them).
+    pub requests: Vec<RequestSpec>,
+    /// Most requests in flight at once; `None` for no limit. Must not be 0.
+    pub max_concurrency: Option<u32>,
+    /// Ask the server to generate every request's `max_tokens` (OpenAI `ignore_eos`).
+    pub ignore_eos: bool,
+    /// Limit on one request from send to its last byte; past it the request fails.
+    pub request_timeout: Duration,
+}
+
+impl BenchConfig {
+    /// A configuration with the backend's default endpoint, no concurrency limit, EOS honoured,
+    /// and vLLM's 6-hour request timeout.
+    pub fn new(
+        backend: Backend,
+        base_url: impl Into<String>,
+        model: impl Into<String>,
+        requests: Vec<RequestSpec>,
+    ) -> Self {
+        BenchConfig {
+            backend,
+            base_url: base_url.into(),
+            endpoint: backend.default_endpoint().to_owned(),
+            model: model.into(),
+            requests,
+            max_concurrency: None,
+            ignore_eos: false,
+            request_timeout: Duration::from_secs(6 * 60 * 60),
+        }
+    }
+
+    /// `base_url` and `endpoint` joined with exactly one `/`.
+    pub fn url(&self) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        let endpoint = self.endpoint.trim_start_matches('/');
+        format!("{base}/{endpoint}")
+    }
+}
+
+/// A run that could not start. Failures of single requests are not errors: they are recorded.
+#[derive(Debug, Error)]
+pub enum BenchError {
+    #[error("invalid URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("max_concurrency must be at least 1")]
+    ZeroConcurrency,
+    #[error("request_timeout must be positive")]
+    ZeroTimeout,
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error("a request task ended abnormally: {0}")]
+    Task(String),
+}
+
+/// What the client saw of one request, beyond its [`RequestRecord`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestDetail {
+    /// Gaps between consecutive output chunks, ns.
+    pub itl_ns: Vec<u64>,
+    /// Why the request failed; `None` on success.
+    pub error: Option<String>,
+}
+
+/// The result of [`run`]: records for [`crate::metrics`] plus per-request details, both in the
+/// order of [`BenchConfig::requests`].
+#[derive(Clone, Debug, Default)]
+pub struct BenchRun {
+    pub records: RunRecords,
+    pub details: Vec<RequestDetail>,
+}
+
+impl BenchRun {
+    /// Number of failed requests.
+    pub fn failed(&self) -> usize {
+        self.records.requests.iter().filter(|r| !r.success).count()
+    }
+}
+
+/// Runs the benchmark: sends every request at its arrival time (delayed by the concurrency gate)
+/// and measures the streamed responses.
+///
+/// # Errors
+///
+/// Only for a configuration that cannot run (bad URL, zero concurrency or timeout) or a request
+/// task that panicked; request failures are recorded in the result instead.
+pub async fn run(config: &BenchConfig) -> Result<BenchRun, BenchError> {
+    run_with_progress(config, Arc::new(|_| {})).await
+}
+
+/// Called once per finished request (successful or not) with its index in
+/// [`BenchConfig::requests`], from the task that ran it: drives a progress bar.
+pub type Progress = Arc<dyn Fn(usize) + Send + Sync>;
+
+/// [`run`], calling `progress` as each request finishes.
+///
+/// # Errors
+///
+/// As [`run`].
+pub async fn run_with_progress(
+    config: &BenchConfig,
+    progress: Progress,
+) -> Result<BenchRun, BenchError> {
+    let url = config.url();
+    let parsed = reqwest::Url::parse(&url).map_err(|e| BenchError::InvalidUrl {
+        url: url.clone(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(parsed.scheme(), "http") {
+        return Err(BenchError::InvalidUrl {
+            url,
+            reason: "only http:// is supported (no TLS is built in)".to_owned(),
+        });
+    }
+    if config.max_concurrency == Some(0) {
+        return Err(BenchError::ZeroConcurrency);
+    }
+    if config.request_timeout.is_zero() {
+        return Err(BenchError::ZeroTimeout);
+    }
+    let client = reqwest::Client::builder()
+        .build()
+        .map_err(|e| BenchError::Client(e.to_string()))?;
+    // tokio's semaphore is fair: permits go out in the order acquire was called. The dispatcher
+    // acquires in arrival order, so requests are sent first come, first served, like asyncio's.
+    let gate = config
+        .max_concurrency
+        .map(|n| Arc::new(Semaphore::new(n as usize)));
+    let shared = Arc::new(Shared {
+        backend: config.backend,
+        url,
+        client,
+        timeout: config.request_timeout,
+    });
+
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(config.requests.len());
+    for (index, spec) in config.requests.iter().enumerate() {
+        tokio::time::sleep_until(start + Duration::from_nanos(spec.arrival_ns)).await;
+        let body = request_body(
+            config.backend,
+            &config.model,
+            index,
+            spec,
+            config.ignore_eos,
+        );
+        let permit = match &gate {
+            // The semaphore is never closed, so acquire cannot fail.
+            Some(gate) => Some(
+                gate.clone()
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore never closed"),
+            ),
+            None => None,
+        };
+        // The send time is taken here, in the dispatcher, after the gate: sends are then
+        // timestamped in the order they were allowed, whichever worker thread runs the task.
+        let send_at = Instant::now();
+        let shared = shared.clone();
+        let input_tokens = spec.input_tokens;
+        let progress = progress.clone();
+        tasks.push(tokio::spawn(async move {
+            let outcome = send(&shared, body, start, send_at, input_tokens).await;
+            drop(permit);
+            progress(index);
+            outcome
+        }));
+    }
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outcomes.push(task.await.map_err(|e| BenchError::Task(e.to_string()))?);
+    }
+    Ok(assemble(outcomes))
+}
+
+/// What every request task shares.
+struct Shared {
+    backend: Backend,
+    url: String,
+    client: reqwest::Client,
+    timeout: Duration,
+}
+
+/// One request's raw measurements, ns since the benchmark start.
+struct Outcome {
+    send_ns: u64,
+    /// Arrival time of every chunk with output, in order.
+    token_times_ns: Vec<u64>,
+    /// The server's count of generated tokens, if it gave one.
+    completion_tokens: Option<u32>,
+    end_ns: u64,
+    input_tokens: u32,
+    error: Option<String>,
+}
+
+/// Sends one request and streams its response, never failing: errors end up in the outcome.
+async fn send(
+    shared: &Shared,
+    body: serde_json::Value,
+    start: Instant,
+    send_at: Instant,
+    input_tokens: u32,
+) -> Outcome {
+    let since_start = |t: Instant| u64::try_from((t - start).as_nanos()).unwrap_or(u64::MAX);
+    let mut outcome = Outcome {
+        send_ns: since_start(send_at),
+        token_times_ns: Vec::new(),
+        completion_tokens: None,
+        end_ns: 0,
+        input_tokens,
+        error: None,
+    };
+    let result = tokio::time::timeout_at(
+        send_at + shared.timeout,
+        stream(shared, body, &mut outcome, &since_start),
+    )
+    .await;
+    outcome.error = match result {
+        Err(_) => Some(format!("request timed out after {:?}", shared.timeout)),
+        Ok(Err(e)) => Some(e),
+        // vLLM: a stream that ends without output never yields a TTFT, so it is a failure.
+        Ok(Ok(())) if outcome.token_times_ns.is_empty() => {
+            Some("never received a chunk with output to calculate TTFT".to_owned())
+        }
+        Ok(Ok(())) => None,
+    };
+    outcome.end_ns = since_start(Instant::now());
+    outcome
+}
+
+/// Posts the request and reads its stream into `outcome` until the end or an error.
+async fn stream(
+    shared: &Shared,
+    body: serde_json::Value,
+    outcome: &mut Outcome,
+    since_start: &impl Fn(Instant) -> u64,
+) -> Result<(), String> {
+    let response = shared
+        .client
+        .post(&shared.url)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {}", error_chain(&e)))?;
+    let status = response.status();
+    if !status.is_success() {
+        let text = response.text().await.unwrap_or_default();
+        return Err(format!("HTTP {status}: {}", truncate(&text)));
+    }
+    let mut lines = SseLines::new();
+    let mut payloads = Vec::new();
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = bytes.next().await {
+        let chunk = chunk.map_err(|e| format!("stream broke: {}", error_chain(&e)))?;
+        // One timestamp per network chunk, as vLLM's client takes it: lines that arrive
+        // together arrived at the same time.
+        let now_ns = since_start(Instant::now());
+        lines.feed(&chunk, &mut payloads)?;
+        for payload in payloads.drain(..) {
+            if apply(shared.backend, &payload, now_ns, outcome)? {
+                return Ok(());
+            }
+        }
+    }
+    if let Some(payload) = lines.finish()? {
+        apply(
+            shared.backend,
+            &payload,
+            since_start(Instant::now()),
+            outcome,
+        )?;
+    }
+    Ok(())
+}
+
+/// Applies one payload to `outcome`; `Ok(true)` when the stream is complete.
+fn apply(
+    backend: Backend,
+    payload: &str,
+    now_ns: u64,
+    outcome: &mut Outcome,
+) -> Result<bool, String> {
+    let chunk = parse_chunk(backend, payload);
+    if let Some(error) = chunk.error {
+        return Err(error);
+    }
+    if chunk.token {
+        outcome.token_times_ns.push(now_ns);
+    }
+    if let Some(tokens) = chunk.completion_tokens {
+        outcome.completion_tokens = Some(tokens);
+    }
+    Ok(chunk.done)
+}
+
+/// reqwest's error with its sources, so "error sending request" says why (refused, reset, ...).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Turns outcomes into [`RunRecords`] the way vLLM's `calculate_metrics` reads its outputs.
+fn assemble(outcomes: Vec<Outcome>) -> BenchRun {
+    let mut itl_ns = WeightedSamples::new();
+    let mut tokens_per_second = TokenBuckets::new();
+    // vLLM's peak-throughput buckets start at the earliest send of a successful request.
+    let origin_ns = outcomes
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.send_ns)
+        .min()
+        .unwrap_or(0);
+    let mut requests = Vec::with_capacity(outcomes.len());
+    let mut details = Vec::with_capacity(outcomes.len());
+    for outcome in &outcomes {
+        let success = outcome.error.is_none();
+        let gaps_ns: Vec<u64> = outcome
+            .token_times_ns
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect();
+        // Only successful requests contribute to ITL and token buckets, as in vLLM.
+        if success {
+            gaps_ns.iter().for_each(|&gap| itl_ns.push(gap));
+            for &time_ns in &outcome.token_times_ns {
+                tokens_per_second.add(time_ns.saturating_sub(origin_ns), 1);
+            }
+        }
+        let chunks = u32::try_from(outcome.token_times_ns.len()).unwrap_or(u32::MAX);
+        requests.push(RequestRecord {
+            send_ns: outcome.send_ns,
+            first_token_ns: outcome.token_times_ns.first().copied(),
+            end_ns: outcome.end_ns,
+            input_tokens: outcome.input_tokens,
+            output_tokens: if success {
+                outcome.completion_tokens.unwrap_or(chunks)
+            } else {
+                0
+            },
+            success,
+        });
+        details.push(RequestDetail {
+            itl_ns: gaps_ns,
+            error: outcome.error.clone(),
+        });
+    }
+    // vLLM: duration runs from the benchmark start to the moment every request has finished.
+    let duration_ns = outcomes.iter().map(|o| o.end_ns).max().unwrap_or(0);
+    BenchRun {
+        records: RunRecords {
+            requests,
+            itl_ns,
+            tokens_per_second,
+            duration_ns,
+        },
+        details,
+    }
+}

@@ -1,0 +1,224 @@
+//! The two wire protocols: request bodies, and what each streamed `data:` payload means.
+//!
+//! Follows vLLM's `backend_request_func.py`: OpenAI completions stream chunks whose
+//! `choices[0].text` carries generated text, an optional usage chunk (empty `choices`) when
+//! `stream_options.include_usage` is sent, and `data: [DONE]`; TGI's `generate_stream` sends one
+//! event per token (`token`), the last with `generated_text` and `details`.
+
+use serde_json::{Value, json};
+
+use super::Backend;
+use crate::workload::RequestSpec;
+
+/// Smallest synthetic prompt token id: ids 0–9 are left alone because tokenizers put their
+/// special tokens (BOS, EOS, UNK, PAD) there, and a stray EOS in a prompt changes nothing but
+/// confuses readers of server logs.
+const PROMPT_TOKEN_ID_MIN: u32 = 10;
+/// Number of distinct synthetic ids (10..266): small enough for any real vocabulary, including
+/// a tiny test model's.
+const PROMPT_TOKEN_ID_SPAN: u32 = 256;
+
+/// Words of synthetic TGI prompts: common English words that every BPE vocabulary holds as one
+/// token with a leading space, so `N` words are close to `N` tokens.
+const PROMPT_WORDS: [&str; 16] = [
+    "the", "of", "and", "to", "in", "is", "it", "that", "for", "on", "was", "with", "as", "at",
+    "by", "this",
+];
+
+/// Synthetic prompt of `len` token ids for request `index`. Each request starts at a different
+/// offset so that a server's prefix cache cannot make later requests cheaper (vLLM's random
+/// dataset does the same with random offsets).
+pub fn prompt_token_ids(index: usize, len: u32) -> Vec<u32> {
+    // 7919 is prime and coprime with the span, so consecutive requests start far apart.
+    let offset = (index as u64 * 7919 % u64::from(PROMPT_TOKEN_ID_SPAN)) as u32;
+    (0..len)
+        .map(|pos| PROMPT_TOKEN_ID_MIN + (offset + pos) % PROMPT_TOKEN_ID_SPAN)
+        .collect()
+}
+
+/// Synthetic prompt of `len` words for request `index`, separated by single spaces.
+pub fn prompt_text(index: usize, len: u32) -> String {
+    let offset = index % PROMPT_WORDS.len();
+    let words: Vec<&str> = (0..len as usize)
+        .map(|pos| PROMPT_WORDS[(offset + pos) % PROMPT_WORDS.len()])
+        .collect();
+    words.join(" ")
+}
+
+/// The JSON body for request `index`. `max_tokens` is the spec's `max_tokens` (the client's
+/// limit); with `ignore_eos` a server generates exactly that many.
+pub fn request_body(
+    backend: Backend,
+    model: &str,
+    index: usize,
+    spec: &RequestSpec,
+    ignore_eos: bool,
+) -> Value {
+    match backend {
+        Backend::OpenAi => {
+            let mut body = json!({
+                "model": model,
+                "prompt": prompt_token_ids(index, spec.input_tokens),
+                "max_tokens": spec.max_tokens,
+                "temperature": 0.0,
+                "stream": true,
+                // Ask for the server's own token count: counting chunks undercounts when a
+                // chunk carries several tokens.
+                "stream_options": { "include_usage": true },
+            });
+            // Sent only when asked: OpenAI's own API rejects unknown fields.
+            if ignore_eos {
+                body["ignore_eos"] = json!(true);
+            }
+            body
+        }
+        // TGI has no ignore-EOS parameter; a server that should run every request to its
+        // limit is started with `--ignore-eos` instead (issue 5).
+        Backend::Tgi => json!({
+            "inputs": prompt_text(index, spec.input_tokens),
+            "parameters": {
+                "max_new_tokens": spec.max_tokens,
+                "details": true,
+            },
+        }),
+    }
+}
+
+/// What one streamed payload tells the client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    /// It carries generated output: a timing point for TTFT and ITL.
+    pub token: bool,
+    /// The server's count of generated tokens (OpenAI usage).
+    pub completion_tokens: Option<u32>,
+    /// The stream is complete (`[DONE]`, or TGI's final event).
+    pub done: bool,
+    /// The server reported an error in the stream.
+    pub error: Option<String>,
+}
+
+/// Interprets one `data:` payload for `backend`.
+pub fn parse_chunk(backend: Backend, payload: &str) -> Chunk {
+    if payload.trim() == "[DONE]" {
+        return Chunk {
+            done: true,
+            ..Chunk::default()
+        };
+    }
+    let value: Value = match serde_json::from_str(payload) {
+        Ok(value) => value,
+        Err(e) => {
+            return Chunk {
+                error: Some(format!(
+                    "malformed stream event ({e}): {}",
+                    truncate(payload)
+                )),
+                ..Chunk::default()
+            };
+        }
+    };
+    if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+        return Chunk {
+            error: Some(error_text(error)),
+            ..Chunk::default()
+        };
+    }
+    match backend {
+        Backend::OpenAi => {
+            let text = value
+                .get("choices")
+                .and_then(|c| c.get(0))
+                .and_then(|c| c.get("text"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let completion_tokens = value
+                .get("usage")
+                .and_then(|u| u.get("completion_tokens"))
+                .and_then(Value::as_u64)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+            // vLLM 0.6 times only chunks with text: an initial role or empty chunk is not a token.
+            Chunk {
+                token: !text.is_empty(),
+                completion_tokens,
+                ..Chunk::default()
+            }
+        }
+        Backend::Tgi => Chunk {
+            // Every token event counts, even a special token with empty text: TGI sends exactly
+            // one event per generated token.
+            token: value.get("token").is_some_and(|t| !t.is_null()),
+            done: value.get("generated_text").is_some_and(|t| !t.is_null()),
+            ..Chunk::default()
+        },
+    }
+}
+
+/// Readable text of an error value: OpenAI's `{"message": ...}`, TGI's string, or the JSON.
+fn error_text(error: &Value) -> String {
+    match error {
+        Value::String(s) => s.clone(),
+        Value::Object(map) => match map.get("message").and_then(Value::as_str) {
+            Some(message) => message.to_owned(),
+            None => error.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// At most 200 characters of `text`, for error messages that quote a server's output.
+pub fn truncate(text: &str) -> String {
+    const CHARS_MAX: usize = 200;
+    match text.char_indices().nth(CHARS_MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_have_the_requested_length() {
+        assert_eq!(prompt_token_ids(3, 5).len(), 5);
+        assert!(
+            prompt_token_ids(9, 1000)
+                .iter()
+                .all(|&id| (10..266).contains(&id))
+        );
+        assert_ne!(prompt_token_ids(0, 4), prompt_token_ids(1, 4));
+        assert_eq!(prompt_text(2, 7).split(' ').count(), 7);
+        assert_eq!(prompt_text(0, 0), "");
+    }
+
+    #[test]
+    fn openai_chunks() {
+        let chunk = |p| parse_chunk(Backend::OpenAi, p);
+        assert!(chunk(r#"{"choices":[{"text":"hi"}]}"#).token);
+        assert!(!chunk(r#"{"choices":[{"text":""}]}"#).token);
+        let usage = chunk(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#);
+        assert_eq!(usage.completion_tokens, Some(7));
+        assert!(!usage.token);
+        assert!(chunk("[DONE]").done);
+        assert_eq!(
+            chunk(r#"{"error":{"message":"boom"}}"#).error.as_deref(),
+            Some("boom")
+        );
+        assert!(chunk("{not json").error.is_some());
+    }
+
+    #[test]
+    fn tgi_chunks() {
+        let chunk = |p| parse_chunk(Backend::Tgi, p);
+        let token = chunk(r#"{"token":{"id":5,"text":"","special":true},"generated_text":null}"#);
+        assert!(token.token && !token.done);
+        let last = chunk(r#"{"token":{"id":6,"text":"x"},"generated_text":"x","details":{}}"#);
+        assert!(last.token && last.done);
+        assert_eq!(
+            chunk(r#"{"error":"overloaded","error_type":"x"}"#)
+                .error
+                .as_deref(),
+            Some("overloaded")
+        );
+    }
+}
