@@ -31,6 +31,8 @@ pub enum Command {
     Fit(FitArgs),
     /// Time real GEMM and attention kernels (CPU, or CUDA through cudarc) into a profile.
     Calibrate(CalibrateArgs),
+    /// Measure a running OpenAI- or TGI-compatible server, as vLLM's benchmark_serving.py does.
+    Bench(BenchArgs),
     /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
     Report(ReportArgs),
 }
@@ -114,6 +116,67 @@ pub struct SimulateArgs {
     /// Price steps from a calibration profile (`servesim calibrate --out`) instead of the roofline.
     #[arg(long, value_name = "PROFILE.csv")]
     pub profile: Option<PathBuf>,
+}
+
+/// `servesim bench`, with vLLM benchmark_serving.py's flag names.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// `openai` (also `vllm`) or `tgi`.
+    #[arg(long, default_value = "openai")]
+    pub backend: String,
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub base_url: String,
+    /// Default: /v1/completions (openai) or /generate_stream (tgi).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// The `model` field sent to OpenAI servers.
+    #[arg(long, default_value = "servesim")]
+    pub model: String,
+    /// `random`, `sonnet` (fixed input length, `--sonnet-output-len` tokens out) or `trace`.
+    #[arg(long, default_value = "random")]
+    pub dataset_name: String,
+    #[arg(long, default_value_t = 1024)]
+    pub random_input_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub random_output_len: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub random_range_ratio: f64,
+    #[arg(long, default_value_t = 0)]
+    pub random_prefix_len: u32,
+    #[arg(long, default_value_t = 550)]
+    pub sonnet_input_len: u32,
+    #[arg(long, default_value_t = 200)]
+    pub sonnet_prefix_len: u32,
+    #[arg(long, default_value_t = 150)]
+    pub sonnet_output_len: u32,
+    /// CSV of `arrival_s,input_tokens,output_tokens` for `--dataset-name trace`.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+    /// A number, or a comma list for a sweep (one report block per value).
+    #[arg(long, default_value = "1000")]
+    pub num_prompts: String,
+    /// Requests per second, or `inf` (all at once).
+    #[arg(long, default_value = "inf")]
+    pub request_rate: String,
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value = "current")]
+    pub report_layout: String,
+    #[arg(long, default_value = "99")]
+    pub metric_percentiles: String,
+    #[arg(long, default_value = "ttft,tpot,itl")]
+    pub percentile_metrics: String,
+    /// Save each sweep point's results as vLLM --save-result JSON into `--result-dir`.
+    #[arg(long)]
+    pub save_result: bool,
+    #[arg(long, default_value = ".")]
+    pub result_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -217,6 +280,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Validate(args) => validate(args),
         Command::Fit(args) => fit(args),
         Command::Calibrate(args) => calibrate(args),
+        Command::Bench(args) => bench(args),
         Command::Report(args) => report(args),
     }
 }
@@ -431,5 +495,118 @@ fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         p90 * 100.0,
         args.out.display()
     );
+    Ok(())
+}
+
+fn bench(args: BenchArgs) -> Result<(), Error> {
+    use crate::bench::{Backend, BenchConfig};
+    use crate::scenario::{Dataset, LengthDist, WorkloadConfig};
+
+    let usage = |flag: &'static str, value: &str, reason: &str| Error::Usage { flag, value: value.into(), reason: reason.into() };
+    let backend = Backend::parse(&args.backend).ok_or_else(|| usage("--backend", &args.backend, "expected openai or tgi"))?;
+    let layout = ReportLayout::parse(&args.report_layout)
+        .ok_or_else(|| usage("--report-layout", &args.report_layout, "expected `current` or `legacy`"))?;
+    let percentiles = parse_percentiles(&args.metric_percentiles)?;
+    let percentile_metrics = parse_metrics(&args.percentile_metrics)?;
+    let num_prompts: Vec<u32> = args
+        .num_prompts
+        .split(',')
+        .map(|n| n.trim().parse::<u32>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| usage("--num-prompts", &args.num_prompts, "expected positive integers, comma-separated"))?;
+    let request_rate = match args.request_rate.trim() {
+        "inf" => f64::INFINITY,
+        text => text.parse::<f64>().ok().filter(|r| *r > 0.0).ok_or_else(|| {
+            usage("--request-rate", &args.request_rate, "expected a positive number of requests per second, or inf")
+        })?,
+    };
+    if !(args.burstiness > 0.0 && args.burstiness.is_finite()) {
+        return Err(usage("--burstiness", &args.burstiness.to_string(), "must be a positive gamma shape"));
+    }
+    if !(0.0..1.0).contains(&args.random_range_ratio) {
+        return Err(usage("--random-range-ratio", &args.random_range_ratio.to_string(), "must be in [0, 1)"));
+    }
+    let dataset = match args.dataset_name.as_str() {
+        "random" => Dataset::Random {
+            input_len: args.random_input_len,
+            output_len: args.random_output_len,
+            range_ratio: args.random_range_ratio,
+            prefix_len: args.random_prefix_len,
+        },
+        "sonnet" => Dataset::Sonnet {
+            input_len: args.sonnet_input_len,
+            prefix_len: args.sonnet_prefix_len,
+            output: LengthDist::Fixed { value: args.sonnet_output_len },
+        },
+        "trace" => {
+            let path = args.dataset_path.clone().ok_or_else(|| usage("--dataset-path", "", "needed with --dataset-name trace"))?;
+            let rows = crate::workload::trace::read_trace(&path).map_err(|e| usage("--dataset-path", &path.display().to_string(), &e.to_string()))?;
+            if let Some(&n) = num_prompts.iter().find(|&&n| n as usize > rows.len()) {
+                return Err(usage("--num-prompts", &n.to_string(), "more prompts than the trace has rows"));
+            }
+            Dataset::Trace { path, rows }
+        }
+        other => return Err(usage("--dataset-name", other, "expected random, sonnet or trace")),
+    };
+    let workload = WorkloadConfig {
+        num_prompts: num_prompts.clone(),
+        request_rate,
+        burstiness: args.burstiness,
+        max_concurrency: args.max_concurrency,
+        dataset,
+        seed: args.seed,
+        input_tokens_total: None,
+        output_tokens_total: None,
+    };
+    let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    for (i, &n) in num_prompts.iter().enumerate() {
+        let requests = crate::workload::generate(&workload, n);
+        let mut config = BenchConfig::new(backend, args.base_url.clone(), args.model.clone(), requests);
+        if let Some(endpoint) = &args.endpoint {
+            config.endpoint = endpoint.clone();
+        }
+        config.max_concurrency = args.max_concurrency;
+        config.ignore_eos = args.ignore_eos;
+        let run = runtime.block_on(crate::bench::run(&config)).map_err(|e| usage("--base-url", &args.base_url, &e.to_string()))?;
+        let summary = crate::metrics::Summary::from_records(&run.records, &report.percentiles);
+        let mut text = String::new();
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str(&format!("num_prompts: {n}\n"));
+        write_report(&mut text, &summary, &report).expect("writing to a String");
+        print!("{text}");
+        if let Some(first) = run.details.iter().find_map(|d| d.error.as_deref()) {
+            eprintln!("{} request(s) failed; the first: {first}", run.failed());
+        }
+        if args.save_result {
+            let mut json = crate::metrics::format::to_json(&summary, &report);
+            let obj = json.as_object_mut().expect("to_json returns an object");
+            let records = &run.records.requests;
+            obj.insert("backend".into(), serde_json::json!(args.backend));
+            obj.insert("model_id".into(), serde_json::json!(args.model));
+            obj.insert("num_prompts".into(), serde_json::json!(n));
+            obj.insert("input_lens".into(), serde_json::json!(records.iter().map(|r| r.input_tokens).collect::<Vec<_>>()));
+            obj.insert("output_lens".into(), serde_json::json!(records.iter().map(|r| r.output_tokens).collect::<Vec<_>>()));
+            obj.insert(
+                "ttfts".into(),
+                serde_json::json!(records.iter().map(|r| r.first_token_ns.map(|t| (t - r.send_ns) as f64 / 1e9)).collect::<Vec<_>>()),
+            );
+            obj.insert(
+                "itls".into(),
+                serde_json::json!(run.details.iter().map(|d| d.itl_ns.iter().map(|&g| g as f64 / 1e9).collect::<Vec<_>>()).collect::<Vec<_>>()),
+            );
+            obj.insert("errors".into(), serde_json::json!(run.details.iter().map(|d| d.error.clone().unwrap_or_default()).collect::<Vec<_>>()));
+            let path = args.result_dir.join(format!("bench-{}-{n}.json", args.backend));
+            std::fs::create_dir_all(&args.result_dir).map_err(|source| Error::Output { path: args.result_dir.clone(), source })?;
+            std::fs::write(&path, serde_json::to_string_pretty(&json).expect("plain JSON"))
+                .map_err(|source| Error::Output { path: path.clone(), source })?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
     Ok(())
 }

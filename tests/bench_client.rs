@@ -417,3 +417,53 @@ async fn bad_configurations_are_errors() {
         Err(BenchError::InvalidUrl { .. })
     ));
 }
+
+/// `servesim bench` end to end: the binary against the mock, a two-point sweep, the vLLM block
+/// printed per point, and `--save-result` JSON with vLLM's per-request arrays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_vllm_blocks_and_saves_results() {
+    let (base, _mock) = start_mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let result_dir = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(["bench", "--backend", "openai", "--base-url", &base, "--dataset-name", "random"])
+            .args(["--random-input-len", "8", "--random-output-len", "5", "--num-prompts", "2,3"])
+            .args(["--max-concurrency", "2", "--save-result", "--result-dir", result_dir.to_str().unwrap()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("Serving Benchmark Result").count(), 2, "{stdout}");
+    assert!(stdout.contains("Successful requests:                     3         \n"), "{stdout}");
+    assert!(stdout.contains("Total generated tokens:                  15        \n"), "{stdout}");
+    assert!(stdout.contains("Maximum request concurrency:             2         \n"), "{stdout}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("bench-openai-3.json")).unwrap()).unwrap();
+    assert_eq!(saved["completed"], json!(3));
+    assert_eq!(saved["output_lens"], json!([5, 5, 5]));
+    assert_eq!(saved["itls"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn the_cli_rejects_bad_flags() {
+    for args in [
+        ["--backend", "grpc", "--num-prompts", "1"],
+        ["--num-prompts", "0", "--request-rate", "inf"],
+        ["--request-rate=-1", "--num-prompts", "1", "--seed=0"],
+        ["--base-url", "https://x", "--num-prompts", "1"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(["bench", "--random-input-len", "4", "--random-output-len", "2"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let flag = args[0].split('=').next().unwrap();
+        assert!(err.contains(flag), "the error names the flag {flag}: {err}");
+        assert!(!err.contains("panicked"));
+    }
+}
