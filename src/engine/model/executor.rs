@@ -1,0 +1,411 @@
+//! The forward pass of a Llama model over one scheduler step, with a paged KV cache.
+//!
+//! ```text
+//!  token ids ─ embed ─► x [T, h]          (T = the step's new tokens: prefill chunks first, then decodes)
+//!  per layer:  rms_norm ─ gemm qkv ─ split q|k|v ─ rope ─ write_paged (this layer's cache)
+//!              ├─ prefill_attention (chunks, over cached context + themselves)
+//!              └─ decode_attention  (one token per sequence, over its paged history)
+//!              gemm o (x +=) ─ rms_norm ─ gemm gate_up ─ silu_and_mul ─ gemm down (x +=)
+//!  sampled rows of x ─ rms_norm ─ gemm lm_head ─► logits [sampling sequences, vocab]
+//! ```
+//!
+//! Tokens are reordered internally (prefill sequences, then decodes, each in batch order) so each
+//! attention kernel reads one contiguous run of queries; every other op is per token and does
+//! not care. Logits come back in batch order.
+
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+use crate::engine::cpu::{
+    AttentionDims, Gemm, PagedCache, PagedKv, Rope, decode_attention, prefill_attention, rms_norm, silu_and_mul,
+    write_paged,
+};
+use crate::sched::batch::Batch;
+use crate::sched::kv::KvCacheManager;
+
+use super::{LlamaConfig, LlamaWeights, ModelError};
+
+/// Runs a Llama model step by step over the scheduler's batches. Owns the weights, the RoPE
+/// table, the paged KV cache of every layer, and reusable buffers: after the first steps of the
+/// largest shape, a step allocates nothing but the `gemm` crate's packing buffers.
+pub struct ModelExecutor {
+    weights: LlamaWeights,
+    rope: Rope,
+    dims: AttentionDims,
+    /// Positions per KV block; must equal the `KvCacheManager`'s.
+    block_size: usize,
+    num_blocks: usize,
+    /// Per layer, `[num_blocks, block_size, num_kv_heads, head_dim]` f32.
+    k_cache: Vec<Vec<f32>>,
+    /// Per layer, like `k_cache`.
+    v_cache: Vec<Vec<f32>>,
+    /// Threads each GEMM may use (of the current rayon pool).
+    threads: usize,
+    meta: StepMeta,
+    buf: Buffers,
+}
+
+/// A step's indexing, rebuilt each step into reused vectors.
+#[derive(Default)]
+struct StepMeta {
+    /// Batch index → first row of its tokens in the internal order.
+    row_start: Vec<usize>,
+    /// Batch index → offset of its tokens in the caller's `token_ids`.
+    input_start: Vec<usize>,
+    /// Per internal row: token id, position, cache slot (block · block_size + offset).
+    tokens: Vec<u32>,
+    positions: Vec<usize>,
+    slots: Vec<usize>,
+    prefill: Group,
+    decode: Group,
+    /// Internal row of each sampling sequence's last token, in batch order.
+    sample_rows: Vec<usize>,
+}
+
+/// The paged-attention view of one group of sequences (see `PagedKv::new`).
+#[derive(Default)]
+struct Group {
+    cu_q: Vec<usize>,
+    blocks: Vec<u32>,
+    cu_blocks: Vec<usize>,
+    seq_lens: Vec<usize>,
+}
+
+impl Group {
+    fn clear(&mut self) {
+        self.cu_q.clear();
+        self.cu_q.push(0);
+        self.blocks.clear();
+        self.cu_blocks.clear();
+        self.cu_blocks.push(0);
+        self.seq_lens.clear();
+    }
+
+    fn tokens(&self) -> usize {
+        self.cu_q[self.cu_q.len() - 1]
+    }
+}
+
+/// Activations, grown to the largest step seen and never shrunk.
+#[derive(Default)]
+struct Buffers {
+    /// Residual stream `[T, hidden]`.
+    x: Vec<f32>,
+    /// Normalised input of a sub-layer `[T, hidden]`.
+    normed: Vec<f32>,
+    /// `[T, q_dim + 2·kv_dim]`.
+    qkv: Vec<f32>,
+    /// `[T, heads, head_dim]`.
+    q: Vec<f32>,
+    /// `[T, kv_heads, head_dim]`.
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Attention output `[T, heads, head_dim]`.
+    attn: Vec<f32>,
+    /// `[T, 2·ffn]`.
+    gate_up: Vec<f32>,
+    /// `[T, ffn]`.
+    act: Vec<f32>,
+    /// Sampled rows before and after the final norm, `[S, hidden]`.
+    last: Vec<f32>,
+    last_normed: Vec<f32>,
+    /// `[S, vocab]`.
+    logits: Vec<f32>,
+}
+
+/// `v[..len]`, growing `v` first if it is shorter.
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+impl ModelExecutor {
+    /// An executor with a KV cache of `num_blocks` blocks of `block_size` positions per layer
+    /// (`config.kv_bytes_per_block(block_size) · num_blocks` bytes, allocated now). GEMMs use
+    /// every thread of the current rayon pool; see [`ModelExecutor::set_threads`].
+    pub fn new(weights: LlamaWeights, num_blocks: usize, block_size: usize) -> Result<ModelExecutor, ModelError> {
+        let c = &weights.config;
+        weights.validate().map_err(ModelError::Step)?;
+        if !block_size.is_power_of_two() {
+            return Err(ModelError::Step(format!("block_size {block_size} must be a power of two")));
+        }
+        if num_blocks > u32::MAX as usize {
+            return Err(ModelError::Step(format!("{num_blocks} KV blocks do not fit 32-bit block ids")));
+        }
+        let rope = Rope::new(c.head_dim, c.rope_theta, c.max_position_embeddings);
+        let dims = AttentionDims { num_heads: c.num_heads, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim };
+        let cache_len = num_blocks * block_size * c.kv_dim();
+        let k_cache = (0..c.num_layers).map(|_| vec![0.0; cache_len]).collect();
+        let v_cache = (0..c.num_layers).map(|_| vec![0.0; cache_len]).collect();
+        Ok(ModelExecutor {
+            weights,
+            rope,
+            dims,
+            block_size,
+            num_blocks,
+            k_cache,
+            v_cache,
+            threads: rayon::current_num_threads(),
+            meta: StepMeta::default(),
+            buf: Buffers::default(),
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.weights.config
+    }
+
+    pub fn weights(&self) -> &LlamaWeights {
+        &self.weights
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+
+    /// Threads each GEMM may use (the other kernels use the whole current rayon pool).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs one step and returns the logits `[S, vocab]` of the `S` sequences whose
+    /// `samples_token` is set, in batch order (the logits of each one's last new token).
+    ///
+    /// - `token_ids`: the new tokens of every `SeqWork` in batch order, concatenated
+    ///   (`batch.seqs[i].new_tokens` ids each; `batch.tokens()` in all). Sequence `i`'s new
+    ///   tokens sit at positions `context_tokens..context_tokens + new_tokens`.
+    /// - `kv`: the scheduler's KV manager, already grown for this step: each sequence's block
+    ///   table covers `context_tokens + new_tokens` positions. Its block size must be this
+    ///   executor's, and its block ids below [`ModelExecutor::num_blocks`].
+    ///
+    /// The context's keys and values must have been computed by earlier steps with the same
+    /// block table (the scheduler's contract). Call inside `ThreadPool::install` to choose the
+    /// pool. Inconsistent inputs return [`ModelError::Step`] before anything is computed.
+    pub fn forward(&mut self, batch: &Batch, token_ids: &[u32], kv: &KvCacheManager) -> Result<&[f32], ModelError> {
+        self.plan(batch, token_ids, kv)?;
+        let ModelExecutor { weights, rope, dims, block_size, k_cache, v_cache, threads, meta, buf, .. } = self;
+        let (threads, dims, block_size) = (*threads, *dims, *block_size);
+        let c = &weights.config;
+        let (h, qd, kvd, f, vocab) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
+        let qkv_cols = qd + 2 * kvd;
+        let eps = c.rms_norm_eps;
+        let t = meta.tokens.len();
+        let s = meta.sample_rows.len();
+        if t == 0 {
+            return Ok(&buf.logits[..0]);
+        }
+        let tp = meta.prefill.tokens();
+        let scale = dims.default_scale();
+
+        let x = grow(&mut buf.x, t * h);
+        for (row, &tok) in x.chunks_exact_mut(h).zip(&meta.tokens) {
+            row.copy_from_slice(&weights.embed[tok as usize * h..(tok as usize + 1) * h]);
+        }
+        let normed = grow(&mut buf.normed, t * h);
+        let qkv = grow(&mut buf.qkv, t * qkv_cols);
+        let q = grow(&mut buf.q, t * qd);
+        let k = grow(&mut buf.k, t * kvd);
+        let v = grow(&mut buf.v, t * kvd);
+        let attn = grow(&mut buf.attn, t * qd);
+        let gate_up = grow(&mut buf.gate_up, t * 2 * f);
+        let act = grow(&mut buf.act, t * f);
+
+        for (layer, (kc, vc)) in weights.layers.iter().zip(k_cache.iter_mut().zip(v_cache.iter_mut())) {
+            rms_norm(x, &layer.input_norm, eps, normed);
+            Gemm::new(t, qkv_cols, h).run(normed, &layer.qkv, qkv, threads);
+            // Split the merged projection: RoPE and the cache want each of q, k, v contiguous.
+            for r in 0..t {
+                let row = &qkv[r * qkv_cols..(r + 1) * qkv_cols];
+                q[r * qd..(r + 1) * qd].copy_from_slice(&row[..qd]);
+                k[r * kvd..(r + 1) * kvd].copy_from_slice(&row[qd..qd + kvd]);
+                v[r * kvd..(r + 1) * kvd].copy_from_slice(&row[qd + kvd..]);
+            }
+            rope.apply(q, k, &meta.positions, dims.num_heads, dims.num_kv_heads);
+            // New keys go into the cache first: attention then reads context and new tokens
+            // from one place, exactly as later steps will.
+            write_paged(kc, vc, k, v, &meta.slots, dims.num_kv_heads, dims.head_dim);
+            let cache = PagedCache { k: kc, v: vc, block_size, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+            let (q_pre, q_dec) = q.split_at(tp * qd);
+            let (out_pre, out_dec) = attn.split_at_mut(tp * qd);
+            if tp > 0 {
+                let g = &meta.prefill;
+                let paged = PagedKv::new(cache, &g.blocks, &g.cu_blocks, &g.seq_lens);
+                prefill_attention(q_pre, &g.cu_q, &paged, out_pre, dims, scale);
+            }
+            if t > tp {
+                let g = &meta.decode;
+                let paged = PagedKv::new(cache, &g.blocks, &g.cu_blocks, &g.seq_lens);
+                decode_attention(q_dec, &paged, out_dec, dims, scale);
+            }
+            Gemm::new(t, h, qd).accumulating().run(attn, &layer.o, x, threads);
+            rms_norm(x, &layer.post_norm, eps, normed);
+            Gemm::new(t, 2 * f, h).run(normed, &layer.gate_up, gate_up, threads);
+            silu_and_mul(gate_up, act, f);
+            Gemm::new(t, h, f).accumulating().run(act, &layer.down, x, threads);
+        }
+
+        // Only sampled rows need the final norm and the (largest) output GEMM.
+        let last = grow(&mut buf.last, s * h);
+        for (dst, &r) in last.chunks_exact_mut(h).zip(&meta.sample_rows) {
+            dst.copy_from_slice(&x[r * h..(r + 1) * h]);
+        }
+        let last_normed = grow(&mut buf.last_normed, s * h);
+        rms_norm(last, &weights.norm, eps, last_normed);
+        let logits = grow(&mut buf.logits, s * vocab);
+        Gemm::new(s, vocab, h).run(last_normed, &weights.lm_head, logits, threads);
+        Ok(&buf.logits[..s * vocab])
+    }
+
+    /// Checks the step's inputs and builds its indexing into `self.meta`.
+    fn plan(&mut self, batch: &Batch, token_ids: &[u32], kv: &KvCacheManager) -> Result<(), ModelError> {
+        let err = |m: String| Err(ModelError::Step(m));
+        let c = &self.weights.config;
+        let bs = self.block_size;
+        if kv.block_size() as usize != bs {
+            return err(format!("the KV manager's block size {} is not the executor's {bs}", kv.block_size()));
+        }
+        let total: usize = batch.seqs.iter().map(|w| w.new_tokens as usize).sum();
+        if token_ids.len() != total {
+            return err(format!("{} token ids for a batch of {total} new tokens", token_ids.len()));
+        }
+        let m = &mut self.meta;
+        m.row_start.clear();
+        m.row_start.resize(batch.seqs.len(), 0);
+        m.input_start.clear();
+        let mut off = 0;
+        for w in &batch.seqs {
+            m.input_start.push(off);
+            off += w.new_tokens as usize;
+        }
+        m.tokens.clear();
+        m.positions.clear();
+        m.slots.clear();
+        m.prefill.clear();
+        m.decode.clear();
+        m.sample_rows.clear();
+        // Prefill chunks first, then one-token steps (decode attention covers any single query
+        // over its whole history, a one-token prompt included).
+        for decode_pass in [false, true] {
+            for (i, w) in batch.seqs.iter().enumerate() {
+                if (w.new_tokens == 1) != decode_pass {
+                    continue;
+                }
+                let (ctx, new) = (w.context_tokens as usize, w.new_tokens as usize);
+                let len = ctx + new;
+                if new == 0 {
+                    return err(format!("sequence {} is scheduled with no new tokens", w.seq));
+                }
+                if len > c.max_position_embeddings {
+                    return err(format!(
+                        "sequence {} reaches {len} tokens, beyond the model's {} positions",
+                        w.seq, c.max_position_embeddings
+                    ));
+                }
+                let table = kv.block_table(w.seq);
+                let needed = len.div_ceil(bs);
+                if table.len() < needed {
+                    return err(format!(
+                        "sequence {} needs {needed} KV blocks for {len} tokens but its table has {}",
+                        w.seq,
+                        table.len()
+                    ));
+                }
+                let table = &table[..needed];
+                if let Some(&b) = table.iter().find(|&&b| b as usize >= self.num_blocks) {
+                    return err(format!("sequence {} uses KV block {b}, but the cache has {}", w.seq, self.num_blocks));
+                }
+                let ids = &token_ids[m.input_start[i]..m.input_start[i] + new];
+                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
+                    return err(format!("token id {bad} is outside the vocabulary of {}", c.vocab_size));
+                }
+                m.row_start[i] = m.tokens.len();
+                m.tokens.extend_from_slice(ids);
+                for pos in ctx..len {
+                    m.positions.push(pos);
+                    m.slots.push(table[pos / bs] as usize * bs + pos % bs);
+                }
+                let g = if decode_pass { &mut m.decode } else { &mut m.prefill };
+                g.cu_q.push(g.tokens() + new);
+                g.blocks.extend_from_slice(table);
+                g.cu_blocks.push(g.blocks.len());
+                g.seq_lens.push(len);
+            }
+        }
+        for (i, w) in batch.seqs.iter().enumerate() {
+            if w.samples_token {
+                m.sample_rows.push(m.row_start[i] + w.new_tokens as usize - 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The most likely token: the index of the largest logit (the first on ties; NaNs never win).
+pub fn greedy(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    let mut best_value = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best_value {
+            best = i;
+            best_value = l;
+        }
+    }
+    best as u32
+}
+
+/// Seeded temperature sampling for one request: the same seed, temperature and logits give the
+/// same tokens on every machine (ChaCha8, one draw per token).
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    rng: ChaCha8Rng,
+    temperature: f32,
+}
+
+impl Sampler {
+    /// `temperature <= 0` (or not finite) means greedy, drawing no random numbers.
+    pub fn new(seed: u64, temperature: f32) -> Sampler {
+        Sampler { rng: ChaCha8Rng::seed_from_u64(seed), temperature }
+    }
+
+    pub fn temperature(&self) -> f32 {
+        self.temperature
+    }
+
+    /// A token drawn from `softmax(logits / temperature)`. Allocates nothing: two passes over
+    /// the logits (max and normaliser), then a walk of the cumulative sum.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let t = self.temperature;
+        if !(t > 0.0 && t.is_finite()) || logits.is_empty() {
+            return greedy(logits);
+        }
+        let max = logits[greedy(logits) as usize];
+        let weight = |l: f32| if l.is_nan() { 0.0 } else { ((l - max) / t).exp() };
+        let total: f32 = logits.iter().map(|&l| weight(l)).sum();
+        let target = self.rng.random::<f32>() * total;
+        let mut acc = 0.0;
+        let mut last_positive = 0;
+        for (i, &l) in logits.iter().enumerate() {
+            let w = weight(l);
+            if w > 0.0 {
+                last_positive = i;
+            }
+            acc += w;
+            if acc > target {
+                return i as u32;
+            }
+        }
+        // Rounding can leave `acc` just below `target`: the last token with any weight.
+        last_positive as u32
+    }
+}
