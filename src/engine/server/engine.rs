@@ -1,0 +1,535 @@
+//! The continuous-batching loop: one dedicated thread that owns the simulator's own
+//! [`Scheduler`] and an [`Executor`], and runs steps back to back.
+//!
+//! ```text
+//!   HTTP handlers ──Command::Submit/Cancel──► engine thread
+//!                                              loop { apply commands
+//!                                                     schedule() → forward() → finish_step()
+//!                                                     EOS → finish_early(); stream tokens }
+//!   HTTP handlers ◄──Event::Token/Error (one channel per request)──┘
+//! ```
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cost::StepCost;
+use crate::scenario::Policy;
+use crate::sched::{Admission, Batch, Rejection, Scheduler, SchedulerConfig};
+use crate::sim::StepRow;
+use crate::sim::cluster::policy_for;
+
+/// What the forward pass computes for one [`crate::sched::SeqWork`] of a batch.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SeqInput {
+    /// Token ids whose KV this step computes (`new_tokens` of them).
+    pub token_ids: Vec<u32>,
+    /// Position of each of `token_ids` in its sequence (`context_tokens ..`).
+    pub positions: Vec<u32>,
+    /// The sequence's KV block table (`KvCacheManager::block_table`), covering all positions.
+    pub block_table: Vec<u32>,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f32,
+    /// Sampling seed the client gave, if any.
+    pub seed: Option<u64>,
+}
+
+/// Inputs of one step, parallel to `Batch::seqs`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepInputs {
+    pub seqs: Vec<SeqInput>,
+}
+
+/// The forward pass the engine loop drives. Implemented by the model executor (CPU/CUDA); tests
+/// use a deterministic fake.
+pub trait Executor: Send + 'static {
+    /// Runs one step. Returns one sampled token per `SeqWork` with `samples_token`, in batch order.
+    fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String>;
+    fn vocab_size(&self) -> u32;
+    fn eos_token(&self) -> Option<u32>;
+}
+
+/// Why a request stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It reached `max_tokens`.
+    Length,
+    /// It sampled the end-of-sequence token.
+    Stop,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Length => "length",
+            FinishReason::Stop => "stop",
+        }
+    }
+    /// TGI's name for it.
+    pub fn tgi_str(self) -> &'static str {
+        match self {
+            FinishReason::Length => "length",
+            FinishReason::Stop => "eos_token",
+        }
+    }
+}
+
+/// What a request's channel receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new token; `finish` is set on the request's last token.
+    Token { id: u32, finish: Option<FinishReason> },
+    /// The request failed (executor error); no more events follow.
+    Error(String),
+}
+
+/// A request to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateParams {
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+    pub ignore_eos: bool,
+    pub temperature: f32,
+    pub seed: Option<u64>,
+}
+
+/// Why a request was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The waiting queue is full (HTTP 503).
+    Overloaded { waiting: u32, max_waiting: u32 },
+    /// The request is invalid or can never fit (HTTP 400).
+    Invalid(String),
+    /// The engine thread is gone (HTTP 503).
+    EngineStopped,
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::Overloaded { waiting, max_waiting } => {
+                write!(f, "server overloaded: {waiting} requests waiting (limit {max_waiting}); retry later")
+            }
+            SubmitError::Invalid(m) => f.write_str(m),
+            SubmitError::EngineStopped => f.write_str("the engine has stopped"),
+        }
+    }
+}
+
+/// Upper bounds (seconds) of the step-time histogram buckets; `+Inf` is implicit.
+pub const STEP_TIME_BUCKETS_S: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// A snapshot of the engine's state, for `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_blocks_used: u32,
+    pub kv_blocks_total: u32,
+    pub steps_total: u64,
+    /// Cumulative counts per bucket of [`STEP_TIME_BUCKETS_S`] (non-cumulative storage).
+    pub step_time_bucket_counts: [u64; STEP_TIME_BUCKETS_S.len()],
+    pub step_time_sum_s: f64,
+    pub requests_finished_total: u64,
+    pub requests_cancelled_total: u64,
+    pub requests_rejected_total: u64,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+}
+
+/// Most trace rows kept; older rows are dropped first (a limit on everything).
+pub const TRACE_ROWS_MAX: usize = 1 << 20;
+
+enum Command {
+    Submit { id: u32, params: GenerateParams, events: mpsc::UnboundedSender<Event>, reply: oneshot::Sender<Result<(), SubmitError>> },
+    Cancel { id: u32 },
+}
+
+struct Shared {
+    stats: Mutex<EngineStats>,
+    trace: Mutex<Vec<StepRow>>,
+    next_id: std::sync::atomic::AtomicU32,
+}
+
+/// A cloneable handle to the engine thread. The thread stops when every handle is dropped.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: std_mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    context_len: u32,
+    vocab_size: u32,
+    model_name: String,
+}
+
+/// A submitted request: its events, and a guard that cancels it when dropped.
+pub struct RequestStream {
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub guard: CancelOnDrop,
+}
+
+/// Cancels its request (freeing its KV blocks) when dropped, e.g. when a client disconnects.
+/// Cancelling a finished request does nothing.
+pub struct CancelOnDrop {
+    id: u32,
+    commands: std_mpsc::Sender<Command>,
+}
+
+impl RequestStream {
+    /// The engine's id for the request.
+    pub fn id(&self) -> u32 {
+        self.guard.id
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Cancel { id: self.id });
+    }
+}
+
+impl EngineHandle {
+    /// Starts the engine thread. `max_waiting` bounds the scheduler's waiting queue (requests
+    /// beyond it get [`SubmitError::Overloaded`]); `context_len` bounds prompt + `max_tokens`.
+    pub fn start<E: Executor>(executor: E, config: SchedulerConfig, policy: Policy, max_waiting: u32, context_len: u32) -> EngineHandle {
+        let vocab_size = executor.vocab_size();
+        assert_eq!(policy == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(EngineStats { kv_blocks_total: config.num_gpu_blocks, ..EngineStats::default() }),
+            trace: Mutex::new(Vec::new()),
+            next_id: std::sync::atomic::AtomicU32::new(0),
+        });
+        let (tx, rx) = std_mpsc::channel();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("servesim-engine".into())
+            .spawn(move || {
+                // Built here: the policy is not `Send`.
+                let scheduler = Scheduler::new(config.clone(), policy_for(policy, &config));
+                EngineLoop::new(executor, scheduler, max_waiting, thread_shared).run(rx)
+            })
+            .expect("spawn the engine thread");
+        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string() }
+    }
+
+    /// Sets the name `/v1/models` reports.
+    pub fn with_model_name(mut self, name: impl Into<String>) -> EngineHandle {
+        self.model_name = name.into();
+        self
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn context_len(&self) -> u32 {
+        self.context_len
+    }
+
+    pub fn vocab_size(&self) -> u32 {
+        self.vocab_size
+    }
+
+    /// Queues a request. Fails at once when the queue is full or the request cannot fit.
+    pub async fn submit(&self, params: GenerateParams) -> Result<RequestStream, SubmitError> {
+        if params.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if params.max_tokens == 0 {
+            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        if let Some(&bad) = params.prompt.iter().find(|&&t| t >= self.vocab_size) {
+            return Err(SubmitError::Invalid(format!("token id {bad} is outside the vocabulary (size {})", self.vocab_size)));
+        }
+        let total = params.prompt.len() as u64 + params.max_tokens as u64;
+        if total > self.context_len as u64 {
+            return Err(SubmitError::Invalid(format!(
+                "this model's maximum context length is {} tokens, but the request asks for {} tokens ({} in the prompt + {} max_tokens)",
+                self.context_len,
+                total,
+                params.prompt.len(),
+                params.max_tokens
+            )));
+        }
+        let id = self.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.commands
+            .send(Command::Submit { id, params, events: events_tx, reply: reply_tx })
+            .map_err(|_| SubmitError::EngineStopped)?;
+        let guard = CancelOnDrop { id, commands: self.commands.clone() };
+        match reply_rx.await {
+            Ok(Ok(())) => Ok(RequestStream { events: events_rx, guard }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SubmitError::EngineStopped),
+        }
+    }
+
+    /// The engine's state now.
+    pub fn stats(&self) -> EngineStats {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The per-step trace so far, in the simulator's timeline format (`cost.total_ns` is the
+    /// measured step time; `start_ns` counts from the engine's start).
+    pub fn trace(&self) -> Vec<StepRow> {
+        self.shared.trace.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+struct Live {
+    seq: u32,
+    /// Prompt plus generated tokens: what a (re-)prefill computes.
+    tokens: Vec<u32>,
+    ignore_eos: bool,
+    temperature: f32,
+    seed: Option<u64>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+struct EngineLoop<E: Executor> {
+    executor: E,
+    scheduler: Scheduler,
+    max_waiting: u32,
+    shared: Arc<Shared>,
+    live: HashMap<u32, Live>,
+    started: Instant,
+    inputs: StepInputs,
+}
+
+impl<E: Executor> EngineLoop<E> {
+    fn new(executor: E, scheduler: Scheduler, max_waiting: u32, shared: Arc<Shared>) -> Self {
+        EngineLoop { executor, scheduler, max_waiting, shared, live: HashMap::new(), started: Instant::now(), inputs: StepInputs::default() }
+    }
+
+    fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+        loop {
+            // Block while idle; otherwise take whatever arrived and step.
+            if !self.scheduler.has_work() {
+                match rx.recv() {
+                    Ok(cmd) => self.apply(cmd),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(cmd) => self.apply(cmd),
+                    Err(std_mpsc::TryRecvError::Empty) => break,
+                    Err(std_mpsc::TryRecvError::Disconnected) => {
+                        if !self.scheduler.has_work() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            if self.scheduler.has_work() {
+                self.step();
+            }
+            self.publish_stats();
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit { id, params, events, reply } => {
+                let waiting = self.scheduler.num_waiting();
+                if waiting >= self.max_waiting {
+                    self.stats().requests_rejected_total += 1;
+                    let _ = reply.send(Err(SubmitError::Overloaded { waiting, max_waiting: self.max_waiting }));
+                    return;
+                }
+                let prompt_len = params.prompt.len() as u32;
+                match self.scheduler.add_request(id, prompt_len, params.max_tokens, params.max_tokens) {
+                    Admission::Queued { seq } => {
+                        if reply.send(Ok(())).is_err() {
+                            self.scheduler.finish_early(seq);
+                            return;
+                        }
+                        self.stats().prompt_tokens_total += prompt_len as u64;
+                        self.live.insert(
+                            id,
+                            Live {
+                                seq,
+                                tokens: params.prompt,
+                                ignore_eos: params.ignore_eos,
+                                temperature: params.temperature,
+                                seed: params.seed,
+                                events,
+                            },
+                        );
+                    }
+                    Admission::Rejected(r) => {
+                        self.stats().requests_rejected_total += 1;
+                        let e = match r {
+                            Rejection::Overloaded { in_flight, max_concurrent_requests } => {
+                                SubmitError::Overloaded { waiting: in_flight, max_waiting: max_concurrent_requests }
+                            }
+                            other => SubmitError::Invalid(rejection_message(other)),
+                        };
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Command::Cancel { id } => {
+                if let Some(live) = self.live.remove(&id) {
+                    self.scheduler.finish_early(live.seq);
+                    self.stats().requests_cancelled_total += 1;
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish_stats(&self) {
+        let mut s = self.stats();
+        s.running = self.scheduler.num_running();
+        s.waiting = self.scheduler.num_waiting();
+        s.kv_blocks_used = self.scheduler.kv().pool().blocks_used();
+    }
+
+    fn step(&mut self) {
+        let start = Instant::now();
+        let batch = self.scheduler.schedule().clone();
+        if batch.is_empty() {
+            // Nothing fits now (cannot happen with live work and a free cache); avoid spinning.
+            std::thread::sleep(Duration::from_millis(1));
+            return;
+        }
+        let (running, waiting) = (self.scheduler.num_running(), self.scheduler.num_waiting());
+        let kv_blocks_used = self.scheduler.kv().pool().blocks_used();
+        let by_seq: HashMap<u32, u32> = self.live.iter().map(|(&id, l)| (l.seq, id)).collect();
+        self.inputs.seqs.clear();
+        for work in &batch.seqs {
+            let live = by_seq.get(&work.seq).and_then(|id| self.live.get(id));
+            let input = match live {
+                Some(l) => {
+                    let from = work.context_tokens as usize;
+                    let to = from + work.new_tokens as usize;
+                    SeqInput {
+                        token_ids: l.tokens[from..to].to_vec(),
+                        positions: (work.context_tokens..work.context_tokens + work.new_tokens).collect(),
+                        block_table: self.scheduler.kv().block_table(work.seq).to_vec(),
+                        temperature: l.temperature,
+                        seed: l.seed,
+                    }
+                }
+                None => SeqInput::default(),
+            };
+            self.inputs.seqs.push(input);
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| self.executor.forward(&batch, &self.inputs)))
+            .unwrap_or_else(|_| Err("the executor panicked".to_string()));
+        let sampled_count = batch.seqs.iter().filter(|w| w.samples_token).count();
+        let result = match result {
+            Ok(t) if t.len() == sampled_count => Ok(t),
+            Ok(t) => Err(format!("the executor returned {} tokens for {} sampling sequences", t.len(), sampled_count)),
+            Err(e) => Err(e),
+        };
+        let outcome = self.scheduler.finish_step();
+        let finished: std::collections::HashSet<u32> = outcome.finished.iter().map(|f| f.request_id).collect();
+        let elapsed_ns = start.elapsed().as_nanos() as u64;
+        let eos = self.executor.eos_token();
+        let mut stopped = Vec::new();
+        let mut gone = Vec::new();
+        match result {
+            Ok(tokens) => {
+                let sampled = batch.seqs.iter().filter(|w| w.samples_token);
+                for (work, token) in sampled.zip(tokens) {
+                    let Some(&id) = by_seq.get(&work.seq) else { continue };
+                    let Some(live) = self.live.get_mut(&id) else { continue };
+                    live.tokens.push(token);
+                    let finish = if finished.contains(&id) {
+                        Some(FinishReason::Length)
+                    } else if !live.ignore_eos && Some(token) == eos {
+                        stopped.push(id);
+                        Some(FinishReason::Stop)
+                    } else {
+                        None
+                    };
+                    if live.events.send(Event::Token { id: token, finish }).is_err() && finish.is_none() {
+                        gone.push(id); // The client is gone.
+                    }
+                }
+                let mut s = self.stats();
+                s.generation_tokens_total += sampled_count as u64;
+                s.requests_finished_total += (finished.len() + stopped.len()) as u64;
+                s.requests_cancelled_total += gone.len() as u64;
+                drop(s);
+                stopped.append(&mut gone);
+            }
+            Err(message) => {
+                for work in &batch.seqs {
+                    if let Some(&id) = by_seq.get(&work.seq) {
+                        if let Some(live) = self.live.get(&id) {
+                            let _ = live.events.send(Event::Error(message.clone()));
+                        }
+                        if !finished.contains(&id) {
+                            stopped.push(id);
+                        }
+                    }
+                }
+            }
+        }
+        for id in &finished {
+            self.live.remove(id);
+        }
+        for id in stopped {
+            if let Some(live) = self.live.remove(&id) {
+                self.scheduler.finish_early(live.seq);
+            }
+        }
+        self.record(start, elapsed_ns, &batch, running, waiting, kv_blocks_used);
+    }
+
+    fn record(&self, start: Instant, elapsed_ns: u64, batch: &Batch, running: u32, waiting: u32, kv_blocks_used: u32) {
+        let row = StepRow {
+            start_ns: start.duration_since(self.started).as_nanos() as u64,
+            replica: 0,
+            running,
+            waiting,
+            kv_blocks_used,
+            batch_seqs: batch.seqs.len() as u32,
+            prefill_tokens: batch.prefill_tokens,
+            decode_tokens: batch.decode_tokens,
+            cost: StepCost { total_ns: elapsed_ns, ..StepCost::default() },
+        };
+        {
+            let mut trace = self.shared.trace.lock().unwrap_or_else(|e| e.into_inner());
+            if trace.len() >= TRACE_ROWS_MAX {
+                trace.drain(..TRACE_ROWS_MAX / 2);
+            }
+            trace.push(row);
+        }
+        let mut s = self.stats();
+        s.steps_total += 1;
+        let secs = elapsed_ns as f64 * 1e-9;
+        s.step_time_sum_s += secs;
+        if let Some(i) = STEP_TIME_BUCKETS_S.iter().position(|&b| secs <= b) {
+            s.step_time_bucket_counts[i] += 1;
+        }
+    }
+}
+
+fn rejection_message(r: Rejection) -> String {
+    match r {
+        Rejection::KvCapacity { blocks_needed, blocks_usable } => format!(
+            "the request needs {blocks_needed} KV-cache blocks but the cache has only {blocks_usable} usable blocks"
+        ),
+        Rejection::InputTooLong { prompt_tokens, max_input_tokens } => {
+            format!("the prompt has {prompt_tokens} tokens, more than max_input_tokens ({max_input_tokens})")
+        }
+        Rejection::TotalTooLong { total_tokens, max_total_tokens } => {
+            format!("prompt + max_new_tokens is {total_tokens} tokens, more than max_total_tokens ({max_total_tokens})")
+        }
+        Rejection::Overloaded { in_flight, max_concurrent_requests } => {
+            format!("{in_flight} requests in flight, the limit is {max_concurrent_requests}")
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! The HTTP front end (axum): OpenAI completions, TGI generate, health and Prometheus metrics.
+//!
+//! SSE bodies are written by hand so that every line is exactly `data: {json}` (OpenAI) or
+//! `data:{json}` (TGI, as TGI itself writes), with no comment or keep-alive lines.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SubmitError};
+use super::tokenizer::{ByteDecoder, ByteTokenizer};
+
+/// Most bytes of a request body accepted.
+pub const REQUEST_BODY_BYTES_MAX: usize = 16 << 20;
+
+/// `max_tokens` when a request gives none (OpenAI's default).
+pub const MAX_TOKENS_DEFAULT: u32 = 16;
+
+/// Serves the engine on `listener` until `shutdown` completes (e.g. on SIGTERM); then stops
+/// accepting connections and lets in-flight requests finish.
+pub async fn serve(listener: tokio::net::TcpListener, engine: EngineHandle, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
+}
+
+/// The routes, for callers that want to embed them.
+pub fn router(engine: EngineHandle) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/generate", post(generate))
+        .route("/generate_stream", post(generate_stream))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+        .with_state(engine)
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    let kind = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        StatusCode::BAD_REQUEST => "invalid_request_error",
+        _ => "server_error",
+    };
+    // OpenAI's shape, plus TGI's top-level `error` string via `error_type` for TGI clients.
+    let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}, "error_type": kind, "object": "error", "message": message});
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// An error before a response starts: a status and a message.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error_response(self.0, &self.1)
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> ApiError {
+        let status = match e {
+            SubmitError::Invalid(_) => StatusCode::BAD_REQUEST,
+            SubmitError::Overloaded { .. } | SubmitError::EngineStopped => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("malformed JSON request: {e}")))
+}
+
+fn unix_time_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn sse_response<S>(events: S) -> Response
+where
+    S: futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+{
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(events))
+        .unwrap_or_else(|_| error_response(StatusCode::INTERNAL_SERVER_ERROR, "response"))
+}
+
+// ---------------------------------------------------------------- OpenAI
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Deserialize)]
+struct CompletionRequest {
+    #[serde(default)]
+    model: Option<String>,
+    prompt: Prompt,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    ignore_eos: bool,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+fn prompt_tokens(prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+    let one = |n: usize| {
+        if n == 1 { Ok(()) } else { Err(ApiError(StatusCode::BAD_REQUEST, format!("a request must hold exactly one prompt, got {n}"))) }
+    };
+    Ok(match prompt {
+        Prompt::Text(t) => ByteTokenizer.encode(&t),
+        Prompt::Tokens(t) => t,
+        Prompt::Texts(mut v) => {
+            one(v.len())?;
+            ByteTokenizer.encode(&v.remove(0))
+        }
+        Prompt::TokenLists(mut v) => {
+            one(v.len())?;
+            v.remove(0)
+        }
+    })
+}
+
+async fn completions(State(engine): State<EngineHandle>, body: Bytes) -> Response {
+    let req: CompletionRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let prompt = match prompt_tokens(req.prompt) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let prompt_len = prompt.len() as u32;
+    let params = GenerateParams {
+        prompt,
+        max_tokens: req.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
+        ignore_eos: req.ignore_eos,
+        temperature: req.temperature.unwrap_or(1.0),
+        seed: req.seed,
+    };
+    let stream = match engine.submit(params).await {
+        Ok(s) => s,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let id = format!("cmpl-{}", stream.id());
+    let model = req.model.unwrap_or_else(|| engine.model_name().to_string());
+    let created = unix_time_s();
+    if req.stream {
+        let include_usage = req.stream_options.unwrap_or_default().include_usage;
+        completion_stream(stream, id, model, created, prompt_len, include_usage)
+    } else {
+        completion_whole(stream, id, model, created, prompt_len).await
+    }
+}
+
+async fn completion_whole(mut stream: RequestStream, id: String, model: String, created: u64, prompt_len: u32) -> Response {
+    let mut decoder = ByteDecoder::default();
+    let mut text = String::new();
+    let mut completion_tokens = 0u32;
+    let mut finish_reason = None;
+    while let Some(event) = stream.events.recv().await {
+        match event {
+            Event::Token { id, finish } => {
+                completion_tokens += 1;
+                text.push_str(&decoder.push(id));
+                if let Some(f) = finish {
+                    finish_reason = Some(f);
+                    break;
+                }
+            }
+            Event::Error(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+        }
+    }
+    text.push_str(&decoder.flush());
+    let body = json!({
+        "id": id, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason.map(FinishReason::as_str)}],
+        "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion_tokens, "total_tokens": prompt_len + completion_tokens},
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn data_line(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+struct OpenAiStream {
+    stream: RequestStream,
+    decoder: ByteDecoder,
+    id: String,
+    model: String,
+    created: u64,
+    prompt_len: u32,
+    completion_tokens: u32,
+    include_usage: bool,
+    /// 0: tokens, 1: usage (if asked), 2: [DONE], 3: over.
+    phase: u8,
+}
+
+fn completion_stream(stream: RequestStream, id: String, model: String, created: u64, prompt_len: u32, include_usage: bool) -> Response {
+    let state = OpenAiStream { stream, decoder: ByteDecoder::default(), id, model, created, prompt_len, completion_tokens: 0, include_usage, phase: 0 };
+    sse_response(stream::unfold(state, |mut s| async move {
+        loop {
+            match s.phase {
+                0 => match s.stream.events.recv().await {
+                    Some(Event::Token { id, finish }) => {
+                        s.completion_tokens += 1;
+                        let mut text = s.decoder.push(id);
+                        if finish.is_some() {
+                            text.push_str(&s.decoder.flush());
+                            s.phase = 1;
+                        }
+                        let chunk = json!({
+                            "id": s.id, "object": "text_completion", "created": s.created, "model": s.model,
+                            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish.map(FinishReason::as_str)}],
+                        });
+                        return Some((Ok(data_line(&chunk)), s));
+                    }
+                    Some(Event::Error(m)) => {
+                        s.phase = 2;
+                        let chunk = json!({"error": {"message": m, "type": "server_error", "code": 500}});
+                        return Some((Ok(data_line(&chunk)), s));
+                    }
+                    None => s.phase = 2,
+                },
+                1 => {
+                    s.phase = 2;
+                    if s.include_usage {
+                        let chunk = json!({
+                            "id": s.id, "object": "text_completion", "created": s.created, "model": s.model, "choices": [],
+                            "usage": {"prompt_tokens": s.prompt_len, "completion_tokens": s.completion_tokens, "total_tokens": s.prompt_len + s.completion_tokens},
+                        });
+                        return Some((Ok(data_line(&chunk)), s));
+                    }
+                }
+                2 => {
+                    s.phase = 3;
+                    return Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), s));
+                }
+                _ => return None,
+            }
+        }
+    }))
+}
+
+async fn models(State(engine): State<EngineHandle>) -> Response {
+    let body = json!({"object": "list", "data": [{
+        "id": engine.model_name(), "object": "model", "created": 0, "owned_by": "servesim", "max_model_len": engine.context_len(),
+    }]});
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+// ---------------------------------------------------------------- TGI
+
+#[derive(Deserialize, Default)]
+struct TgiParameters {
+    #[serde(default)]
+    max_new_tokens: Option<u32>,
+    #[serde(default)]
+    details: bool,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    ignore_eos: bool,
+}
+
+#[derive(Deserialize)]
+struct TgiRequest {
+    inputs: String,
+    #[serde(default)]
+    parameters: Option<TgiParameters>,
+}
+
+async fn tgi_submit(engine: &EngineHandle, body: &Bytes) -> Result<(RequestStream, TgiParameters), ApiError> {
+    let req: TgiRequest = parse(body)?;
+    let p = req.parameters.unwrap_or_default();
+    let params = GenerateParams {
+        prompt: ByteTokenizer.encode(&req.inputs),
+        max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
+        ignore_eos: p.ignore_eos,
+        temperature: p.temperature.unwrap_or(1.0),
+        seed: p.seed,
+    };
+    let stream = engine.submit(params).await?;
+    Ok((stream, p))
+}
+
+fn tgi_token(id: u32, text: &str) -> Value {
+    json!({"id": id, "text": text, "logprob": 0.0, "special": false})
+}
+
+async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
+    let (mut stream, p) = match tgi_submit(&engine, &body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    let mut decoder = ByteDecoder::default();
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    let mut finish_reason = FinishReason::Length;
+    while let Some(event) = stream.events.recv().await {
+        match event {
+            Event::Token { id, finish } => {
+                let piece = ByteTokenizer.decode_one(id);
+                tokens.push(tgi_token(id, &piece));
+                text.push_str(&decoder.push(id));
+                if let Some(f) = finish {
+                    finish_reason = f;
+                    break;
+                }
+            }
+            Event::Error(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+        }
+    }
+    text.push_str(&decoder.flush());
+    let mut body = json!({"generated_text": text});
+    if p.details {
+        body["details"] = json!({
+            "finish_reason": finish_reason.tgi_str(), "generated_tokens": tokens.len(), "seed": p.seed, "prefill": [], "tokens": tokens,
+        });
+    }
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+struct TgiStream {
+    stream: RequestStream,
+    decoder: ByteDecoder,
+    text: String,
+    generated: u32,
+    seed: Option<u64>,
+    done: bool,
+}
+
+async fn generate_stream(State(engine): State<EngineHandle>, body: Bytes) -> Response {
+    let (stream, p) = match tgi_submit(&engine, &body).await {
+        Ok(x) => x,
+        Err(e) => return e.into_response(),
+    };
+    let state = TgiStream { stream, decoder: ByteDecoder::default(), text: String::new(), generated: 0, seed: p.seed, done: false };
+    sse_response(stream::unfold(state, |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let line = match s.stream.events.recv().await {
+            Some(Event::Token { id, finish }) => {
+                s.generated += 1;
+                s.text.push_str(&s.decoder.push(id));
+                let token = tgi_token(id, &ByteTokenizer.decode_one(id));
+                let index = s.generated;
+                match finish {
+                    None => json!({"index": index, "token": token, "top_tokens": null, "generated_text": null, "details": null}),
+                    Some(f) => {
+                        s.done = true;
+                        s.text.push_str(&s.decoder.flush());
+                        json!({"index": index, "token": token, "top_tokens": null, "generated_text": s.text,
+                               "details": {"finish_reason": f.tgi_str(), "generated_tokens": s.generated, "seed": s.seed}})
+                    }
+                }
+            }
+            Some(Event::Error(m)) => {
+                s.done = true;
+                json!({"error": m, "error_type": "generation"})
+            }
+            None => return None,
+        };
+        Some((Ok(Bytes::from(format!("data:{line}\n\n"))), s))
+    }))
+}
+
+// ---------------------------------------------------------------- health, metrics
+
+async fn health() -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response()
+}
+
+async fn metrics(State(engine): State<EngineHandle>) -> Response {
+    use std::fmt::Write;
+    let s = engine.stats();
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, v: f64| {
+        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n");
+    };
+    gauge("servesim_num_requests_running", "Sequences in the running batch.", s.running as f64);
+    gauge("servesim_num_requests_waiting", "Sequences waiting to be scheduled.", s.waiting as f64);
+    gauge("servesim_kv_cache_blocks_used", "KV-cache blocks allocated.", s.kv_blocks_used as f64);
+    gauge("servesim_kv_cache_blocks_total", "KV-cache blocks in the pool.", s.kv_blocks_total as f64);
+    let usage = if s.kv_blocks_total == 0 { 0.0 } else { s.kv_blocks_used as f64 / s.kv_blocks_total as f64 };
+    gauge("servesim_kv_cache_usage_ratio", "Fraction of KV-cache blocks allocated (0 to 1).", usage);
+    let mut counter = |name: &str, help: &str, v: u64| {
+        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n");
+    };
+    counter("servesim_requests_finished_total", "Requests that finished (length or stop).", s.requests_finished_total);
+    counter("servesim_requests_cancelled_total", "Requests cancelled by a client disconnect.", s.requests_cancelled_total);
+    counter("servesim_requests_rejected_total", "Requests refused on arrival.", s.requests_rejected_total);
+    counter("servesim_prompt_tokens_total", "Prompt tokens admitted.", s.prompt_tokens_total);
+    counter("servesim_generation_tokens_total", "Tokens generated.", s.generation_tokens_total);
+    let name = "servesim_step_time_seconds";
+    let _ = write!(out, "# HELP {name} Wall time of one engine step.\n# TYPE {name} histogram\n");
+    let mut cumulative = 0;
+    for (bound, count) in STEP_TIME_BUCKETS_S.iter().zip(s.step_time_bucket_counts) {
+        cumulative += count;
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.steps_total);
+    let _ = writeln!(out, "{name}_sum {}", s.step_time_sum_s);
+    let _ = writeln!(out, "{name}_count {}", s.steps_total);
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

@@ -1,0 +1,24 @@
+//! The engine's HTTP server and its continuous-batching loop, generic over the forward pass.
+//!
+//! ```text
+//!   axum routes (http.rs) ──submit/cancel──► engine thread (engine.rs)
+//!     /v1/completions, /v1/models             Scheduler (src/sched, the simulator's own)
+//!     /generate, /generate_stream             + Executor::forward (model executor or a fake)
+//!     /health, /metrics          ◄──tokens──  per-step trace in the simulator's StepRow format
+//! ```
+//!
+//! Text prompts are tokenized by [`ByteTokenizer`] (one token per UTF-8 byte) until the engine
+//! ships a Hugging Face tokenizer. The server never panics on a request: bad input is a 400 with a
+//! JSON error, a full waiting queue a 503, an executor error (or panic) a 500 for the requests of
+//! that step only.
+
+mod engine;
+mod http;
+mod tokenizer;
+
+pub use engine::{
+    CancelOnDrop, EngineHandle, EngineStats, Event, Executor, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SeqInput,
+    StepInputs, SubmitError, TRACE_ROWS_MAX,
+};
+pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
+pub use tokenizer::{ByteDecoder, ByteTokenizer};
