@@ -33,6 +33,9 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Measure a running OpenAI- or TGI-compatible server, as vLLM's benchmark_serving.py does.
     Bench(BenchArgs),
+    /// Serve a real transformer (CPU) behind OpenAI and TGI HTTP APIs, batched by the simulator's
+    /// own scheduler.
+    Serve(ServeArgs),
     /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
     Report(ReportArgs),
 }
@@ -116,6 +119,42 @@ pub struct SimulateArgs {
     /// Price steps from a calibration profile (`servesim calibrate --out`) instead of the roofline.
     #[arg(long, value_name = "PROFILE.csv")]
     pub profile: Option<PathBuf>,
+}
+
+/// `servesim serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A folder with a Hugging Face `config.json` and `.safetensors` weights.
+    #[arg(long, value_name = "DIR", conflicts_with = "random_weights")]
+    pub model: Option<PathBuf>,
+    /// Seeded random weights of a named size: tiny, small or 100m.
+    #[arg(long, value_name = "SIZE")]
+    pub random_weights: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Only `cpu` for now: the CUDA forward pass is not built yet.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[arg(long, default_value_t = 32)]
+    pub max_num_seqs: u32,
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: u32,
+    /// KV-cache blocks (of `--block-size` tokens) for all sequences together.
+    #[arg(long, default_value_t = 2048)]
+    pub num_gpu_blocks: u32,
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+    /// Requests that may wait for a batch slot; more get 503.
+    #[arg(long, default_value_t = 1024)]
+    pub max_waiting: u32,
+    /// Seed of random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// CPU threads for the forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// `servesim bench`, with vLLM benchmark_serving.py's flag names.
@@ -281,6 +320,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Fit(args) => fit(args),
         Command::Calibrate(args) => calibrate(args),
         Command::Bench(args) => bench(args),
+        Command::Serve(args) => serve(args),
         Command::Report(args) => report(args),
     }
 }
@@ -609,4 +649,75 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+fn serve(args: ServeArgs) -> Result<(), Error> {
+    use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
+    use crate::engine::server::{EngineHandle, ModelEngine};
+    use crate::scenario::Policy;
+
+    let usage = |flag: &'static str, value: &str, reason: String| Error::Usage { flag, value: value.into(), reason };
+    if args.device != "cpu" {
+        return Err(usage("--device", &args.device, "only `cpu` is available: the CUDA forward pass is not built yet".into()));
+    }
+    let (name, weights) = match (&args.model, &args.random_weights) {
+        (Some(dir), _) => {
+            let weights = LlamaWeights::load_dir(dir).map_err(|e| usage("--model", &dir.display().to_string(), e.to_string()))?;
+            (dir.display().to_string(), weights)
+        }
+        (None, Some(size)) => {
+            let config = LlamaConfig::named(size)
+                .ok_or_else(|| usage("--random-weights", size, "expected tiny, small or 100m".into()))?;
+            (format!("random-{size}"), LlamaWeights::random(&config, args.seed))
+        }
+        (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE".into())),
+    };
+    if args.max_num_seqs == 0 || args.max_num_batched_tokens == 0 || args.num_gpu_blocks == 0 || !args.block_size.is_power_of_two() {
+        return Err(usage(
+            "--max-num-seqs",
+            &args.max_num_seqs.to_string(),
+            "max_num_seqs, max_num_batched_tokens and num_gpu_blocks must be positive, block_size a power of two".into(),
+        ));
+    }
+    let context_len = (weights.config.max_position_embeddings as u64)
+        .min(args.num_gpu_blocks as u64 * args.block_size as u64)
+        .min(u32::MAX as u64) as u32;
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut model = ModelExecutor::new(weights, args.num_gpu_blocks as usize, args.block_size as usize)
+        .map_err(|e| usage("--num-gpu-blocks", &args.num_gpu_blocks.to_string(), e.to_string()))?;
+    model.set_threads(threads);
+    let config = crate::sched::SchedulerConfig {
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_num_seqs: args.max_num_seqs,
+        enable_chunked_prefill: true,
+        block_size: args.block_size,
+        num_gpu_blocks: args.num_gpu_blocks,
+        watermark: 0.0,
+        tgi: None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|e| usage("--port", &address, format!("cannot listen: {e}")))?;
+        let engine = EngineHandle::start(ModelEngine::new(model), config, Policy::VllmV1, args.max_waiting, context_len)
+            .with_model_name(name.clone());
+        eprintln!("serving {name} on http://{address} (vllm-v1 scheduling, context {context_len} tokens)");
+        // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+            eprintln!("shutting down");
+        };
+        crate::engine::server::serve(listener, engine, shutdown)
+            .await
+            .map_err(|source| Error::Output { path: address.into(), source })
+    })
 }

@@ -14,9 +14,9 @@ use crate::workload::RequestSpec;
 /// special tokens (BOS, EOS, UNK, PAD) there, and a stray EOS in a prompt changes nothing but
 /// confuses readers of server logs.
 const PROMPT_TOKEN_ID_MIN: u32 = 10;
-/// Number of distinct synthetic ids (10..266): small enough for any real vocabulary, including
-/// a tiny test model's.
-const PROMPT_TOKEN_ID_SPAN: u32 = 256;
+/// Number of distinct synthetic ids (10..250): inside any real vocabulary, and inside the
+/// 256 ids of servesim's byte-level tokenizer and tiny test model.
+const PROMPT_TOKEN_ID_SPAN: u32 = 240;
 
 /// Words of synthetic TGI prompts: common English words that every BPE vocabulary holds as one
 /// token with a leading space, so `N` words are close to `N` tokens.

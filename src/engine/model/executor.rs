@@ -193,6 +193,17 @@ impl ModelExecutor {
     /// block table (the scheduler's contract). Call inside `ThreadPool::install` to choose the
     /// pool. Inconsistent inputs return [`ModelError::Step`] before anything is computed.
     pub fn forward(&mut self, batch: &Batch, token_ids: &[u32], kv: &KvCacheManager) -> Result<&[f32], ModelError> {
+        self.forward_with_tables(batch, token_ids, kv)
+    }
+
+    /// [`forward`](Self::forward) with block tables from any source (the engine's HTTP loop
+    /// hands them over per step rather than sharing its `KvCacheManager`).
+    pub fn forward_with_tables(
+        &mut self,
+        batch: &Batch,
+        token_ids: &[u32],
+        kv: &dyn BlockTables,
+    ) -> Result<&[f32], ModelError> {
         self.plan(batch, token_ids, kv)?;
         let ModelExecutor { weights, rope, dims, block_size, k_cache, v_cache, threads, meta, buf, .. } = self;
         let (threads, dims, block_size) = (*threads, *dims, *block_size);
@@ -268,7 +279,7 @@ impl ModelExecutor {
     }
 
     /// Checks the step's inputs and builds its indexing into `self.meta`.
-    fn plan(&mut self, batch: &Batch, token_ids: &[u32], kv: &KvCacheManager) -> Result<(), ModelError> {
+    fn plan(&mut self, batch: &Batch, token_ids: &[u32], kv: &dyn BlockTables) -> Result<(), ModelError> {
         let err = |m: String| Err(ModelError::Step(m));
         let c = &self.weights.config;
         let bs = self.block_size;
@@ -312,7 +323,7 @@ impl ModelExecutor {
                         w.seq, c.max_position_embeddings
                     ));
                 }
-                let table = kv.block_table(w.seq);
+                let table = kv.table(i, w.seq);
                 let needed = len.div_ceil(bs);
                 if table.len() < needed {
                     return err(format!(
@@ -348,6 +359,24 @@ impl ModelExecutor {
             }
         }
         Ok(())
+    }
+}
+
+/// Where a step's block tables come from: the scheduler's KV manager (by sequence), or the
+/// per-step inputs the engine loop hands over (by position in the batch).
+pub trait BlockTables {
+    /// Tokens per KV block.
+    fn block_size(&self) -> u32;
+    /// The block table of the `index`-th sequence of the batch, which is sequence `seq`.
+    fn table(&self, index: usize, seq: u32) -> &[u32];
+}
+
+impl BlockTables for KvCacheManager {
+    fn block_size(&self) -> u32 {
+        KvCacheManager::block_size(self)
+    }
+    fn table(&self, _index: usize, seq: u32) -> &[u32] {
+        self.block_table(seq)
     }
 }
 

@@ -23,7 +23,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::LlamaConfig;
-pub use executor::{ModelExecutor, Sampler, greedy};
+pub use executor::{BlockTables, ModelExecutor, Sampler, greedy};
 pub use weights::{LayerWeights, LlamaWeights, WeightDtype};
 
 /// Why a model could not be built or a step could not run. Messages name the file and tensor.

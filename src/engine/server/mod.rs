@@ -14,6 +14,7 @@
 
 mod engine;
 mod http;
+mod model_executor;
 mod tokenizer;
 
 pub use engine::{
@@ -21,4 +22,5 @@ pub use engine::{
     StepInputs, SubmitError, TRACE_ROWS_MAX,
 };
 pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
+pub use model_executor::ModelEngine;
 pub use tokenizer::{ByteDecoder, ByteTokenizer};
