@@ -630,12 +630,7 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
             obj.insert("backend".into(), serde_json::json!(args.backend));
             obj.insert("model_id".into(), serde_json::json!(args.model));
             obj.insert("num_prompts".into(), serde_json::json!(n));
-            obj.insert("input_lens".into(), serde_json::json!(records.iter().map(|r| r.input_tokens).collect::<Vec<_>>()));
-            obj.insert("output_lens".into(), serde_json::json!(records.iter().map(|r| r.output_tokens).collect::<Vec<_>>()));
-            obj.insert(
-                "ttfts".into(),
-                serde_json::json!(records.iter().map(|r| r.first_token_ns.map(|t| (t - r.send_ns) as f64 / 1e9)).collect::<Vec<_>>()),
-            );
+            crate::metrics::format::insert_request_arrays(obj, records);
             obj.insert(
                 "itls".into(),
                 serde_json::json!(run.details.iter().map(|d| d.itl_ns.iter().map(|&g| g as f64 / 1e9).collect::<Vec<_>>()).collect::<Vec<_>>()),

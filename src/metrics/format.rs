@@ -264,6 +264,18 @@ fn section_title(metric: LatencyMetric) -> &'static str {
     }
 }
 
+/// Adds vLLM `--save-result`'s per-request arrays to a [`to_json`] object: `input_lens`,
+/// `output_lens` and `ttfts` (seconds; `null` for a request with no first token).
+pub fn insert_request_arrays(obj: &mut serde_json::Map<String, Value>, records: &[super::RequestRecord]) {
+    obj.insert("input_lens".into(), Value::from(records.iter().map(|r| r.input_tokens).collect::<Vec<_>>()));
+    obj.insert("output_lens".into(), Value::from(records.iter().map(|r| r.output_tokens).collect::<Vec<_>>()));
+    let ttfts: Vec<Value> = records
+        .iter()
+        .map(|r| r.first_token_ns.map_or(Value::Null, |t| Value::from(t.saturating_sub(r.send_ns) as f64 / 1e9)))
+        .collect();
+    obj.insert("ttfts".into(), Value::from(ttfts));
+}
+
 /// The summary under vLLM's `--save-result` keys: totals, throughputs, the two peak values, and
 /// for each selected metric `mean_{m}_ms`, `median_{m}_ms`, `std_{m}_ms` and `p{p}_{m}_ms`.
 ///

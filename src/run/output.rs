@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::PointResult;
 use crate::Error;
-use crate::metrics::format::{ReportOptions, to_json};
+use crate::metrics::format::{ReportOptions, insert_request_arrays, to_json};
 use crate::scenario::Scenario;
 
 /// `ns` as seconds with all nine decimals.
@@ -76,12 +76,7 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             obj.insert("request_rate".into(), rate_json(scenario.workload.request_rate));
             obj.insert("burstiness".into(), json!(scenario.workload.burstiness));
             obj.insert("max_concurrency".into(), json!(scenario.workload.max_concurrency));
-            obj.insert("input_lens".into(), json!(records.iter().map(|r| r.input_tokens).collect::<Vec<_>>()));
-            obj.insert("output_lens".into(), json!(records.iter().map(|r| r.output_tokens).collect::<Vec<_>>()));
-            obj.insert(
-                "ttfts".into(),
-                json!(records.iter().map(|r| r.first_token_ns.map(|t| (t - r.send_ns) as f64 / 1e9)).collect::<Vec<_>>()),
-            );
+            insert_request_arrays(obj, records);
             obj.insert("preemptions".into(), json!(p.output.extras.iter().map(|e| e.preemptions as u64).sum::<u64>()));
             obj.insert("rejected_requests".into(), json!(p.output.rejected));
             obj.insert("engine_steps".into(), json!(p.output.timeline.len()));
