@@ -23,6 +23,29 @@ pub struct RequestRecord {
     pub success: bool,
 }
 
+impl RequestRecord {
+    /// First token − send in ns. vLLM leaves `ttft = 0.0` on a successful request that
+    /// streamed no token, so a missing first token counts as 0 here too.
+    pub fn ttft_ns(&self) -> u64 {
+        self.first_token_ns.map_or(0, |first_ns| first_ns.saturating_sub(self.send_ns))
+    }
+
+    /// End − send in ns.
+    pub fn e2el_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.send_ns)
+    }
+
+    /// (E2EL − TTFT)/(output tokens − 1) in ns, only for requests with more than one output
+    /// token (vLLM leaves the others out of the TPOT statistics).
+    pub fn tpot_ns(&self) -> Option<f64> {
+        if self.output_tokens <= 1 {
+            return None;
+        }
+        let decode_ns = self.e2el_ns().saturating_sub(self.ttft_ns());
+        Some(decode_ns as f64 / f64::from(self.output_tokens - 1))
+    }
+}
+
 /// Everything the summary needs from one benchmark run.
 #[derive(Clone, Debug, Default)]
 pub struct RunRecords {

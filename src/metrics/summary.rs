@@ -126,13 +126,13 @@ impl Summary {
             max_output_tokens_per_s: records.tokens_per_second.peak() as f64,
             max_concurrent_requests: peak_concurrent_requests(&records.requests),
             ttft: Stat::of_values(
-                successful().map(|r| ttft_ns(r) as f64).collect(),
+                successful().map(|r| r.ttft_ns() as f64).collect(),
                 percentiles,
             ),
-            tpot: Stat::of_values(successful().filter_map(tpot_ns).collect(), percentiles),
+            tpot: Stat::of_values(successful().filter_map(RequestRecord::tpot_ns).collect(), percentiles),
             itl: Stat::of_samples(&records.itl_ns, percentiles),
             e2el: Stat::of_values(
-                successful().map(|r| e2el_ns(r) as f64).collect(),
+                successful().map(|r| r.e2el_ns() as f64).collect(),
                 percentiles,
             ),
         }
@@ -155,29 +155,6 @@ fn per_second(amount: u64, duration_ns: u64) -> f64 {
         return 0.0;
     }
     amount as f64 / (duration_ns as f64 / NS_PER_S as f64)
-}
-
-/// First token − send in ns. vLLM leaves `ttft = 0.0` on a successful request that streamed no
-/// token, so a missing first token counts as 0 here too.
-fn ttft_ns(request: &RequestRecord) -> u64 {
-    request
-        .first_token_ns
-        .map_or(0, |first_ns| first_ns.saturating_sub(request.send_ns))
-}
-
-/// End − send in ns.
-fn e2el_ns(request: &RequestRecord) -> u64 {
-    request.end_ns.saturating_sub(request.send_ns)
-}
-
-/// (E2EL − TTFT)/(output tokens − 1) in ns, only for requests with more than one output token
-/// (vLLM leaves the others out of the TPOT statistics).
-fn tpot_ns(request: &RequestRecord) -> Option<f64> {
-    if request.output_tokens <= 1 {
-        return None;
-    }
-    let decode_ns = e2el_ns(request).saturating_sub(ttft_ns(request));
-    Some(decode_ns as f64 / f64::from(request.output_tokens - 1))
 }
 
 /// vLLM's peak concurrency: for every 1-second bucket since the earliest send of a successful

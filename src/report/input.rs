@@ -12,17 +12,9 @@ use serde_json::Value;
 
 use crate::Error;
 
-/// One request of `requests.csv`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RequestRow {
-    pub send_ns: u64,
-    /// `None` for a request that produced no token (failed).
-    pub first_token_ns: Option<u64>,
-    pub end_ns: u64,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-    pub success: bool,
-}
+/// One request of `requests.csv` is the metrics' own record, so the report applies vLLM's
+/// definitions through the same code as the summary.
+pub use crate::metrics::RequestRecord as RequestRow;
 
 /// One engine step of `timeline.csv`.
 #[derive(Clone, Debug, PartialEq)]

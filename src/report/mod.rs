@@ -115,13 +115,13 @@ impl Latencies {
     pub fn of(point: &PointData) -> Latencies {
         let mut l = Latencies::default();
         for r in point.requests.iter().filter(|r| r.success) {
-            let Some(first) = r.first_token_ns else { continue };
-            let ttft_ns = first.saturating_sub(r.send_ns);
-            let e2el_ns = r.end_ns.saturating_sub(r.send_ns);
-            l.ttft_ms.push(ttft_ns as f64 / 1e6);
-            l.e2el_ms.push(e2el_ns as f64 / 1e6);
-            if r.output_tokens > 1 {
-                l.tpot_ms.push((e2el_ns - ttft_ns.min(e2el_ns)) as f64 / f64::from(r.output_tokens - 1) / 1e6);
+            if r.first_token_ns.is_none() {
+                continue;
+            }
+            l.ttft_ms.push(r.ttft_ns() as f64 / 1e6);
+            l.e2el_ms.push(r.e2el_ns() as f64 / 1e6);
+            if let Some(tpot_ns) = r.tpot_ns() {
+                l.tpot_ms.push(tpot_ns / 1e6);
             }
         }
         for v in [&mut l.ttft_ms, &mut l.tpot_ms, &mut l.e2el_ms] {
