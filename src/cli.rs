@@ -58,7 +58,7 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
     /// Scenario files; each names its recorded file and blocks in `[validation]`.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "engine")]
     pub scenarios: Vec<PathBuf>,
     /// Compare with this recorded file instead (its blocks in order, one per sweep point).
     #[arg(long, value_name = "FILE")]
@@ -69,6 +69,62 @@ pub struct ValidateArgs {
     /// Override a scenario field in every scenario (repeatable).
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     pub set: Vec<String>,
+    #[command(flatten)]
+    pub engine: EngineValidationArgs,
+}
+
+/// `validate --engine`: the whole loop on this machine against servesim's own engine.
+#[derive(Debug, Args)]
+pub struct EngineValidationArgs {
+    /// Instead of recorded runs: calibrate this machine's CPU, start servesim's engine, bench a
+    /// sweep, simulate the same workload with the profile, and print measured vs simulated.
+    #[arg(id = "engine", long = "engine", conflicts_with_all = ["scenarios", "recorded", "set"])]
+    pub enabled: bool,
+    /// With --engine: the model's random-weight size (tiny, small, 100m).
+    #[arg(long, default_value = "small")]
+    pub random_weights: String,
+    /// With --engine: threads of the engine and of calibration (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// With --engine: reuse this CPU calibration profile (from an earlier `--out DIR`'s cpu.csv,
+    /// or `calibrate --device cpu`) instead of calibrating.
+    #[arg(long, value_name = "CSV")]
+    pub profile: Option<PathBuf>,
+    /// With --engine: calibration grid (tiny, quick, full) and time budget in minutes.
+    #[arg(long, default_value = "tiny")]
+    pub grid: String,
+    #[arg(long, default_value_t = 1.0)]
+    pub calibration_minutes: f64,
+    /// With --engine: prompt and output tokens of every request.
+    #[arg(long, default_value_t = 128)]
+    pub input_len: u32,
+    #[arg(long, default_value_t = 64)]
+    pub output_len: u32,
+    /// With --engine: one back-to-back series per concurrency (comma-separated).
+    #[arg(long, default_value = "1,8,32")]
+    pub concurrency: String,
+    /// With --engine: each back-to-back series sends ROUNDS × concurrency requests (at least 8).
+    #[arg(long, default_value_t = 4)]
+    pub rounds: u32,
+    /// With --engine: the Poisson series' rate as a fraction of the request throughput measured
+    /// at the highest concurrency (0: no Poisson series).
+    #[arg(long, default_value_t = 0.6)]
+    pub poisson_load: f64,
+    /// With --engine: the engine's scheduler knobs, as `servesim serve` takes them.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: u32,
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: u32,
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+    #[arg(long, default_value_t = 4096)]
+    pub num_gpu_blocks: u32,
+    /// With --engine: seed of the weights and of the workload.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// With --engine: exit 1 when a series misses a target (for CI).
+    #[arg(long)]
+    pub fail_on_miss: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,11 +186,21 @@ pub struct ServeArgs {
     /// Seeded random weights of a named size: tiny, small or 100m.
     #[arg(long, value_name = "SIZE")]
     pub random_weights: Option<String>,
+    /// A Hugging Face tokenizer directory (its `tokenizer.json`) or file. Default: the `--model`
+    /// directory's own `tokenizer.json`, else the shipped `tokenizers/servesim-char-N` whose N
+    /// is the model's vocabulary size.
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<PathBuf>,
+    /// On shutdown, write the engine's step trace to FILE, in the columns of the simulator's
+    /// timeline.csv (`num_prompts` is 0; only `step_ms` of the cost columns is measured).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Only `cpu` for now: the CUDA forward pass is not built yet.
+    /// `cpu` (the CPU kernels, multi-threaded) or `cuda:N` (bf16 on GPU N: cuBLASLt and the
+    /// kernels in `kernels/`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
     #[arg(long, default_value_t = 32)]
@@ -171,6 +237,11 @@ pub struct BenchArgs {
     /// The `model` field sent to OpenAI servers.
     #[arg(long, default_value = "servesim")]
     pub model: String,
+    /// A Hugging Face tokenizer directory (its `tokenizer.json`) or file: prompts become text
+    /// decoded from ids below its vocab_size (vLLM's random dataset), counted with it, and output
+    /// text is counted with it when the server reports no usage (TGI).
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<PathBuf>,
     /// `random`, `sonnet` (fixed input length, `--sonnet-output-len` tokens out) or `trace`.
     #[arg(long, default_value = "random")]
     pub dataset_name: String,
@@ -330,6 +401,9 @@ fn comma_list(text: &str) -> Vec<String> {
 }
 
 fn validate(args: ValidateArgs) -> Result<(), Error> {
+    if args.engine.enabled {
+        return validate_engine(args.engine, args.out.as_deref());
+    }
     let mut rendered = Vec::new();
     for path in &args.scenarios {
         let scenario = Scenario::load(path, &args.set)?;
@@ -412,6 +486,19 @@ fn sweep_progress(points: usize) -> indicatif::ProgressBar {
     bar
 }
 
+/// vLLM's client shows a bar of finished requests; so does `bench`, on a terminal only.
+fn request_progress(requests: usize) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(requests as u64);
+    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} requests, {elapsed} elapsed, ETA {eta}")
+        .expect("a valid template");
+    bar.set_style(style);
+    bar
+}
+
 fn simulate(config: SimulateConfig) -> Result<(), Error> {
     let scenario = &config.scenario;
     let e = &scenario.engine;
@@ -463,6 +550,74 @@ fn simulate(config: SimulateConfig) -> Result<(), Error> {
     if let Some(dir) = &config.out {
         output::write_all(dir, scenario, &points, &config.report, cost.source())?;
         eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
+    }
+    Ok(())
+}
+
+fn validate_engine(args: EngineValidationArgs, out: Option<&std::path::Path>) -> Result<(), Error> {
+    use crate::calibrate::grid::GridScale;
+    use crate::validate::engine::{EngineSetup, EngineValidationConfig, SweepSetup};
+
+    let usage = |flag: &'static str, value: &str, reason: &str| Error::Usage { flag, value: value.into(), reason: reason.into() };
+    let concurrency: Vec<u32> = args
+        .concurrency
+        .split(',')
+        .map(|n| n.trim().parse::<u32>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| usage("--concurrency", &args.concurrency, "expected positive integers, comma-separated"))?;
+    if !(args.poisson_load >= 0.0 && args.poisson_load.is_finite()) {
+        return Err(usage("--poisson-load", &args.poisson_load.to_string(), "must be a fraction ≥ 0"));
+    }
+    if !(args.calibration_minutes > 0.0 && args.calibration_minutes.is_finite()) {
+        return Err(usage("--calibration-minutes", &args.calibration_minutes.to_string(), "must be a positive number of minutes"));
+    }
+    if args.input_len == 0 || args.output_len == 0 {
+        return Err(usage("--input-len", &format!("{}/{}", args.input_len, args.output_len), "input and output lengths must be positive"));
+    }
+    if args.max_num_seqs == 0 || args.max_num_batched_tokens == 0 || args.num_gpu_blocks == 0 || !args.block_size.is_power_of_two() {
+        return Err(usage(
+            "--max-num-seqs",
+            &args.max_num_seqs.to_string(),
+            "max_num_seqs, max_num_batched_tokens and num_gpu_blocks must be positive, block_size a power of two",
+        ));
+    }
+    let grid = GridScale::parse(&args.grid).ok_or_else(|| usage("--grid", &args.grid, "expected `full`, `quick` or `tiny`"))?;
+    let profile = match &args.profile {
+        None => None,
+        Some(path) => Some(
+            crate::calibrate::profile::Profile::read(path)
+                .map_err(|e| usage("--profile", &path.display().to_string(), &e.to_string()))?,
+        ),
+    };
+    let config = EngineValidationConfig {
+        engine: EngineSetup {
+            size: args.random_weights,
+            seed: args.seed,
+            threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            max_num_seqs: args.max_num_seqs,
+            max_num_batched_tokens: args.max_num_batched_tokens,
+            block_size: args.block_size,
+            num_gpu_blocks: args.num_gpu_blocks,
+        },
+        sweep: SweepSetup {
+            input_len: args.input_len,
+            output_len: args.output_len,
+            concurrency,
+            rounds: args.rounds,
+            poisson_load: args.poisson_load,
+        },
+        profile,
+        grid,
+        calibration_budget: Some(std::time::Duration::from_secs_f64(args.calibration_minutes * 60.0)),
+    };
+    let validation = crate::validate::engine::run(&config, &mut |line| eprintln!("{line}"))?;
+    print!("{}", crate::validate::engine::render(&validation));
+    if let Some(dir) = out {
+        crate::validate::engine::write_outputs(&validation, dir)?;
+        eprintln!("wrote {}", dir.display());
+    }
+    if args.fail_on_miss && !validation.meets_targets() {
+        return Err(Error::Output { path: "validate --engine".into(), source: std::io::Error::other("a series missed its error target") });
     }
     Ok(())
 }
@@ -599,6 +754,12 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
         output_tokens_total: None,
     };
     let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
+    let tokenizer = match &args.tokenizer {
+        Some(path) => Some(std::sync::Arc::new(
+            crate::engine::server::Tokenizer::load(path).map_err(|e| usage("--tokenizer", &path.display().to_string(), &e.to_string()))?,
+        )),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -611,7 +772,14 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
         }
         config.max_concurrency = args.max_concurrency;
         config.ignore_eos = args.ignore_eos;
-        let run = runtime.block_on(crate::bench::run(&config)).map_err(|e| usage("--base-url", &args.base_url, &e.to_string()))?;
+        config.tokenizer = tokenizer.clone();
+        let progress = request_progress(config.requests.len());
+        let tick = progress.clone();
+        let run = runtime
+            .block_on(crate::bench::run_with_progress(&config, std::sync::Arc::new(move |_| tick.inc(1))))
+            .map_err(|e| usage("--base-url", &args.base_url, &e.to_string()));
+        progress.finish_and_clear();
+        let run = run?;
         let summary = crate::metrics::Summary::from_records(&run.records, &report.percentiles);
         let mut text = String::new();
         if i > 0 {
@@ -640,21 +808,64 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
             std::fs::create_dir_all(&args.result_dir).map_err(|source| Error::Output { path: args.result_dir.clone(), source })?;
             std::fs::write(&path, serde_json::to_string_pretty(&json).expect("plain JSON"))
                 .map_err(|source| Error::Output { path: path.clone(), source })?;
-            eprintln!("wrote {}", path.display());
+            // Per request, in the columns of `simulate --out`'s requests.csv, plus the error.
+            let csv = path.with_extension("csv");
+            let rows = run.records.requests.iter().zip(&run.details).enumerate().map(|(request_id, (record, detail))| {
+                crate::run::output::RequestRow {
+                    num_prompts: n,
+                    request_id,
+                    record,
+                    replica: None,
+                    preemptions: None,
+                    error: detail.error.as_deref(),
+                }
+            });
+            crate::run::output::write_requests_file(&csv, rows)?;
+            eprintln!("wrote {} and {}", path.display(), csv.display());
         }
     }
     Ok(())
 }
 
+/// The tokenizer `serve` uses: `--tokenizer`, else the `--model` directory's `tokenizer.json`,
+/// else the shipped one for the model's vocabulary size; refused if its ids do not fit the model.
+fn serve_tokenizer(args: &ServeArgs, model: &str, vocab_size: u32) -> Result<crate::engine::server::Tokenizer, Error> {
+    use crate::engine::server::Tokenizer;
+    let usage = |flag: &'static str, value: &std::path::Path, reason: String| Error::Usage { flag, value: value.display().to_string(), reason };
+    let (flag, value, tokenizer) = match (&args.tokenizer, &args.model) {
+        (Some(path), _) => ("--tokenizer", path.clone(), Tokenizer::load(path).map_err(|e| usage("--tokenizer", path, e.to_string()))?),
+        (None, Some(dir)) if dir.join("tokenizer.json").exists() => {
+            ("--model", dir.clone(), Tokenizer::load(dir).map_err(|e| usage("--model", dir, e.to_string()))?)
+        }
+        _ => {
+            let tokenizer = Tokenizer::shipped(vocab_size).ok_or_else(|| {
+                let reason = format!(
+                    "model {model} has a vocabulary of {vocab_size} ids and no tokenizer.json; servesim ships tokenizers for 256 and 32000 ids only: give --tokenizer DIR"
+                );
+                usage("--tokenizer", std::path::Path::new(""), reason)
+            })?;
+            return Ok(tokenizer);
+        }
+    };
+    tokenizer.check_fits(vocab_size, model).map_err(|reason| usage(flag, &value, reason))?;
+    Ok(tokenizer)
+}
+
 fn serve(args: ServeArgs) -> Result<(), Error> {
+    use crate::engine::cuda::CudaModelExecutor;
     use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
-    use crate::engine::server::{EngineHandle, ModelEngine};
+    use crate::engine::server::{CudaModelEngine, EngineHandle, Executor, ModelEngine};
     use crate::scenario::Policy;
 
     let usage = |flag: &'static str, value: &str, reason: String| Error::Usage { flag, value: value.into(), reason };
-    if args.device != "cpu" {
-        return Err(usage("--device", &args.device, "only `cpu` is available: the CUDA forward pass is not built yet".into()));
-    }
+    // `None` for the CPU, `Some(N)` for cuda:N.
+    let gpu = match args.device.as_str() {
+        "cpu" => None,
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(ordinal) => Some(ordinal),
+            None => return Err(usage("--device", &args.device, "expected `cpu` or `cuda:N`".into())),
+        },
+    };
     let (name, weights) = match (&args.model, &args.random_weights) {
         (Some(dir), _) => {
             let weights = LlamaWeights::load_dir(dir).map_err(|e| usage("--model", &dir.display().to_string(), e.to_string()))?;
@@ -674,13 +885,30 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             "max_num_seqs, max_num_batched_tokens and num_gpu_blocks must be positive, block_size a power of two".into(),
         ));
     }
+    let tokenizer = serve_tokenizer(&args, &name, weights.config.vocab_size as u32)?;
     let context_len = (weights.config.max_position_embeddings as u64)
         .min(args.num_gpu_blocks as u64 * args.block_size as u64)
         .min(u32::MAX as u64) as u32;
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let mut model = ModelExecutor::new(weights, args.num_gpu_blocks as usize, args.block_size as usize)
-        .map_err(|e| usage("--num-gpu-blocks", &args.num_gpu_blocks.to_string(), e.to_string()))?;
-    model.set_threads(threads);
+    let (blocks, block_size) = (args.num_gpu_blocks as usize, args.block_size as usize);
+    let executor: Box<dyn Executor> = match gpu {
+        None => {
+            let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let mut model = ModelExecutor::new(weights, blocks, block_size)
+                .map_err(|e| usage("--num-gpu-blocks", &args.num_gpu_blocks.to_string(), e.to_string()))?;
+            model.set_threads(threads);
+            Box::new(ModelEngine::new(model))
+        }
+        Some(ordinal) => {
+            // A missing driver or GPU is reported as calibrate reports it: the --device value
+            // cannot be used on this machine (exit code 2), with the CUDA layer's reason.
+            let model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
+                .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+            drop(weights);
+            let d = model.device();
+            eprintln!("forward pass on {} ({}, compute capability {:?}, driver {})", d.label(), d.name(), d.compute_capability(), d.driver_version());
+            Box::new(CudaModelEngine::new(model))
+        }
+    };
     let config = crate::sched::SchedulerConfig {
         max_num_batched_tokens: args.max_num_batched_tokens,
         max_num_seqs: args.max_num_seqs,
@@ -699,9 +927,11 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| usage("--port", &address, format!("cannot listen: {e}")))?;
-        let engine = EngineHandle::start(ModelEngine::new(model), config, Policy::VllmV1, args.max_waiting, context_len)
-            .with_model_name(name.clone());
-        eprintln!("serving {name} on http://{address} (vllm-v1 scheduling, context {context_len} tokens)");
+        let config_blocks = config.num_gpu_blocks;
+        let engine = EngineHandle::start(executor, config, Policy::Servesim, args.max_waiting, context_len)
+            .with_model_name(name.clone())
+            .with_tokenizer(std::sync::Arc::new(tokenizer));
+        eprintln!("serving {name} on http://{address} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -711,8 +941,15 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             }
             eprintln!("shutting down");
         };
+        let trace = engine.clone();
         crate::engine::server::serve(listener, engine, shutdown)
             .await
-            .map_err(|source| Error::Output { path: address.into(), source })
+            .map_err(|source| Error::Output { path: address.into(), source })?;
+        if let Some(path) = &args.timeline {
+            let steps = trace.trace();
+            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (0, s)), config_blocks)?;
+            eprintln!("wrote {} ({} steps)", path.display(), steps.len());
+        }
+        Ok(())
     })
 }

@@ -252,6 +252,23 @@ fn silu_mul_matches_reference() {
     }
 }
 
+#[test]
+fn gather_rows_copies_rows_by_index() {
+    let Some(g) = gpu("gather_rows_copies_rows_by_index") else { return };
+    let mut rng = Rng(0x6a7);
+    // An embedding-like table with an odd row length; indices repeat and run backwards.
+    let (rows, row_len) = (37, 133);
+    let (src, _) = rng.vec::<half::bf16>(rows * row_len, 1.0);
+    let indices: Vec<i32> = vec![36, 0, 5, 5, 17, 36, 1];
+    let mut out = g.stream().alloc_zeros::<half::bf16>(indices.len() * row_len).unwrap();
+    g.kernels.gather_rows(&mut out, &g.up(&src), &g.up(&indices), indices.len(), row_len).unwrap();
+    let got = g.down(&out);
+    for (i, &r) in indices.iter().enumerate() {
+        let r = r as usize;
+        assert_eq!(&got[i * row_len..(i + 1) * row_len], &src[r * row_len..(r + 1) * row_len], "row {i} (source {r})");
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn rotary_reference(x: &mut [f64], tokens: usize, heads: usize, d: usize, stride: usize, rot: usize, neox: bool, pos: &[i32], table: &[f32]) {
     let half = rot / 2;

@@ -4,43 +4,15 @@
 mod common;
 use common::*;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A free loopback port (released just before the server binds it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Kills the server if the test fails before stopping it, so no process outlives the test
-/// (an orphan holding the test's output pipe would hang `cargo test`).
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn bench_measures_the_served_model_and_sigterm_stops_it() {
-    let port = free_port().to_string();
-    let mut server = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_servesim"))
-            .args(["serve", "--random-weights", "tiny", "--port", &port, "--threads", "1", "--max-num-seqs", "4"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    // Wait (bounded) until the server answers.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let dir = tempfile::tempdir().unwrap();
+    let timeline = dir.path().join("timeline.csv");
+    let (mut server, base) =
+        spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "4", "--timeline", timeline.to_str().unwrap()]);
     let bench = servesim(&[
         "bench", "--base-url", &base, "--dataset-name", "random", "--random-input-len", "12",
         "--random-output-len", "6", "--num-prompts", "5", "--max-concurrency", "3",
@@ -64,13 +36,52 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
         assert!(Instant::now() < deadline, "server did not stop on SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // The step trace, in timeline.csv's columns: every prompt token prefilled once, every
+    // output token after the first decoded once (the first comes from the prefill step).
+    let csv = std::fs::read_to_string(&timeline).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (prefill, decode, step_ms) = (col("prefill_tokens"), col("decode_tokens"), col("step_ms"));
+    let (mut prefill_total, mut decode_total) = (0u64, 0u64);
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        prefill_total += cells[prefill].parse::<u64>().unwrap();
+        decode_total += cells[decode].parse::<u64>().unwrap();
+        assert!(cells[step_ms].parse::<f64>().unwrap() > 0.0, "{line}");
+    }
+    assert_eq!((prefill_total, decode_total), (60, 25), "{csv}");
 }
 
 #[test]
 fn serve_rejects_bad_flags() {
-    for args in [vec!["serve"], vec!["serve", "--random-weights", "huge"], vec!["serve", "--random-weights", "tiny", "--device", "cuda:0"]] {
+    for args in [vec!["serve"], vec!["serve", "--random-weights", "huge"], vec!["serve", "--random-weights", "tiny", "--device", "gpu"]] {
         let out = servesim(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    let out = servesim(&["serve", "--random-weights", "tiny", "--device", "cuda"]);
+    assert!(stderr(&out).contains("expected `cpu` or `cuda:N`"), "{}", stderr(&out));
+}
+
+/// `--device cuda:N` that cannot be opened is a usage error (exit 2) naming the device and the
+/// reason, never a panic: on every machine for a GPU that does not exist, and for cuda:0 where
+/// there is no driver (CI). Where there is a GPU, cuda:0 would start serving, so it is not run.
+#[test]
+fn serve_on_a_missing_gpu_is_a_clear_error() {
+    let mut cases = vec![("cuda:4096", "cuda:4096")];
+    let no_driver = servesim::engine::cuda::device::check_driver().is_err();
+    if no_driver {
+        cases.push(("cuda:0", "no CUDA driver"));
+    } else {
+        println!("a CUDA driver is present: cuda:0 is not tried (it would serve)");
+    }
+    for (device, expected) in cases {
+        let out = servesim(&["serve", "--random-weights", "tiny", "--port", "0", "--device", device]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "--device {device}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains(&format!("--device: \"{device}\"")) && err.contains(expected), "--device {device}: {err}");
     }
 }

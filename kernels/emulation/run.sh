@@ -19,7 +19,7 @@ pre = pre.replace('asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));', 'h = emu_
 assert "asm(" not in pre, "common.cuh has inline PTX the emulator does not know"
 out = '#include "emu.h"\n' + pre
 for name in ["rmsnorm.cu", "silu_mul.cu", "rotary.cu", "kv_cache.cu", "attention_decode.cu",
-             "attention_prefill.cu", "fill.cu"]:
+             "attention_prefill.cu", "fill.cu", "gather.cu"]:
     src = open(f"{kernels}/{name}").read()
     src = src.replace("extern __shared__ float smem[];", "float* smem = g_dyn_smem;")
     out += f"\n// ---- {name}\n{src}"

@@ -16,7 +16,8 @@
 //!
 //! Definitions, as in vLLM: TTFT is the first chunk that carries output; ITL is every gap between
 //! consecutive such chunks; output tokens are the server's `usage.completion_tokens` when it
-//! reports them (OpenAI), else the number of output chunks (one per token for TGI). A request
+//! reports them (OpenAI), else the generated text re-encoded by `--tokenizer` when one is given,
+//! else the number of output chunks (one per token for TGI). A request
 //! fails on an HTTP error status, a transport error, an error event in the stream, a timeout, or a
 //! stream with no output; the failure keeps its error text.
 
@@ -83,6 +84,9 @@ pub struct BenchConfig {
     pub ignore_eos: bool,
     /// Limit on one request from send to its last byte; past it the request fails.
     pub request_timeout: Duration,
+    /// `--tokenizer`: prompts become text made by it, and output tokens without a server count
+    /// are counted by re-encoding the generated text, as vLLM's client does.
+    pub tokenizer: Option<Arc<crate::engine::server::Tokenizer>>,
 }
 
 impl BenchConfig {
@@ -103,6 +107,7 @@ impl BenchConfig {
             max_concurrency: None,
             ignore_eos: false,
             request_timeout: Duration::from_secs(6 * 60 * 60),
+            tokenizer: None,
         }
     }
 
@@ -219,7 +224,13 @@ pub async fn run_with_progress(
             index,
             spec,
             config.ignore_eos,
+            config.tokenizer.as_deref(),
         );
+        // A prompt that cannot be made fails its request (before sending), not the run.
+        let (body, input_tokens) = match body {
+            Ok((body, tokens)) => (Ok(body), tokens),
+            Err(e) => (Err(e), spec.input_tokens),
+        };
         let permit = match &gate {
             // The semaphore is never closed, so acquire cannot fail.
             Some(gate) => Some(
@@ -234,7 +245,6 @@ pub async fn run_with_progress(
         // timestamped in the order they were allowed, whichever worker thread runs the task.
         let send_at = Instant::now();
         let shared = shared.clone();
-        let input_tokens = spec.input_tokens;
         let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             let outcome = send(&shared, body, start, send_at, input_tokens).await;
@@ -247,7 +257,7 @@ pub async fn run_with_progress(
     for task in tasks {
         outcomes.push(task.await.map_err(|e| BenchError::Task(e.to_string()))?);
     }
-    Ok(assemble(outcomes))
+    Ok(assemble(outcomes, config.tokenizer.as_deref()))
 }
 
 /// What every request task shares.
@@ -265,6 +275,8 @@ struct Outcome {
     token_times_ns: Vec<u64>,
     /// The server's count of generated tokens, if it gave one.
     completion_tokens: Option<u32>,
+    /// Generated text, as the stream carried it.
+    text: String,
     end_ns: u64,
     input_tokens: u32,
     error: Option<String>,
@@ -273,7 +285,7 @@ struct Outcome {
 /// Sends one request and streams its response, never failing: errors end up in the outcome.
 async fn send(
     shared: &Shared,
-    body: serde_json::Value,
+    body: Result<serde_json::Value, String>,
     start: Instant,
     send_at: Instant,
     input_tokens: u32,
@@ -283,15 +295,21 @@ async fn send(
         send_ns: since_start(send_at),
         token_times_ns: Vec::new(),
         completion_tokens: None,
+        text: String::new(),
         end_ns: 0,
         input_tokens,
         error: None,
     };
-    let result = tokio::time::timeout_at(
-        send_at + shared.timeout,
-        stream(shared, body, &mut outcome, &since_start),
-    )
-    .await;
+    let result = match body {
+        Ok(body) => {
+            tokio::time::timeout_at(
+                send_at + shared.timeout,
+                stream(shared, body, &mut outcome, &since_start),
+            )
+            .await
+        }
+        Err(e) => Ok(Err(e)),
+    };
     outcome.error = match result {
         Err(_) => Some(format!("request timed out after {:?}", shared.timeout)),
         Ok(Err(e)) => Some(e),
@@ -367,6 +385,9 @@ fn apply(
     if let Some(tokens) = chunk.completion_tokens {
         outcome.completion_tokens = Some(tokens);
     }
+    if let Some(text) = chunk.text {
+        outcome.text.push_str(&text);
+    }
     Ok(chunk.done)
 }
 
@@ -383,7 +404,24 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Turns outcomes into [`RunRecords`] the way vLLM's `calculate_metrics` reads its outputs.
-fn assemble(outcomes: Vec<Outcome>) -> BenchRun {
+/// Output tokens: the server's count if it gave one, else the generated text re-encoded by
+/// `tokenizer` (vLLM's `len(tokenizer(text, add_special_tokens=False).input_ids)`), else the
+/// number of output chunks.
+fn assemble(
+    mut outcomes: Vec<Outcome>,
+    tokenizer: Option<&crate::engine::server::Tokenizer>,
+) -> BenchRun {
+    let mut text_tokens = vec![None; outcomes.len()];
+    if let Some(t) = tokenizer {
+        for (outcome, count) in outcomes.iter_mut().zip(&mut text_tokens) {
+            if outcome.error.is_none() && outcome.completion_tokens.is_none() {
+                match t.encode(&outcome.text, false) {
+                    Ok(ids) => *count = Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
+                    Err(e) => outcome.error = Some(e),
+                }
+            }
+        }
+    }
     let mut itl_ns = WeightedSamples::new();
     let mut tokens_per_second = TokenBuckets::new();
     // vLLM's peak-throughput buckets start at the earliest send of a successful request.
@@ -395,7 +433,7 @@ fn assemble(outcomes: Vec<Outcome>) -> BenchRun {
         .unwrap_or(0);
     let mut requests = Vec::with_capacity(outcomes.len());
     let mut details = Vec::with_capacity(outcomes.len());
-    for outcome in &outcomes {
+    for (outcome, text_tokens) in outcomes.iter().zip(text_tokens) {
         let success = outcome.error.is_none();
         let gaps_ns: Vec<u64> = outcome
             .token_times_ns
@@ -416,7 +454,7 @@ fn assemble(outcomes: Vec<Outcome>) -> BenchRun {
             end_ns: outcome.end_ns,
             input_tokens: outcome.input_tokens,
             output_tokens: if success {
-                outcome.completion_tokens.unwrap_or(chunks)
+                outcome.completion_tokens.or(text_tokens).unwrap_or(chunks)
             } else {
                 0
             },

@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use super::Backend;
+use crate::engine::server::Tokenizer;
 use crate::workload::RequestSpec;
 
 /// Smallest synthetic prompt token id: ids 0–9 are left alone because tokenizers put their
@@ -29,11 +30,32 @@ const PROMPT_WORDS: [&str; 16] = [
 /// offset so that a server's prefix cache cannot make later requests cheaper (vLLM's random
 /// dataset does the same with random offsets).
 pub fn prompt_token_ids(index: usize, len: u32) -> Vec<u32> {
-    // 7919 is prime and coprime with the span, so consecutive requests start far apart.
-    let offset = (index as u64 * 7919 % u64::from(PROMPT_TOKEN_ID_SPAN)) as u32;
+    consecutive_ids(index, len, PROMPT_TOKEN_ID_MIN, PROMPT_TOKEN_ID_SPAN)
+}
+
+/// `len` consecutive ids (wrapping) among the `span` ids from `min`, from an offset that differs
+/// per request.
+fn consecutive_ids(index: usize, len: u32, min: u32, span: u32) -> Vec<u32> {
+    let span = span.max(1);
+    // 7919 is prime, so consecutive requests start far apart for any span not a multiple of it.
+    let offset = (index as u64 * 7919 % u64::from(span)) as u32;
     (0..len)
-        .map(|pos| PROMPT_TOKEN_ID_MIN + (offset + pos) % PROMPT_TOKEN_ID_SPAN)
+        .map(|pos| min + ((u64::from(offset) + u64::from(pos)) % u64::from(span)) as u32)
         .collect()
+}
+
+/// With a tokenizer (`--tokenizer`), vLLM's random-dataset prompt: the text of `len`
+/// consecutive ids below the tokenizer's `vocab_size`, and its token count as a server with the
+/// same tokenizer counts it (`len` exactly for tokenizers whose decode re-encodes to the same
+/// ids, as the shipped ones do).
+pub fn prompt_text_with(
+    tokenizer: &Tokenizer,
+    index: usize,
+    len: u32,
+) -> Result<(String, u32), String> {
+    let text = tokenizer.decode(&consecutive_ids(index, len, 0, tokenizer.base_vocab_size()))?;
+    let tokens = tokenizer.encode(&text, true)?.len();
+    Ok((text, u32::try_from(tokens).unwrap_or(u32::MAX)))
 }
 
 /// Synthetic prompt of `len` words for request `index`, separated by single spaces.
@@ -45,20 +67,38 @@ pub fn prompt_text(index: usize, len: u32) -> String {
     words.join(" ")
 }
 
-/// The JSON body for request `index`. `max_tokens` is the spec's `max_tokens` (the client's
-/// limit); with `ignore_eos` a server generates exactly that many.
+/// The JSON body for request `index` and its prompt's token count. `max_tokens` is the spec's
+/// `max_tokens` (the client's limit); with `ignore_eos` a server generates exactly that many.
+/// Without a tokenizer, OpenAI prompts are token ids and TGI prompts words (counted as the
+/// spec's `input_tokens`); with one, both are text made and counted by it
+/// ([`prompt_text_with`]).
 pub fn request_body(
     backend: Backend,
     model: &str,
     index: usize,
     spec: &RequestSpec,
     ignore_eos: bool,
-) -> Value {
-    match backend {
+    tokenizer: Option<&Tokenizer>,
+) -> Result<(Value, u32), String> {
+    let (prompt, input_tokens) = match (tokenizer, backend) {
+        (Some(t), _) => {
+            let (text, tokens) = prompt_text_with(t, index, spec.input_tokens)?;
+            (json!(text), tokens)
+        }
+        (None, Backend::OpenAi) => (
+            json!(prompt_token_ids(index, spec.input_tokens)),
+            spec.input_tokens,
+        ),
+        (None, Backend::Tgi) => (
+            json!(prompt_text(index, spec.input_tokens)),
+            spec.input_tokens,
+        ),
+    };
+    let body = match backend {
         Backend::OpenAi => {
             let mut body = json!({
                 "model": model,
-                "prompt": prompt_token_ids(index, spec.input_tokens),
+                "prompt": prompt,
                 "max_tokens": spec.max_tokens,
                 "temperature": 0.0,
                 "stream": true,
@@ -75,13 +115,14 @@ pub fn request_body(
         // TGI has no ignore-EOS parameter; a server that should run every request to its
         // limit is started with `--ignore-eos` instead (issue 5).
         Backend::Tgi => json!({
-            "inputs": prompt_text(index, spec.input_tokens),
+            "inputs": prompt,
             "parameters": {
                 "max_new_tokens": spec.max_tokens,
                 "details": true,
             },
         }),
-    }
+    };
+    Ok((body, input_tokens))
 }
 
 /// What one streamed payload tells the client.
@@ -91,6 +132,9 @@ pub struct Chunk {
     pub token: bool,
     /// The server's count of generated tokens (OpenAI usage).
     pub completion_tokens: Option<u32>,
+    /// Generated text it adds: OpenAI's `choices[0].text`, TGI's final `generated_text` (as
+    /// vLLM's client reads them), for counting output tokens with `--tokenizer`.
+    pub text: Option<String>,
     /// The stream is complete (`[DONE]`, or TGI's final event).
     pub done: bool,
     /// The server reported an error in the stream.
@@ -140,16 +184,21 @@ pub fn parse_chunk(backend: Backend, payload: &str) -> Chunk {
             Chunk {
                 token: !text.is_empty(),
                 completion_tokens,
+                text: Some(text.to_owned()).filter(|t| !t.is_empty()),
                 ..Chunk::default()
             }
         }
-        Backend::Tgi => Chunk {
-            // Every token event counts, even a special token with empty text: TGI sends exactly
-            // one event per generated token.
-            token: value.get("token").is_some_and(|t| !t.is_null()),
-            done: value.get("generated_text").is_some_and(|t| !t.is_null()),
-            ..Chunk::default()
-        },
+        Backend::Tgi => {
+            let generated_text = value.get("generated_text").and_then(Value::as_str);
+            Chunk {
+                // Every token event counts, even a special token with empty text: TGI sends
+                // exactly one event per generated token.
+                token: value.get("token").is_some_and(|t| !t.is_null()),
+                done: generated_text.is_some(),
+                text: generated_text.map(str::to_owned),
+                ..Chunk::default()
+            }
+        }
     }
 }
 
@@ -192,9 +241,40 @@ mod tests {
     }
 
     #[test]
+    fn tokenizer_prompts_are_text_of_exactly_the_requested_tokens() {
+        let t = Tokenizer::shipped(256).unwrap();
+        let spec = RequestSpec {
+            arrival_ns: 0,
+            input_tokens: 300,
+            output_tokens: 4,
+            max_tokens: 4,
+        };
+        for backend in [Backend::OpenAi, Backend::Tgi] {
+            let (body, tokens) = request_body(backend, "m", 3, &spec, false, Some(&t)).unwrap();
+            assert_eq!(
+                tokens, 300,
+                "more than the 254 base ids: the ids wrap around"
+            );
+            let text = body
+                .get("prompt")
+                .or(body.get("inputs"))
+                .and_then(Value::as_str)
+                .unwrap();
+            assert_eq!(t.encode(text, true).unwrap().len(), 300);
+        }
+        let (a, _) = prompt_text_with(&t, 0, 8).unwrap();
+        let (b, _) = prompt_text_with(&t, 1, 8).unwrap();
+        assert_ne!(a, b, "requests start at different offsets");
+    }
+
+    #[test]
     fn openai_chunks() {
         let chunk = |p| parse_chunk(Backend::OpenAi, p);
         assert!(chunk(r#"{"choices":[{"text":"hi"}]}"#).token);
+        assert_eq!(
+            chunk(r#"{"choices":[{"text":"hi"}]}"#).text.as_deref(),
+            Some("hi")
+        );
         assert!(!chunk(r#"{"choices":[{"text":""}]}"#).token);
         let usage = chunk(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#);
         assert_eq!(usage.completion_tokens, Some(7));
@@ -212,8 +292,9 @@ mod tests {
         let chunk = |p| parse_chunk(Backend::Tgi, p);
         let token = chunk(r#"{"token":{"id":5,"text":"","special":true},"generated_text":null}"#);
         assert!(token.token && !token.done);
-        let last = chunk(r#"{"token":{"id":6,"text":"x"},"generated_text":"x","details":{}}"#);
+        let last = chunk(r#"{"token":{"id":6,"text":"x"},"generated_text":"xy","details":{}}"#);
         assert!(last.token && last.done);
+        assert_eq!(last.text.as_deref(), Some("xy"));
         assert_eq!(
             chunk(r#"{"error":"overloaded","error_type":"x"}"#)
                 .error

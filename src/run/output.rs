@@ -20,6 +20,8 @@ use super::PointResult;
 use crate::Error;
 use crate::metrics::format::{ReportOptions, insert_request_arrays, to_json};
 use crate::scenario::Scenario;
+use crate::metrics::RequestRecord;
+use crate::sim::StepRow;
 
 /// `ns` as seconds with all nine decimals.
 pub fn seconds(ns: u64) -> String {
@@ -112,64 +114,123 @@ fn rate_json(rate: f64) -> Value {
 }
 
 fn write_requests_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
+    let rows = points.iter().flat_map(|p| {
+        p.output.records.requests.iter().zip(&p.output.extras).enumerate().map(|(request_id, (record, extra))| RequestRow {
+            num_prompts: p.num_prompts,
+            request_id,
+            record,
+            replica: Some(extra.replica),
+            preemptions: Some(extra.preemptions),
+            error: None,
+        })
+    });
+    write_requests_rows(w, rows)
+}
+
+/// One row of `requests.csv`: a simulated request, or one a client measured (`servesim bench`),
+/// which knows neither the replica nor the preemptions (those cells are empty) but may know why
+/// a request failed.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRow<'a> {
+    pub num_prompts: u32,
+    pub request_id: usize,
+    pub record: &'a RequestRecord,
+    pub replica: Option<u32>,
+    pub preemptions: Option<u32>,
+    pub error: Option<&'a str>,
+}
+
+/// `requests.csv` from its rows; the header is the same for simulated and measured runs.
+pub fn write_requests_rows<'a>(w: &mut impl Write, rows: impl IntoIterator<Item = RequestRow<'a>>) -> io::Result<()> {
     writeln!(
         w,
-        "num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success"
+        "num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error"
     )?;
-    for p in points {
-        for (id, (r, extra)) in p.output.records.requests.iter().zip(&p.output.extras).enumerate() {
-            let first = r.first_token_ns.map(seconds).unwrap_or_default();
-            writeln!(
-                w,
-                "{},{},{},{},{},{},{},{},{},{}",
-                p.num_prompts,
-                id,
-                extra.replica,
-                seconds(r.send_ns),
-                first,
-                seconds(r.end_ns),
-                r.input_tokens,
-                r.output_tokens,
-                extra.preemptions,
-                r.success
-            )?;
-        }
+    let cell = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
+    for row in rows {
+        let r = row.record;
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            row.num_prompts,
+            row.request_id,
+            cell(row.replica),
+            seconds(r.send_ns),
+            r.first_token_ns.map(seconds).unwrap_or_default(),
+            seconds(r.end_ns),
+            r.input_tokens,
+            r.output_tokens,
+            cell(row.preemptions),
+            r.success,
+            csv_text(row.error.unwrap_or_default())
+        )?;
     }
     Ok(())
 }
 
+/// A CSV cell holding free text: quoted, with quotes doubled, when it has a comma, quote or
+/// line break (RFC 4180).
+fn csv_text(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+}
+
+/// Writes `requests.csv` rows to `path` (see [`write_requests_rows`]).
+pub fn write_requests_file<'a>(path: &Path, rows: impl IntoIterator<Item = RequestRow<'a>>) -> Result<(), Error> {
+    write_file(path, |w| write_requests_rows(w, rows)).map_err(|source| Error::Output { path: path.to_path_buf(), source })
+}
+
 fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_total: u32) -> io::Result<()> {
+    let rows = points.iter().flat_map(|p| p.output.timeline.iter().map(move |s| (p.num_prompts, s)));
+    write_timeline_rows(w, rows, kv_blocks_total)
+}
+
+/// `timeline.csv` from step rows tagged with their sweep point: the simulator's, or a real
+/// engine's step trace (`servesim serve`, `validate --engine`), whose cost columns other than
+/// `step_ms` are 0 because a real step is timed only as a whole.
+pub fn write_timeline_rows<'a>(
+    w: &mut impl Write,
+    rows: impl IntoIterator<Item = (u32, &'a StepRow)>,
+    kv_blocks_total: u32,
+) -> io::Result<()> {
     writeln!(
         w,
         "num_prompts,replica,start_s,running,waiting,kv_blocks_used,kv_blocks_total,batch_seqs,prefill_tokens,decode_tokens,\
          step_ms,gemm_ms,attention_ms,elementwise_ms,communication_ms,overhead_ms"
     )?;
-    for p in points {
-        for s in &p.output.timeline {
-            let c = &s.cost;
-            writeln!(
-                w,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                p.num_prompts,
-                s.replica,
-                seconds(s.start_ns),
-                s.running,
-                s.waiting,
-                s.kv_blocks_used,
-                kv_blocks_total,
-                s.batch_seqs,
-                s.prefill_tokens,
-                s.decode_tokens,
-                millis(c.total_ns),
-                millis(c.gemm_ns),
-                millis(c.attention_ns),
-                millis(c.elementwise_ns),
-                millis(c.communication_ns),
-                millis(c.overhead_ns)
-            )?;
-        }
+    for (num_prompts, s) in rows {
+        let c = &s.cost;
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            num_prompts,
+            s.replica,
+            seconds(s.start_ns),
+            s.running,
+            s.waiting,
+            s.kv_blocks_used,
+            kv_blocks_total,
+            s.batch_seqs,
+            s.prefill_tokens,
+            s.decode_tokens,
+            millis(c.total_ns),
+            millis(c.gemm_ns),
+            millis(c.attention_ns),
+            millis(c.elementwise_ns),
+            millis(c.communication_ns),
+            millis(c.overhead_ns)
+        )?;
     }
     Ok(())
+}
+
+/// Writes `timeline.csv` rows to `path` (see [`write_timeline_rows`]).
+pub fn write_timeline_file<'a>(
+    path: &Path,
+    rows: impl IntoIterator<Item = (u32, &'a StepRow)>,
+    kv_blocks_total: u32,
+) -> Result<(), Error> {
+    write_file(path, |w| write_timeline_rows(w, rows, kv_blocks_total))
+        .map_err(|source| Error::Output { path: path.to_path_buf(), source })
 }
 
 /// `itl.csv`: per sweep point, the ITL samples as sorted runs of equal values (see the module doc).
@@ -195,6 +256,13 @@ fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_text_cells_are_quoted_only_when_needed() {
+        assert_eq!(csv_text("timeout"), "timeout");
+        assert_eq!(csv_text("HTTP 400: bad, \"x\""), "\"HTTP 400: bad, \"\"x\"\"\"");
+        assert_eq!(csv_text(""), "");
+    }
 
     #[test]
     fn times_keep_every_digit() {

@@ -72,6 +72,8 @@ pub enum Policy {
     /// Text Generation Inference 2.3: whole-prompt prefill steps that pause the decodes, the
     /// `waiting_served_ratio` / `max_waiting_tokens` rules, KV reserved up front, no preemption.
     Tgi,
+    /// servesim's own engine (`servesim serve`): vLLM V1's scheduling without graphs.
+    Servesim,
 }
 
 impl Policy {
@@ -80,6 +82,7 @@ impl Policy {
             Policy::VllmV1 => "vllm-v1",
             Policy::VllmV0 => "vllm-v0",
             Policy::Tgi => "tgi",
+            Policy::Servesim => "servesim",
         }
     }
 }

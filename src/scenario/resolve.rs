@@ -520,11 +520,12 @@ fn resolve_engine(
             "vllm-v1" => Policy::VllmV1,
             "vllm-v0" => Policy::VllmV0,
             "tgi" => Policy::Tgi,
+            "servesim" => Policy::Servesim,
             _ => {
                 return Err(cx.invalid(
                     "engine.policy",
                     quote(p),
-                    "unknown policy; known: vllm-v1, vllm-v0, tgi",
+                    "unknown policy; known: vllm-v1, vllm-v0, tgi, servesim",
                 ));
             }
         },
@@ -605,7 +606,7 @@ fn resolve_engine(
     }
 
     let (enable_chunked_prefill, default_budget, default_watermark) = match policy {
-        Policy::VllmV1 => {
+        Policy::VllmV1 | Policy::Servesim => {
             if raw.enable_chunked_prefill == Some(false) {
                 return Err(cx.invalid(
                     "engine.enable_chunked_prefill",
@@ -720,7 +721,7 @@ fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Resul
         ("max_concurrent_requests", show(raw.max_concurrent_requests)),
     ];
     let own: &[&str] = match policy {
-        Policy::VllmV1 | Policy::VllmV0 => &ENGINE_VLLM_FIELDS,
+        Policy::VllmV1 | Policy::VllmV0 | Policy::Servesim => &ENGINE_VLLM_FIELDS,
         Policy::Tgi => &ENGINE_TGI_FIELDS,
     };
     let allowed: Vec<&str> = ENGINE_COMMON_FIELDS.iter().chain(own).copied().collect();

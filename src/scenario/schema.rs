@@ -99,7 +99,7 @@ pub struct RawHardware {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEngine {
-    /// "vllm-v1" (default), "vllm-v0" or "tgi".
+    /// "vllm-v1" (default), "vllm-v0", "tgi", or "servesim" (`servesim serve`: V1 without graphs).
     pub policy: Option<String>,
     pub tensor_parallel: Option<u32>,
     pub replicas: Option<u32>,

@@ -6,7 +6,7 @@
 //!                        └──────── preempted (recompute) ───┘
 //! ```
 //!
-//! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`].
+//! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`], and [`Servesim`] (servesim's own engine).
 //!
 //! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
 //! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
@@ -21,6 +21,6 @@ mod tgi;
 
 pub use batch::{Batch, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
-pub use policy::{SchedulingPolicy, VllmV0, VllmV1};
+pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
 pub use scheduler::{Admission, Finished, Rejection, Scheduler, SchedulerConfig, StepOutcome};
 pub use tgi::{Tgi, TgiConfig};

@@ -65,6 +65,20 @@ impl SchedulingPolicy for VllmV1 {
     }
 }
 
+/// servesim's own engine (`servesim serve`): vLLM V1's scheduling, run eagerly. It captures no
+/// graphs, so no batch is padded and every step launches its kernels one by one.
+pub struct Servesim;
+
+impl SchedulingPolicy for Servesim {
+    fn name(&self) -> &'static str {
+        "servesim"
+    }
+
+    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+        VllmV1.schedule(s, batch);
+    }
+}
+
 /// 1, 2, 4, then every multiple of 8 up to `8 × (N − 3)`: the capture sizes vLLM uses.
 const fn capture_sizes<const N: usize>() -> [u32; N] {
     let mut sizes = [0u32; N];

@@ -2,7 +2,7 @@
 
 use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
-use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, Tgi, VllmV0, VllmV1};
+use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, Servesim, Tgi, VllmV0, VllmV1};
 
 /// The policy object for a scenario's policy name. TGI's takes its limits from `config.tgi`,
 /// which must be set exactly for it.
@@ -12,6 +12,7 @@ pub fn policy_for(policy: Policy, config: &SchedulerConfig) -> Box<dyn Schedulin
         Policy::VllmV1 => Box::new(VllmV1),
         Policy::VllmV0 => Box::new(VllmV0),
         Policy::Tgi => Box::new(Tgi::new(config)),
+        Policy::Servesim => Box::new(Servesim),
     }
 }
 

@@ -5,6 +5,8 @@
 //! recorded side comes from [`crate::metrics::recorded`], the simulated side from the same
 //! [`crate::metrics::format::to_json`] that `simulate --out` writes, so both speak one vocabulary.
 
+pub mod engine;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

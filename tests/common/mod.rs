@@ -54,3 +54,65 @@ input_len = 256
 output_len = 32
 range_ratio = 0.5
 "#;
+
+/// A free loopback port (released just before the server binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Kills the server if the test fails before stopping it, so no process outlives the test
+/// (an orphan holding the test's output pipe would hang `cargo test`).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `servesim serve ARGS --port P` on a free port and waits (at most 30 s) until it
+/// accepts connections; panics if it exits first. Returns the process and its base URL.
+pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let port = free_port();
+    let mut server = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .arg("serve")
+            .args(args)
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn servesim serve"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            panic!("servesim serve {args:?} exited before listening: {status}");
+        }
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, format!("http://127.0.0.1:{port}"))
+}
+
+/// The value of an unlabelled Prometheus sample `name` in a `/metrics` body.
+pub fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `GET path` over plain HTTP/1.1 with `Connection: close`: the body of a 200 response.
+pub fn http_get(base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let host = base.strip_prefix("http://").expect("http:// base URL");
+    let mut stream = std::net::TcpStream::connect(host).expect("connect");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    assert!(response.starts_with("HTTP/1.1 200"), "GET {path}: {response}");
+    let (_, body) = response.split_once("\r\n\r\n").expect("headers end");
+    body.to_string()
+}

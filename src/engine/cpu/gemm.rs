@@ -1,8 +1,11 @@
 //! Matrix multiplication, `C[m×n] = A[m×k] · B[k×n]` in f32, through the `gemm` crate: packed,
 //! cache-blocked, SIMD-dispatched at run time and multi-threaded on rayon. It is the one kernel
-//! the CPU engine does not write itself: a naive loop is ~10× slower (DESIGN.md).
+//! the CPU engine does not write itself: a naive loop is ~10× slower (DESIGN.md). Except at
+//! decode sizes (few rows, B `[k × n]`, AVX-512): there `gemm_skinny.rs` streams B unpacked.
 
 use gemm::Parallelism;
+
+use super::gemm_skinny;
 
 /// How B is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,6 +69,10 @@ impl Gemm {
             if !accumulate {
                 c.fill(0.0);
             }
+            return;
+        }
+        if b_layout == BLayout::RowMajor && gemm_skinny::takes(m, n, k) {
+            gemm_skinny::run(m, n, k, a, b, c, accumulate, threads);
             return;
         }
         // Strides in elements: (column stride, row stride) of each matrix.

@@ -27,6 +27,7 @@ mod activation;
 mod attention;
 mod decode;
 mod gemm;
+pub mod gemm_skinny;
 mod kv;
 mod norm;
 mod prefill;
@@ -55,6 +56,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("attention.rs", include_str!("attention.rs")),
     ("decode.rs", include_str!("decode.rs")),
     ("gemm.rs", include_str!("gemm.rs")),
+    ("gemm_skinny.rs", include_str!("gemm_skinny.rs")),
     ("kv.rs", include_str!("kv.rs")),
     ("mod.rs", include_str!("mod.rs")),
     ("norm.rs", include_str!("norm.rs")),

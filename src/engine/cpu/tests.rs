@@ -356,6 +356,44 @@ fn gemm_is_bitwise_identical_at_any_thread_count() {
     }
 }
 
+#[test]
+fn few_row_gemm_is_exact_across_threads_and_batch_rows() {
+    // Decode-sized products (the AVX-512 few-row kernel where the CPU has it): panels of B split
+    // across threads and rows tiled by 8 must leave every element's sum as computed alone, so
+    // a token's logits do not depend on the threads or on the batch it decodes in.
+    let mut rng = TestRng::new(3);
+    for &(m, n, k) in &[(32, 1000, 300), (13, 4100, 80), (64, 577, 500), (8, 1030, 270)] {
+        let (a, b) = (rng.vec(m * k), rng.vec(k * n));
+        let base = rng.vec(m * n);
+        let expected = reference::gemm(&a, &b, m, n, k);
+        let mut c = vec![f32::NAN; m * n];
+        pool(2).install(|| Gemm::new(m, n, k).run(&a, &b, &mut c, 2));
+        assert_close(&c, &expected, &format!("gemm {m}×{n}×{k}"));
+        let run = |threads: usize| {
+            let mut c = base.clone();
+            pool(threads).install(|| Gemm::new(m, n, k).accumulating().run(&a, &b, &mut c, threads));
+            c
+        };
+        let one = run(1);
+        let expected: Vec<f32> = expected.iter().zip(&base).map(|(x, y)| x + y).collect();
+        assert_close(&one, &expected, &format!("gemm {m}×{n}×{k}, accumulating"));
+        for threads in [2, 3] {
+            assert!(one == run(threads), "gemm {m}×{n}×{k} differs between 1 and {threads} threads");
+        }
+        if !gemm_skinny::takes(m, n, k) {
+            continue; // the gemm crate makes no promise across row counts
+        }
+        // Any 8 of the rows as a product of their own (the smallest the few-row kernel takes).
+        for r0 in [0, m / 2 - 4, m - 8] {
+            assert!(gemm_skinny::takes(8, n, k));
+            let rows = r0..r0 + 8;
+            let mut part = base[rows.start * n..rows.end * n].to_vec();
+            Gemm::new(8, n, k).accumulating().run(&a[rows.start * k..rows.end * k], &b, &mut part, 1);
+            assert!(part == one[rows.start * n..rows.end * n], "gemm {m}×{n}×{k}: rows {rows:?} differ alone");
+        }
+    }
+}
+
 // ---------------------------------------------------------------- KV layouts
 
 #[test]

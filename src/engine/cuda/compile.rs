@@ -88,6 +88,12 @@ pub const KERNELS: &[KernelSource] = &[
         entry_points: &["silu_mul_bf16", "silu_mul_f16"],
     },
     KernelSource {
+        name: "gather",
+        file: "gather.cu",
+        source: include_str!("../../../kernels/gather.cu"),
+        entry_points: &["gather_rows_u16"],
+    },
+    KernelSource {
         name: "fill",
         file: "fill.cu",
         source: include_str!("../../../kernels/fill.cu"),

@@ -256,18 +256,13 @@ impl CudaKernels {
         hidden: usize,
         eps: f32,
     ) -> Result<(), CalibrateError> {
-        ensure(hidden > 0, "hidden must be positive")?;
-        ensure(x.len() >= num_tokens * hidden && out.len() >= num_tokens * hidden, "rmsnorm buffers too short")?;
-        ensure(weight.len() >= hidden, "rmsnorm weight shorter than hidden")?;
-        if num_tokens == 0 {
+        let rows = x.len().min(out.len());
+        let Some((f, cfg, hidden_i)) = self.norm_launch::<T>("rmsnorm", rows, weight.len(), num_tokens, hidden)? else {
             return Ok(());
-        }
-        let f = self.function(&format!("rmsnorm_{}", T::SUFFIX))?;
-        let hidden_i = fits_i32(hidden, "hidden")?;
-        let cfg = LaunchConfig { grid_dim: (grid_x(num_tokens)?, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        };
         let mut b = self.stream.launch_builder(f);
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&hidden_i);
-        // SAFETY: argument order and types match rmsnorm.cu; lengths checked above.
+        // SAFETY: argument order and types match rmsnorm.cu; lengths checked by norm_launch.
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching rmsnorm", e))
     }
 
@@ -281,19 +276,38 @@ impl CudaKernels {
         hidden: usize,
         eps: f32,
     ) -> Result<(), CalibrateError> {
-        ensure(hidden > 0, "hidden must be positive")?;
-        ensure(x.len() >= num_tokens * hidden && residual.len() >= num_tokens * hidden, "rmsnorm buffers too short")?;
-        ensure(weight.len() >= hidden, "rmsnorm weight shorter than hidden")?;
-        if num_tokens == 0 {
+        let rows = x.len().min(residual.len());
+        let Some((f, cfg, hidden_i)) =
+            self.norm_launch::<T>("fused_add_rmsnorm", rows, weight.len(), num_tokens, hidden)?
+        else {
             return Ok(());
-        }
-        let f = self.function(&format!("fused_add_rmsnorm_{}", T::SUFFIX))?;
-        let hidden_i = fits_i32(hidden, "hidden")?;
-        let cfg = LaunchConfig { grid_dim: (grid_x(num_tokens)?, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        };
         let mut b = self.stream.launch_builder(f);
         b.arg(x).arg(residual).arg(weight).arg(&eps).arg(&hidden_i);
-        // SAFETY: argument order and types match rmsnorm.cu; lengths checked above.
+        // SAFETY: argument order and types match rmsnorm.cu; lengths checked by norm_launch.
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching fused_add_rmsnorm", e))
+    }
+
+    /// The checks and launch shape both RMSNorm entry points share (one block per row):
+    /// `None` when there is nothing to do. `buffer_len` is the shorter of the two row buffers.
+    fn norm_launch<T: KernelFloat>(
+        &self,
+        entry: &str,
+        buffer_len: usize,
+        weight_len: usize,
+        num_tokens: usize,
+        hidden: usize,
+    ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>, CalibrateError> {
+        ensure(hidden > 0, "hidden must be positive")?;
+        ensure(buffer_len >= num_tokens * hidden, &format!("{entry} buffers too short"))?;
+        ensure(weight_len >= hidden, &format!("{entry} weight shorter than hidden"))?;
+        if num_tokens == 0 {
+            return Ok(None);
+        }
+        let f = self.function(&format!("{entry}_{}", T::SUFFIX))?;
+        let hidden_i = fits_i32(hidden, "hidden")?;
+        let cfg = LaunchConfig { grid_dim: (grid_x(num_tokens)?, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        Ok(Some((f, cfg, hidden_i)))
     }
 
     /// `out[t, i] = silu(x[t, i]) * x[t, d + i]`; `x` is `[num_tokens, 2d]`, `out` `[num_tokens, d]`.
@@ -546,6 +560,34 @@ impl CudaKernels {
             unsafe { b.launch(cfg) }.map_err(|e| driver_error("launching attention_decode_reduce", e))?;
         }
         Ok(())
+    }
+
+    /// Copies rows by index: `out[i, :] = src[indices[i], :]` for `i < num_rows`, rows of
+    /// `row_len` elements. The indices are trusted to be below `src.len() / row_len` (the device
+    /// cannot report one that is not): callers check them on the host before uploading.
+    pub fn gather_rows<T: KernelFloat>(
+        &self,
+        out: &mut CudaSlice<T>,
+        src: &CudaSlice<T>,
+        indices: &CudaSlice<i32>,
+        num_rows: usize,
+        row_len: usize,
+    ) -> Result<(), CalibrateError> {
+        ensure(row_len > 0, "gather_rows: row_len must be positive")?;
+        ensure(out.len() >= num_rows * row_len, "gather_rows: out shorter than num_rows x row_len")?;
+        ensure(indices.len() >= num_rows, "gather_rows: indices shorter than num_rows")?;
+        ensure(src.len() >= row_len, "gather_rows: src holds no whole row")?;
+        if num_rows == 0 {
+            return Ok(());
+        }
+        let row_len_i = fits_i32(row_len, "row_len")?;
+        let f = self.function("gather_rows_u16")?;
+        let cfg = LaunchConfig { grid_dim: (grid_x(num_rows)?, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let mut b = self.stream.launch_builder(f);
+        b.arg(out).arg(src).arg(indices).arg(&row_len_i);
+        // SAFETY: argument order and types match gather.cu; lengths checked above, indices
+        // trusted (see the doc comment).
+        unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching gather_rows", e))
     }
 
     /// Fills `x` with deterministic pseudo-random values uniform in [−amplitude, amplitude).

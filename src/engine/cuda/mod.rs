@@ -6,13 +6,16 @@
 //!  kernels/*.cu ──NVRTC (compile.rs)──► PTX ──load (kernels.rs)──► typed launchers
 //!  cuBLASLt (gemm.rs) ─────────────────────────────────────────────► GEMM plans
 //!                       both run on CudaDevice's stream (device.rs)
+//!  forward.rs: the Llama forward pass built from both (CudaModelExecutor)
 //! ```
 
 pub mod compile;
 pub mod device;
+pub mod forward;
 pub mod gemm;
 pub mod kernels;
 
 pub use device::CudaDevice;
+pub use forward::CudaModelExecutor;
 pub use gemm::{CublasLt, GemmDtype, GemmPlan};
 pub use kernels::{CudaKernels, KernelFloat};

@@ -24,6 +24,7 @@ use crate::engine::cpu::{
 use crate::sched::batch::Batch;
 use crate::sched::kv::KvCacheManager;
 
+use super::plan::{BlockTables, RowOrder, StepPlan};
 use super::{LlamaConfig, LlamaWeights, ModelError};
 
 /// Runs a Llama model step by step over the scheduler's batches. Owns the weights, the RoPE
@@ -42,49 +43,8 @@ pub struct ModelExecutor {
     v_cache: Vec<Vec<f32>>,
     /// Threads each GEMM may use (of the current rayon pool).
     threads: usize,
-    meta: StepMeta,
+    meta: StepPlan,
     buf: Buffers,
-}
-
-/// A step's indexing, rebuilt each step into reused vectors.
-#[derive(Default)]
-struct StepMeta {
-    /// Batch index → first row of its tokens in the internal order.
-    row_start: Vec<usize>,
-    /// Batch index → offset of its tokens in the caller's `token_ids`.
-    input_start: Vec<usize>,
-    /// Per internal row: token id, position, cache slot (block · block_size + offset).
-    tokens: Vec<u32>,
-    positions: Vec<usize>,
-    slots: Vec<usize>,
-    prefill: Group,
-    decode: Group,
-    /// Internal row of each sampling sequence's last token, in batch order.
-    sample_rows: Vec<usize>,
-}
-
-/// The paged-attention view of one group of sequences (see `PagedKv::new`).
-#[derive(Default)]
-struct Group {
-    cu_q: Vec<usize>,
-    blocks: Vec<u32>,
-    cu_blocks: Vec<usize>,
-    seq_lens: Vec<usize>,
-}
-
-impl Group {
-    fn clear(&mut self) {
-        self.cu_q.clear();
-        self.cu_q.push(0);
-        self.blocks.clear();
-        self.cu_blocks.clear();
-        self.cu_blocks.push(0);
-        self.seq_lens.clear();
-    }
-
-    fn tokens(&self) -> usize {
-        self.cu_q[self.cu_q.len() - 1]
-    }
 }
 
 /// Activations, grown to the largest step seen and never shrunk.
@@ -149,7 +109,7 @@ impl ModelExecutor {
             k_cache,
             v_cache,
             threads: rayon::current_num_threads(),
-            meta: StepMeta::default(),
+            meta: StepPlan::default(),
             buf: Buffers::default(),
         })
     }
@@ -278,105 +238,11 @@ impl ModelExecutor {
         Ok(&buf.logits[..s * vocab])
     }
 
-    /// Checks the step's inputs and builds its indexing into `self.meta`.
+    /// Checks the step's inputs and builds its indexing into `self.meta` (chunks first: see
+    /// [`StepPlan`]).
     fn plan(&mut self, batch: &Batch, token_ids: &[u32], kv: &dyn BlockTables) -> Result<(), ModelError> {
-        let err = |m: String| Err(ModelError::Step(m));
-        let c = &self.weights.config;
-        let bs = self.block_size;
-        if kv.block_size() as usize != bs {
-            return err(format!("the KV manager's block size {} is not the executor's {bs}", kv.block_size()));
-        }
-        let total: usize = batch.seqs.iter().map(|w| w.new_tokens as usize).sum();
-        if token_ids.len() != total {
-            return err(format!("{} token ids for a batch of {total} new tokens", token_ids.len()));
-        }
-        let m = &mut self.meta;
-        m.row_start.clear();
-        m.row_start.resize(batch.seqs.len(), 0);
-        m.input_start.clear();
-        let mut off = 0;
-        for w in &batch.seqs {
-            m.input_start.push(off);
-            off += w.new_tokens as usize;
-        }
-        m.tokens.clear();
-        m.positions.clear();
-        m.slots.clear();
-        m.prefill.clear();
-        m.decode.clear();
-        m.sample_rows.clear();
-        // Prefill chunks first, then one-token steps (decode attention covers any single query
-        // over its whole history, a one-token prompt included).
-        for decode_pass in [false, true] {
-            for (i, w) in batch.seqs.iter().enumerate() {
-                if (w.new_tokens == 1) != decode_pass {
-                    continue;
-                }
-                let (ctx, new) = (w.context_tokens as usize, w.new_tokens as usize);
-                let len = ctx + new;
-                if new == 0 {
-                    return err(format!("sequence {} is scheduled with no new tokens", w.seq));
-                }
-                if len > c.max_position_embeddings {
-                    return err(format!(
-                        "sequence {} reaches {len} tokens, beyond the model's {} positions",
-                        w.seq, c.max_position_embeddings
-                    ));
-                }
-                let table = kv.table(i, w.seq);
-                let needed = len.div_ceil(bs);
-                if table.len() < needed {
-                    return err(format!(
-                        "sequence {} needs {needed} KV blocks for {len} tokens but its table has {}",
-                        w.seq,
-                        table.len()
-                    ));
-                }
-                let table = &table[..needed];
-                if let Some(&b) = table.iter().find(|&&b| b as usize >= self.num_blocks) {
-                    return err(format!("sequence {} uses KV block {b}, but the cache has {}", w.seq, self.num_blocks));
-                }
-                let ids = &token_ids[m.input_start[i]..m.input_start[i] + new];
-                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
-                    return err(format!("token id {bad} is outside the vocabulary of {}", c.vocab_size));
-                }
-                m.row_start[i] = m.tokens.len();
-                m.tokens.extend_from_slice(ids);
-                for pos in ctx..len {
-                    m.positions.push(pos);
-                    m.slots.push(table[pos / bs] as usize * bs + pos % bs);
-                }
-                let g = if decode_pass { &mut m.decode } else { &mut m.prefill };
-                g.cu_q.push(g.tokens() + new);
-                g.blocks.extend_from_slice(table);
-                g.cu_blocks.push(g.blocks.len());
-                g.seq_lens.push(len);
-            }
-        }
-        for (i, w) in batch.seqs.iter().enumerate() {
-            if w.samples_token {
-                m.sample_rows.push(m.row_start[i] + w.new_tokens as usize - 1);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Where a step's block tables come from: the scheduler's KV manager (by sequence), or the
-/// per-step inputs the engine loop hands over (by position in the batch).
-pub trait BlockTables {
-    /// Tokens per KV block.
-    fn block_size(&self) -> u32;
-    /// The block table of the `index`-th sequence of the batch, which is sequence `seq`.
-    fn table(&self, index: usize, seq: u32) -> &[u32];
-}
-
-impl BlockTables for KvCacheManager {
-    fn block_size(&self) -> u32 {
-        KvCacheManager::block_size(self)
-    }
-    fn table(&self, _index: usize, seq: u32) -> &[u32] {
-        self.block_table(seq)
+        let (bs, nb) = (self.block_size, self.num_blocks);
+        self.meta.build(&self.weights.config, bs, nb, batch, token_ids, kv, RowOrder::PrefillFirst)
     }
 }
 

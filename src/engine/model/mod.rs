@@ -15,6 +15,7 @@
 
 mod config;
 mod executor;
+mod plan;
 mod weights;
 
 #[cfg(test)]
@@ -23,7 +24,8 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::LlamaConfig;
-pub use executor::{BlockTables, ModelExecutor, Sampler, greedy};
+pub use executor::{ModelExecutor, Sampler, greedy};
+pub use plan::{BlockTables, RowOrder, SeqGroup, StepPlan};
 pub use weights::{LayerWeights, LlamaWeights, WeightDtype};
 
 /// Why a model could not be built or a step could not run. Messages name the file and tensor.
@@ -42,4 +44,8 @@ pub enum ModelError {
     /// request; reported instead of panicking so that a server survives it).
     #[error("model step: {0}")]
     Step(String),
+    /// The accelerator failed: a driver or library is missing, or an allocation, copy or kernel
+    /// launch failed. The message names the device and the operation.
+    #[error("{0}")]
+    Device(String),
 }

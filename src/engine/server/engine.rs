@@ -53,6 +53,19 @@ pub trait Executor: Send + 'static {
     fn eos_token(&self) -> Option<u32>;
 }
 
+/// An executor chosen at run time (`servesim serve --device`).
+impl Executor for Box<dyn Executor> {
+    fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String> {
+        (**self).forward(batch, inputs)
+    }
+    fn vocab_size(&self) -> u32 {
+        (**self).vocab_size()
+    }
+    fn eos_token(&self) -> Option<u32> {
+        (**self).eos_token()
+    }
+}
+
 /// Why a request stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
@@ -163,6 +176,9 @@ pub struct EngineHandle {
     context_len: u32,
     vocab_size: u32,
     model_name: String,
+    /// Text <-> ids for the HTTP routes (text prompts, generated text); the engine loop itself
+    /// sees only ids.
+    tokenizer: Arc<super::Tokenizer>,
 }
 
 /// A submitted request: its events, and a guard that cancels it when dropped.
@@ -212,7 +228,20 @@ impl EngineHandle {
                 EngineLoop::new(executor, scheduler, max_waiting, thread_shared).run(rx)
             })
             .expect("spawn the engine thread");
-        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string() }
+        let tokenizer = Arc::new(super::Tokenizer::bytes());
+        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string(), tokenizer }
+    }
+
+    /// Sets the tokenizer of text prompts and generated text (default: one token per UTF-8 byte).
+    /// The caller checks that it fits the executor's vocabulary ([`super::Tokenizer::check_fits`]);
+    /// ids it produces that do not fit are refused per request by [`EngineHandle::submit`] anyway.
+    pub fn with_tokenizer(mut self, tokenizer: Arc<super::Tokenizer>) -> EngineHandle {
+        self.tokenizer = tokenizer;
+        self
+    }
+
+    pub fn tokenizer(&self) -> &Arc<super::Tokenizer> {
+        &self.tokenizer
     }
 
     /// Sets the name `/v1/models` reports.
@@ -424,8 +453,10 @@ impl<E: Executor> EngineLoop<E> {
             };
             self.inputs.seqs.push(input);
         }
+        let forward_start = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| self.executor.forward(&batch, &self.inputs)))
             .unwrap_or_else(|_| Err("the executor panicked".to_string()));
+        let forward_ns = forward_start.elapsed().as_nanos() as u64;
         let sampled_count = batch.seqs.iter().filter(|w| w.samples_token).count();
         let result = match result {
             Ok(t) if t.len() == sampled_count => Ok(t),
@@ -485,10 +516,14 @@ impl<E: Executor> EngineLoop<E> {
                 self.scheduler.finish_early(live.seq);
             }
         }
-        self.record(start, elapsed_ns, &batch, running, waiting, kv_blocks_used);
+        self.record(start, elapsed_ns, forward_ns, &batch, running, waiting, kv_blocks_used);
     }
 
-    fn record(&self, start: Instant, elapsed_ns: u64, batch: &Batch, running: u32, waiting: u32, kv_blocks_used: u32) {
+    /// Appends the step to the trace. Of its cost only two parts are measured: the whole, and
+    /// the host time outside the executor's forward pass (scheduling, input building, streaming
+    /// the tokens out), which the trace reports as `overhead`.
+    #[allow(clippy::too_many_arguments)]
+    fn record(&self, start: Instant, elapsed_ns: u64, forward_ns: u64, batch: &Batch, running: u32, waiting: u32, kv_blocks_used: u32) {
         let row = StepRow {
             start_ns: start.duration_since(self.started).as_nanos() as u64,
             replica: 0,
@@ -498,7 +533,7 @@ impl<E: Executor> EngineLoop<E> {
             batch_seqs: batch.seqs.len() as u32,
             prefill_tokens: batch.prefill_tokens,
             decode_tokens: batch.decode_tokens,
-            cost: StepCost { total_ns: elapsed_ns, ..StepCost::default() },
+            cost: StepCost { total_ns: elapsed_ns, overhead_ns: elapsed_ns.saturating_sub(forward_ns), ..StepCost::default() },
         };
         {
             let mut trace = self.shared.trace.lock().unwrap_or_else(|e| e.into_inner());

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SubmitError};
-use super::tokenizer::{ByteDecoder, ByteTokenizer};
+use super::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Most bytes of a request body accepted.
 pub const REQUEST_BODY_BYTES_MAX: usize = 16 << 20;
@@ -131,16 +131,17 @@ struct CompletionRequest {
     seed: Option<u64>,
 }
 
-fn prompt_tokens(prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+fn prompt_tokens(prompt: Prompt, tokenizer: &Tokenizer) -> Result<Vec<u32>, ApiError> {
     let one = |n: usize| {
         if n == 1 { Ok(()) } else { Err(ApiError(StatusCode::BAD_REQUEST, format!("a request must hold exactly one prompt, got {n}"))) }
     };
+    let encode = |text: &str| tokenizer.encode(text, true).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e));
     Ok(match prompt {
-        Prompt::Text(t) => ByteTokenizer.encode(&t),
+        Prompt::Text(t) => encode(&t)?,
         Prompt::Tokens(t) => t,
-        Prompt::Texts(mut v) => {
+        Prompt::Texts(v) => {
             one(v.len())?;
-            ByteTokenizer.encode(&v.remove(0))
+            encode(&v[0])?
         }
         Prompt::TokenLists(mut v) => {
             one(v.len())?;
@@ -154,7 +155,7 @@ async fn completions(State(engine): State<EngineHandle>, body: Bytes) -> Respons
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let prompt = match prompt_tokens(req.prompt) {
+    let prompt = match prompt_tokens(req.prompt, engine.tokenizer()) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -173,16 +174,16 @@ async fn completions(State(engine): State<EngineHandle>, body: Bytes) -> Respons
     let id = format!("cmpl-{}", stream.id());
     let model = req.model.unwrap_or_else(|| engine.model_name().to_string());
     let created = unix_time_s();
+    let decoder = StreamDecoder::new(engine.tokenizer().clone());
     if req.stream {
         let include_usage = req.stream_options.unwrap_or_default().include_usage;
-        completion_stream(stream, id, model, created, prompt_len, include_usage)
+        completion_stream(stream, decoder, id, model, created, prompt_len, include_usage)
     } else {
-        completion_whole(stream, id, model, created, prompt_len).await
+        completion_whole(stream, decoder, id, model, created, prompt_len).await
     }
 }
 
-async fn completion_whole(mut stream: RequestStream, id: String, model: String, created: u64, prompt_len: u32) -> Response {
-    let mut decoder = ByteDecoder::default();
+async fn completion_whole(mut stream: RequestStream, mut decoder: StreamDecoder, id: String, model: String, created: u64, prompt_len: u32) -> Response {
     let mut text = String::new();
     let mut completion_tokens = 0u32;
     let mut finish_reason = None;
@@ -190,7 +191,10 @@ async fn completion_whole(mut stream: RequestStream, id: String, model: String, 
         match event {
             Event::Token { id, finish } => {
                 completion_tokens += 1;
-                text.push_str(&decoder.push(id));
+                match decoder.push(id) {
+                    Ok(piece) => text.push_str(&piece),
+                    Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                }
                 if let Some(f) = finish {
                     finish_reason = Some(f);
                     break;
@@ -199,7 +203,10 @@ async fn completion_whole(mut stream: RequestStream, id: String, model: String, 
             Event::Error(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
         }
     }
-    text.push_str(&decoder.flush());
+    match decoder.flush() {
+        Ok(rest) => text.push_str(&rest),
+        Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+    }
     let body = json!({
         "id": id, "object": "text_completion", "created": created, "model": model,
         "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason.map(FinishReason::as_str)}],
@@ -214,7 +221,7 @@ fn data_line(v: &Value) -> Bytes {
 
 struct OpenAiStream {
     stream: RequestStream,
-    decoder: ByteDecoder,
+    decoder: StreamDecoder,
     id: String,
     model: String,
     created: u64,
@@ -225,17 +232,22 @@ struct OpenAiStream {
     phase: u8,
 }
 
-fn completion_stream(stream: RequestStream, id: String, model: String, created: u64, prompt_len: u32, include_usage: bool) -> Response {
-    let state = OpenAiStream { stream, decoder: ByteDecoder::default(), id, model, created, prompt_len, completion_tokens: 0, include_usage, phase: 0 };
+fn completion_stream(stream: RequestStream, decoder: StreamDecoder, id: String, model: String, created: u64, prompt_len: u32, include_usage: bool) -> Response {
+    let state = OpenAiStream { stream, decoder, id, model, created, prompt_len, completion_tokens: 0, include_usage, phase: 0 };
     sse_response(stream::unfold(state, |mut s| async move {
         loop {
             match s.phase {
                 0 => match s.stream.events.recv().await {
                     Some(Event::Token { id, finish }) => {
                         s.completion_tokens += 1;
-                        let mut text = s.decoder.push(id);
+                        let text = match decoded(&mut s.decoder, id, finish.is_some()) {
+                            Ok(text) => text,
+                            Err(m) => {
+                                s.phase = 2;
+                                return Some((Ok(data_line(&openai_error(&m))), s));
+                            }
+                        };
                         if finish.is_some() {
-                            text.push_str(&s.decoder.flush());
                             s.phase = 1;
                         }
                         let chunk = json!({
@@ -246,8 +258,7 @@ fn completion_stream(stream: RequestStream, id: String, model: String, created: 
                     }
                     Some(Event::Error(m)) => {
                         s.phase = 2;
-                        let chunk = json!({"error": {"message": m, "type": "server_error", "code": 500}});
-                        return Some((Ok(data_line(&chunk)), s));
+                        return Some((Ok(data_line(&openai_error(&m))), s));
                     }
                     None => s.phase = 2,
                 },
@@ -269,6 +280,20 @@ fn completion_stream(stream: RequestStream, id: String, model: String, created: 
             }
         }
     }))
+}
+
+/// An error event inside an OpenAI stream.
+fn openai_error(message: &str) -> Value {
+    json!({"error": {"message": message, "type": "server_error", "code": 500}})
+}
+
+/// The text a streamed token adds: what became stable, plus everything held back on the last.
+fn decoded(decoder: &mut StreamDecoder, id: u32, last: bool) -> Result<String, String> {
+    let mut text = decoder.push(id)?;
+    if last {
+        text.push_str(&decoder.flush()?);
+    }
+    Ok(text)
 }
 
 async fn models(State(engine): State<EngineHandle>) -> Response {
@@ -305,7 +330,7 @@ async fn tgi_submit(engine: &EngineHandle, body: &Bytes) -> Result<(RequestStrea
     let req: TgiRequest = parse(body)?;
     let p = req.parameters.unwrap_or_default();
     let params = GenerateParams {
-        prompt: ByteTokenizer.encode(&req.inputs),
+        prompt: engine.tokenizer().encode(&req.inputs, true).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
         max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
         ignore_eos: p.ignore_eos,
         temperature: p.temperature.unwrap_or(1.0),
@@ -315,8 +340,8 @@ async fn tgi_submit(engine: &EngineHandle, body: &Bytes) -> Result<(RequestStrea
     Ok((stream, p))
 }
 
-fn tgi_token(id: u32, text: &str) -> Value {
-    json!({"id": id, "text": text, "logprob": 0.0, "special": false})
+fn tgi_token(tokenizer: &Tokenizer, id: u32) -> Value {
+    json!({"id": id, "text": tokenizer.token_text(id), "logprob": 0.0, "special": tokenizer.is_special(id)})
 }
 
 async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
@@ -324,16 +349,19 @@ async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
-    let mut decoder = ByteDecoder::default();
+    let tokenizer = engine.tokenizer();
+    let mut decoder = StreamDecoder::new(tokenizer.clone());
     let mut text = String::new();
     let mut tokens = Vec::new();
     let mut finish_reason = FinishReason::Length;
     while let Some(event) = stream.events.recv().await {
         match event {
             Event::Token { id, finish } => {
-                let piece = ByteTokenizer.decode_one(id);
-                tokens.push(tgi_token(id, &piece));
-                text.push_str(&decoder.push(id));
+                tokens.push(tgi_token(tokenizer, id));
+                match decoded(&mut decoder, id, finish.is_some()) {
+                    Ok(piece) => text.push_str(&piece),
+                    Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                }
                 if let Some(f) = finish {
                     finish_reason = f;
                     break;
@@ -342,7 +370,6 @@ async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
             Event::Error(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
         }
     }
-    text.push_str(&decoder.flush());
     let mut body = json!({"generated_text": text});
     if p.details {
         body["details"] = json!({
@@ -354,7 +381,8 @@ async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
 
 struct TgiStream {
     stream: RequestStream,
-    decoder: ByteDecoder,
+    decoder: StreamDecoder,
+    tokenizer: std::sync::Arc<Tokenizer>,
     text: String,
     generated: u32,
     seed: Option<u64>,
@@ -366,7 +394,8 @@ async fn generate_stream(State(engine): State<EngineHandle>, body: Bytes) -> Res
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
-    let state = TgiStream { stream, decoder: ByteDecoder::default(), text: String::new(), generated: 0, seed: p.seed, done: false };
+    let tokenizer = engine.tokenizer().clone();
+    let state = TgiStream { stream, decoder: StreamDecoder::new(tokenizer.clone()), tokenizer, text: String::new(), generated: 0, seed: p.seed, done: false };
     sse_response(stream::unfold(state, |mut s| async move {
         if s.done {
             return None;
@@ -374,14 +403,19 @@ async fn generate_stream(State(engine): State<EngineHandle>, body: Bytes) -> Res
         let line = match s.stream.events.recv().await {
             Some(Event::Token { id, finish }) => {
                 s.generated += 1;
-                s.text.push_str(&s.decoder.push(id));
-                let token = tgi_token(id, &ByteTokenizer.decode_one(id));
+                match decoded(&mut s.decoder, id, finish.is_some()) {
+                    Ok(piece) => s.text.push_str(&piece),
+                    Err(m) => {
+                        s.done = true;
+                        return Some((Ok(Bytes::from(format!("data:{}\n\n", json!({"error": m, "error_type": "generation"})))), s));
+                    }
+                }
+                let token = tgi_token(&s.tokenizer, id);
                 let index = s.generated;
                 match finish {
                     None => json!({"index": index, "token": token, "top_tokens": null, "generated_text": null, "details": null}),
                     Some(f) => {
                         s.done = true;
-                        s.text.push_str(&s.decoder.flush());
                         json!({"index": index, "token": token, "top_tokens": null, "generated_text": s.text,
                                "details": {"finish_reason": f.tgi_str(), "generated_tokens": s.generated, "seed": s.seed}})
                     }

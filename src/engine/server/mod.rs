@@ -7,8 +7,8 @@
 //!     /health, /metrics          ◄──tokens──  per-step trace in the simulator's StepRow format
 //! ```
 //!
-//! Text prompts are tokenized by [`ByteTokenizer`] (one token per UTF-8 byte) until the engine
-//! ships a Hugging Face tokenizer. The server never panics on a request: bad input is a 400 with a
+//! Text is tokenized by the handle's [`Tokenizer`] (a Hugging Face `tokenizer.json`; one token per
+//! UTF-8 byte when none was given). The server never panics on a request: bad input is a 400 with a
 //! JSON error, a full waiting queue a 503, an executor error (or panic) a 500 for the requests of
 //! that step only.
 
@@ -22,5 +22,5 @@ pub use engine::{
     StepInputs, SubmitError, TRACE_ROWS_MAX,
 };
 pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
-pub use model_executor::ModelEngine;
-pub use tokenizer::{ByteDecoder, ByteTokenizer};
+pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine};
+pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};

@@ -1,87 +1,273 @@
-//! A byte-level tokenizer: one token per UTF-8 byte (ids 0..=255).
+//! Text ↔ token ids: a Hugging Face `tokenizer.json`, run by Hugging Face's own `tokenizers`
+//! crate (the code `transformers`' fast tokenizers call), so a benchmark client that loads the
+//! same directory counts exactly what the server counts.
 //!
-//! A stand-in until the engine ships a Hugging Face tokenizer directory (`tokenizer.json`):
-//! benchmark clients that count tokens with their own tokenizer will not agree with it, but the
-//! `usage` counts the server reports are exact for it.
+//! Three sources, one type:
+//! - a directory (or file) given by the user: `servesim serve --tokenizer DIR`, `--model DIR`;
+//! - the shipped character-level tokenizers `tokenizers/servesim-char-{256,32000}` (compiled in,
+//!   so a fresh clone or an installed binary needs no files; see `tokenizers/generate.py`);
+//! - [`Tokenizer::bytes`], one token per UTF-8 byte, built in code: the default of an
+//!   [`super::EngineHandle`] that was given none (tests with fake executors).
+//!
+//! Decoding never skips special tokens: every generated id shows up in the text, so a client
+//! that re-encodes the text (vLLM's `benchmark_serving.py` does) counts every token.
 
-/// Text → one token per UTF-8 byte; tokens → bytes. Ids of 256 and above have no bytes and
-/// decode to U+FFFD.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ByteTokenizer;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-impl ByteTokenizer {
-    pub fn encode(&self, text: &str) -> Vec<u32> {
-        text.bytes().map(u32::from).collect()
-    }
+use serde_json::json;
 
-    /// The text of one token alone (lossy for a partial UTF-8 sequence).
-    pub fn decode_one(&self, id: u32) -> String {
-        match u8::try_from(id) {
-            Ok(b) => String::from_utf8_lossy(&[b]).into_owned(),
-            Err(_) => "\u{FFFD}".to_string(),
-        }
-    }
+/// Vocabulary sizes of the shipped tokenizers and their `tokenizer.json`, compiled in.
+const SHIPPED: [(u32, &str, &str); 2] = [
+    (256, "servesim-char-256", include_str!("../../../tokenizers/servesim-char-256/tokenizer.json")),
+    (32_000, "servesim-char-32000", include_str!("../../../tokenizers/servesim-char-32000/tokenizer.json")),
+];
 
-    pub fn decode(&self, ids: &[u32]) -> String {
-        let mut d = ByteDecoder::default();
-        let mut s: String = ids.iter().map(|&t| d.push(t)).collect();
-        s.push_str(&d.flush());
-        s
+/// A tokenizer that could not be loaded, with the file it came from.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct TokenizerError {
+    pub path: String,
+    pub reason: String,
+}
+
+/// A loaded `tokenizer.json`.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Where it came from, for messages: a path, or a shipped tokenizer's name.
+    origin: String,
+    /// One more than the largest id it can produce (added tokens included).
+    id_bound: u32,
+    special_ids: HashSet<u32>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("origin", &self.origin).field("id_bound", &self.id_bound).finish()
     }
 }
 
-/// Incremental decoding: holds back the bytes of an incomplete UTF-8 character until it is whole,
-/// so streamed text concatenates to exactly the decoded whole.
-#[derive(Clone, Debug, Default)]
-pub struct ByteDecoder {
-    pending: Vec<u8>,
-}
-
-impl ByteDecoder {
-    /// The text that became complete with this token (possibly empty).
-    pub fn push(&mut self, id: u32) -> String {
-        match u8::try_from(id) {
-            Ok(b) => self.pending.push(b),
-            Err(_) => {
-                let mut s = self.flush();
-                s.push('\u{FFFD}');
-                return s;
-            }
-        }
-        match std::str::from_utf8(&self.pending) {
-            Ok(s) => {
-                let s = s.to_string();
-                self.pending.clear();
-                s
-            }
-            Err(e) if e.error_len().is_none() && self.pending.len() - e.valid_up_to() < 4 => {
-                // An incomplete character at the end: emit what is whole, keep the rest.
-                let valid = e.valid_up_to();
-                let s = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
-                self.pending.drain(..valid);
-                s
-            }
-            Err(_) => self.flush(),
-        }
+impl Tokenizer {
+    /// Loads `path/tokenizer.json` when `path` is a directory, else the file `path` itself.
+    pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
+        let file: PathBuf = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+        let shown = file.display().to_string();
+        let text = std::fs::read_to_string(&file).map_err(|e| TokenizerError { path: shown.clone(), reason: format!("cannot read: {e}") })?;
+        Tokenizer::from_json(&text, shown)
     }
 
-    /// Whatever is held back, lossily.
-    pub fn flush(&mut self) -> String {
-        let s = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        s
+    /// Parses the text of a `tokenizer.json`; `origin` names it in messages.
+    pub fn from_json(text: &str, origin: impl Into<String>) -> Result<Tokenizer, TokenizerError> {
+        let origin = origin.into();
+        let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+            .map_err(|e| TokenizerError { path: origin.clone(), reason: format!("not a valid Hugging Face tokenizer.json: {e}") })?;
+        let id_bound = inner.get_vocab(true).values().max().map_or(0, |&m| m.saturating_add(1));
+        let special_ids = inner.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        Ok(Tokenizer { inner, origin, id_bound, special_ids })
+    }
+
+    /// The shipped character-level tokenizer for a model vocabulary of exactly `vocab_size` ids
+    /// (256 or 32000), if there is one.
+    pub fn shipped(vocab_size: u32) -> Option<Tokenizer> {
+        let &(_, name, text) = SHIPPED.iter().find(|(n, _, _)| *n == vocab_size)?;
+        // Compiled-in text that a unit test parses: failing here is a build defect, not input.
+        Some(Tokenizer::from_json(text, format!("tokenizers/{name} (built in)")).expect("shipped tokenizer.json parses"))
+    }
+
+    /// One token per UTF-8 byte: ids 0–255 are the tokens `<0x00>`–`<0xFF>` of a BPE model with
+    /// byte fallback and no other vocabulary; decoding turns runs of byte tokens back into text
+    /// (U+FFFD for bytes that are not valid UTF-8).
+    pub fn bytes() -> Tokenizer {
+        let vocab: serde_json::Map<String, serde_json::Value> = (0..256u32).map(|b| (format!("<0x{b:02X}>"), json!(b))).collect();
+        let spec = json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": true, "ignore_merges": false,
+                      "vocab": vocab, "merges": []},
+        });
+        Tokenizer::from_json(&spec.to_string(), "byte-level (built in)").expect("byte-level tokenizer.json parses")
+    }
+
+    /// Where the tokenizer came from: a path, or a built-in name.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// One more than the largest id it can produce, added tokens included (`len(tokenizer)` in
+    /// transformers when ids are dense).
+    pub fn id_bound(&self) -> u32 {
+        self.id_bound
+    }
+
+    /// transformers' `tokenizer.vocab_size`: the model's vocabulary without added tokens. vLLM's
+    /// random dataset draws prompt ids below it.
+    pub fn base_vocab_size(&self) -> u32 {
+        self.inner.get_vocab_size(false) as u32
+    }
+
+    /// Refuses a tokenizer that could produce ids the model has no embedding for.
+    pub fn check_fits(&self, model_vocab_size: u32, model: &str) -> Result<(), String> {
+        if self.id_bound > model_vocab_size {
+            return Err(format!(
+                "tokenizer {} produces ids up to {} but model {model} has a vocabulary of {model_vocab_size} ids (0..={})",
+                self.origin,
+                self.id_bound - 1,
+                model_vocab_size.saturating_sub(1)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Token ids of `text`. With `add_special_tokens`, whatever the tokenizer's post-processor
+    /// adds (a BOS for Llama's; nothing for the shipped ones), as a server encodes a prompt;
+    /// without, as vLLM's client counts generated text.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, String> {
+        let encoding =
+            self.inner.encode(text, add_special_tokens).map_err(|e| format!("tokenizer {}: cannot encode the text: {e}", self.origin))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, special tokens included. Ids the tokenizer does not know decode to nothing
+    /// (as in transformers).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.inner.decode(ids, false).map_err(|e| format!("tokenizer {}: cannot decode: {e}", self.origin))
+    }
+
+    /// The text of one token alone (TGI's per-token `text`); empty if it cannot be decoded.
+    pub fn token_text(&self, id: u32) -> String {
+        self.decode(&[id]).unwrap_or_default()
+    }
+
+    /// Whether `id` is a special added token (`<s>`, `</s>`, ...): TGI's `special` flag.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special_ids.contains(&id)
+    }
+}
+
+/// Incremental decoding for streamed responses: emits text only once it is stable, so the
+/// pieces concatenate to exactly [`Tokenizer::decode`] of all ids whenever decoding is
+/// prefix-stable (the shipped tokenizers, byte-level BPE; not a trailing incomplete character
+/// under ByteFallback, see [`StreamDecoder::flush`]). Runs the `tokenizers` crate's
+/// own streaming step (what its `DecodeStream` and TGI use: decode a short window of ids, hold
+/// back text ending in U+FFFD, an incomplete character); it keeps the state itself, instead of
+/// borrowing the tokenizer as `DecodeStream` does, so it can live in a `'static` response stream.
+pub struct StreamDecoder {
+    tokenizer: Arc<Tokenizer>,
+    ids: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
+}
+
+impl StreamDecoder {
+    pub fn new(tokenizer: Arc<Tokenizer>) -> StreamDecoder {
+        StreamDecoder { tokenizer, ids: Vec::new(), prefix: String::new(), prefix_index: 0 }
+    }
+
+    /// The text that became stable with this token (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String, String> {
+        let t = &self.tokenizer;
+        let step = tokenizers::tokenizer::step_decode_stream(&t.inner, vec![id], false, &mut self.ids, &mut self.prefix, &mut self.prefix_index);
+        step.map(Option::unwrap_or_default).map_err(|e| format!("tokenizer {}: cannot decode token {id}: {e}", t.origin))
+    }
+
+    /// Whatever is still held back (an incomplete character, decoded as the full decode would).
+    pub fn flush(&mut self) -> Result<String, String> {
+        let t = &self.tokenizer;
+        let whole = t.decode(&self.ids)?;
+        let rest = match whole.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => rest.to_string(),
+            // Decoding is not prefix-stable here: Hugging Face's ByteFallback turns a whole run
+            // of byte tokens into one U+FFFD per byte when the run is not valid UTF-8, so the
+            // window's text is not the emitted text plus more. Flush the held-back tail alone.
+            None => t.decode(&self.ids[self.prefix_index.min(self.ids.len())..])?,
+        };
+        self.ids.clear();
+        self.prefix.clear();
+        self.prefix_index = 0;
+        Ok(rest)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{RngExt, SeedableRng};
+
+    fn stream(tokenizer: &Arc<Tokenizer>, ids: &[u32]) -> String {
+        let mut d = StreamDecoder::new(tokenizer.clone());
+        let mut s: String = ids.iter().map(|&t| d.push(t).unwrap()).collect();
+        s.push_str(&d.flush().unwrap());
+        s
+    }
 
     #[test]
-    fn round_trips_multibyte_text() {
+    fn shipped_tokenizers_have_the_documented_ids() {
+        for vocab in [256u32, 32_000] {
+            let t = Tokenizer::shipped(vocab).unwrap();
+            assert_eq!(t.id_bound(), vocab);
+            assert_eq!(t.base_vocab_size(), vocab - 2, "HF vocab_size leaves out <s> and </s>");
+            assert_eq!(t.encode("<unk></s><s>", true).unwrap(), [0, vocab - 1, vocab - 2]);
+            assert!(t.is_special(vocab - 1) && !t.is_special(5));
+            assert_eq!(t.encode("hello\n", true).unwrap().len(), 6, "one token per character");
+            assert_eq!(t.encode("😀", true).unwrap(), [0], "an unknown character is one <unk>");
+            t.check_fits(vocab, "m").unwrap();
+            let err = t.check_fits(vocab - 1, "m").unwrap_err();
+            assert!(err.contains(&format!("ids up to {}", vocab - 1)) && err.contains(&format!("vocabulary of {} ids", vocab - 1)), "{err}");
+        }
+        assert!(Tokenizer::shipped(1000).is_none());
+    }
+
+    /// What benchmark clients rely on: decoding any ids and re-encoding the text gives the same
+    /// ids back, whether drawn below `vocab_size` (prompts) or from every id (what a model emits).
+    #[test]
+    fn shipped_tokenizers_round_trip_any_ids_and_stream_exactly() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for vocab in [256u32, 32_000] {
+            let t = Arc::new(Tokenizer::shipped(vocab).unwrap());
+            for trial in 0..200 {
+                let bound = if trial % 2 == 0 { t.base_vocab_size() } else { t.id_bound() };
+                let n = rng.random_range(1..300usize);
+                let ids: Vec<u32> = (0..n).map(|_| rng.random_range(0..bound)).collect();
+                let text = t.decode(&ids).unwrap();
+                assert_eq!(t.encode(&text, false).unwrap(), ids, "vocab {vocab}, trial {trial}");
+                assert_eq!(stream(&t, &ids), text);
+            }
+        }
+    }
+
+    #[test]
+    fn byte_tokenizer_round_trips_multibyte_text_and_streams_whole_characters() {
+        let t = Arc::new(Tokenizer::bytes());
         let text = "héllo → 世界";
-        let ids = ByteTokenizer.encode(text);
-        assert_eq!(ids.len(), text.len());
-        assert_eq!(ByteTokenizer.decode(&ids), text);
+        let ids = t.encode(text, true).unwrap();
+        assert_eq!(ids, text.bytes().map(u32::from).collect::<Vec<_>>());
+        assert_eq!(t.decode(&ids).unwrap(), text);
+        assert_eq!(stream(&t, &ids), text);
+        // A character split across tokens is held back until whole.
+        let mut d = StreamDecoder::new(t.clone());
+        assert_eq!(d.push(0xE4).unwrap(), "");
+        assert_eq!(d.push(0xB8).unwrap(), "");
+        assert_eq!(d.push(0x96).unwrap(), "世");
+        // An incomplete one at the end is flushed as U+FFFD (the whole run's decode would turn
+        // the finished character into U+FFFDs too: ByteFallback is not prefix-stable).
+        assert_eq!(d.push(0xE4).unwrap(), "");
+        assert_eq!(d.flush().unwrap(), "\u{FFFD}");
+        assert_eq!(d.push(b'a'.into()).unwrap(), "a", "a flushed decoder starts afresh");
+        assert_eq!(t.token_text(104), "h");
+    }
+
+    #[test]
+    fn load_errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("servesim-tokenizer-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = Tokenizer::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("tokenizer.json") && err.contains("cannot read"), "{err}");
+        std::fs::write(dir.join("tokenizer.json"), "{\"model\": 3}").unwrap();
+        let err = Tokenizer::load(&dir).unwrap_err().to_string();
+        assert!(err.contains(&dir.join("tokenizer.json").display().to_string()) && err.contains("not a valid"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,205 @@
+//! Speed target (issue 5): the CPU engine decodes the ~100M model (`100m`) at batch 32 at
+//! ≥ 60% of this machine's measured GEMM roofline. The figures measured here are recorded in the
+//! README ("Engine speed").
+//!
+//! - `engine/gemm_roofline`: the engine's GEMM (`engine::cpu::Gemm`, the `gemm` crate) on a large
+//!   1024×4096×4096 f32 product, on the same threads as the engine. Throughput is in FLOP.
+//! - `engine/decode_100m_b32`: one decode step of 32 sequences, each with 128 tokens already in
+//!   the paged KV cache. Throughput is the step's matmul FLOPs (below).
+//! - a summary pass, timed in the same run, prints the achieved GFLOP/s, the roofline, their
+//!   ratio, the machine's streaming read bandwidth and the step time that bandwidth allows.
+//!
+//! FLOPs of a decode step: `2 × P × B`, where `B` = 32 tokens and `P` = the parameters every
+//! token multiplies: per layer `h·(q + 2·kv) + q·h + h·2·ffn + ffn·h`, plus the LM head
+//! `h·vocab` (the embedding gather is no FLOPs). Attention (`4 × context × q` per token and
+//! layer: ~2.4% more at 128 tokens of context) is printed but left out of the figure.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rayon::prelude::*;
+use servesim::engine::cpu::Gemm;
+use servesim::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelExecutor};
+use servesim::sched::batch::{Batch, SeqWork};
+
+const BATCH: usize = 32;
+const CONTEXT_TOKENS: usize = 128;
+const BLOCK_SIZE: usize = 16;
+/// The roofline product: large enough that packing and threading overheads vanish.
+const ROOFLINE: (usize, usize, usize) = (1024, 4096, 4096);
+
+/// Sequence `i` owns blocks `i·per_seq .. (i + 1)·per_seq`.
+struct Tables(Vec<Vec<u32>>);
+
+impl BlockTables for Tables {
+    fn block_size(&self) -> u32 {
+        BLOCK_SIZE as u32
+    }
+    fn table(&self, index: usize, _seq: u32) -> &[u32] {
+        &self.0[index]
+    }
+}
+
+/// A decode step of the 100m model, ready to run: executor, batch, tables and token ids.
+struct DecodeStep {
+    exec: ModelExecutor,
+    batch: Batch,
+    tables: Tables,
+    tokens: Vec<u32>,
+}
+
+impl DecodeStep {
+    /// The cache holds zeros rather than a real prompt's keys and values: a step's time does
+    /// not depend on the values, and a 4096-token prefill would add seconds to every run.
+    fn new() -> DecodeStep {
+        let config = LlamaConfig::m100();
+        let weights = LlamaWeights::random(&config, 7);
+        let per_seq = (CONTEXT_TOKENS + 1).div_ceil(BLOCK_SIZE);
+        let exec = ModelExecutor::new(weights, BATCH * per_seq, BLOCK_SIZE).expect("100m executor");
+        let tables = Tables((0..BATCH).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect());
+        let mut batch = Batch::default();
+        for seq in 0..BATCH as u32 {
+            batch.push_decode(SeqWork {
+                seq,
+                new_tokens: 1,
+                context_tokens: CONTEXT_TOKENS as u32,
+                samples_token: true,
+            });
+        }
+        let tokens = (0..BATCH as u32).map(|i| (i * 997) % config.vocab_size as u32).collect();
+        DecodeStep { exec, batch, tables, tokens }
+    }
+
+    fn run(&mut self) {
+        let logits = self.exec.forward_with_tables(&self.batch, &self.tokens, &self.tables).expect("decode step");
+        black_box(logits);
+    }
+
+    /// Matmul FLOPs of the step (see the module's doc).
+    fn matmul_flops(&self) -> f64 {
+        let c = self.exec.config();
+        let (h, q, kv, f, v) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
+        let per_layer = h * (q + 2 * kv) + q * h + h * 2 * f + f * h;
+        2.0 * (c.num_layers * per_layer + h * v) as f64 * BATCH as f64
+    }
+
+    /// Attention FLOPs of the step: QKᵀ and PV over `CONTEXT_TOKENS + 1` positions.
+    fn attention_flops(&self) -> f64 {
+        let c = self.exec.config();
+        4.0 * ((CONTEXT_TOKENS + 1) * c.q_dim() * c.num_layers * BATCH) as f64
+    }
+
+    /// Bytes of weights a step streams (f32), the embedding gather aside.
+    fn weight_bytes(&self) -> f64 {
+        self.matmul_flops() / (2.0 * BATCH as f64) * 4.0
+    }
+}
+
+/// Operands of the roofline GEMM.
+struct RooflineGemm {
+    gemm: Gemm,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl RooflineGemm {
+    fn new() -> RooflineGemm {
+        let (m, n, k) = ROOFLINE;
+        let fill = |len: usize, salt: usize| (0..len).map(|i| ((i * 31 + salt) % 97) as f32 / 97.0 - 0.5).collect();
+        RooflineGemm { gemm: Gemm::new(m, n, k), a: fill(m * k, 1), b: fill(k * n, 2), c: vec![0.0; m * n] }
+    }
+
+    fn run(&mut self) {
+        self.gemm.run(&self.a, &self.b, &mut self.c, rayon::current_num_threads());
+        black_box(&self.c);
+    }
+}
+
+/// Streaming read bandwidth in bytes/s: the best of a few parallel sums over 1 GiB, on every
+/// thread of the pool (a decode step at batch 32 reads each weight once, so this bounds it).
+fn read_bandwidth_bytes_per_s() -> f64 {
+    const LANES: usize = 16;
+    let buf = vec![1.0f32; (1 << 30) / 4];
+    let chunk = buf.len().div_ceil(rayon::current_num_threads() * 8);
+    let mut best = Duration::MAX;
+    for _ in 0..4 {
+        let t = Instant::now();
+        // Independent lanes so the sum vectorises and is bound by memory, not by one add chain.
+        let sum: f32 = buf
+            .par_chunks(chunk)
+            .map(|c| {
+                let mut acc = [0.0f32; LANES];
+                for block in c.chunks_exact(LANES) {
+                    for (a, x) in acc.iter_mut().zip(block) {
+                        *a += x;
+                    }
+                }
+                acc.iter().sum::<f32>()
+            })
+            .sum();
+        best = best.min(t.elapsed());
+        black_box(sum);
+    }
+    (buf.len() * 4) as f64 / best.as_secs_f64()
+}
+
+/// Median wall time of `runs` calls after one warm-up.
+fn median_time(runs: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+fn bench_engine(c: &mut Criterion) {
+    let mut group = c.benchmark_group("engine");
+    group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5));
+
+    let mut roofline = RooflineGemm::new();
+    group.throughput(Throughput::Elements(roofline.gemm.flops() as u64));
+    group.bench_function("gemm_roofline_1024x4096x4096", |b| b.iter(|| roofline.run()));
+
+    let mut step = DecodeStep::new();
+    group.throughput(Throughput::Elements(step.matmul_flops() as u64));
+    group.bench_function("decode_100m_b32_ctx128", |b| b.iter(|| step.run()));
+    group.finish();
+
+    // The ratio from timings taken back to back in one run, so that load from other processes
+    // affects both sides alike.
+    let threads = rayon::current_num_threads();
+    let roofline_ns = median_time(5, || roofline.run()).as_nanos() as f64;
+    let step_ns = median_time(11, || step.run()).as_nanos() as f64;
+    let roofline_gflops = roofline.gemm.flops() / roofline_ns;
+    let step_gflops = step.matmul_flops() / step_ns;
+    let bandwidth = read_bandwidth_bytes_per_s();
+    let step_ns_bandwidth_bound = step.weight_bytes() / bandwidth * 1e9;
+    println!("engine summary ({threads} threads):");
+    println!("  GEMM roofline {}×{}×{}: {roofline_gflops:.1} GFLOP/s", ROOFLINE.0, ROOFLINE.1, ROOFLINE.2);
+    println!(
+        "  decode 100m, batch {BATCH}, context {CONTEXT_TOKENS}: {:.1} ms/step, {step_gflops:.1} GFLOP/s \
+         (matmul FLOPs {:.2} G/step; attention adds {:.2} G), {:.0}% of the roofline",
+        step_ns / 1e6,
+        step.matmul_flops() / 1e9,
+        step.attention_flops() / 1e9,
+        100.0 * step_gflops / roofline_gflops
+    );
+    println!(
+        "  read bandwidth {:.1} GB/s: streaming the {:.0} MB of f32 weights alone takes {:.1} ms \
+         ({:.1} GFLOP/s at most)",
+        bandwidth / 1e9,
+        step.weight_bytes() / 1e6,
+        step_ns_bandwidth_bound / 1e6,
+        step.matmul_flops() / step_ns_bandwidth_bound
+    );
+}
+
+criterion_group!(benches, bench_engine);
+criterion_main!(benches);

@@ -1,0 +1,673 @@
+//! `servesim validate --engine`: the whole prediction loop on this machine.
+//!
+//! ```text
+//!  1 calibrate   the CPU engine's kernels on this machine's cores ──► Profile
+//!  2 serve       servesim's own engine (random weights) on 127.0.0.1, in-process
+//!  3 bench       a sweep: fixed-length requests at concurrency 1, 8, 32 (back to back), then a
+//!                Poisson rate at a fraction of the measured saturation throughput
+//!  4 simulate    the same requests (same seed, same arrival process, same concurrency gate) on
+//!                the same scheduler with policy `servesim`, priced by the calibrated profile
+//!  5 compare     per series: output throughput, mean TPOT, mean TTFT, measured vs simulated;
+//!                per step kind: the engine's own step trace vs the simulator's step costs
+//! ```
+//!
+//! The scenario that step 4 simulates is built from the engine's real configuration, not typed
+//! twice: [`scenario_toml`] writes it from the same [`EngineSetup`] the engine is started with,
+//! and it is saved beside the results so that `servesim simulate` can rerun it.
+//!
+//! What the step comparison is for: when a series misses its target, the trace says whether the
+//! simulator mis-prices decode steps (GEMMs at small m, decode attention), prefill steps, or
+//! neither (then the difference is in the client or the HTTP path, outside the engine's steps).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::Error;
+use crate::bench::{Backend, BenchConfig};
+use crate::calibrate::backend::{Backend as _, Peak};
+use crate::calibrate::grid::{Grid, GridOptions, GridScale};
+use crate::calibrate::profile::Profile;
+use crate::calibrate::run::RunOptions;
+use crate::calibrate::timing::TimingOptions;
+use crate::cost::calibrated::Calibrated;
+use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
+use crate::engine::server::{EngineHandle, ModelEngine, Tokenizer};
+use crate::metrics::Summary;
+use crate::metrics::format::{ReportOptions, to_json};
+use crate::run::{PointResult, run_point, scheduler_config, sim_config};
+use crate::scenario::{Dtype, Policy, Scenario};
+use crate::sim::StepRow;
+
+/// The metrics compared, with the issue's error targets: ≤ 10% on output throughput and mean
+/// TPOT, ≤ 20% on mean TTFT (TTFT is a few steps at most, so one mis-priced prefill weighs more).
+pub const TARGETS: [(&str, f64); 3] = [("output_throughput", 0.10), ("mean_tpot_ms", 0.10), ("mean_ttft_ms", 0.20)];
+
+/// The engine under test: model, scheduler knobs and threads. Both the engine and the simulated
+/// scenario are built from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineSetup {
+    /// `--random-weights` size (`tiny`, `small`, `100m`).
+    pub size: String,
+    pub seed: u64,
+    pub threads: usize,
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    pub block_size: u32,
+    pub num_gpu_blocks: u32,
+}
+
+/// The workload of the sweep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepSetup {
+    pub input_len: u32,
+    pub output_len: u32,
+    /// One closed-loop series per value: at most this many requests in flight, sent back to back.
+    pub concurrency: Vec<u32>,
+    /// Each closed-loop series sends `rounds × concurrency` requests (at least [`MIN_PROMPTS`]).
+    pub rounds: u32,
+    /// The open-loop series' Poisson rate, as a fraction of the request throughput measured at
+    /// the highest concurrency; 0 leaves the series out.
+    pub poisson_load: f64,
+}
+
+/// Fewest requests in one series: fewer make a mean of little meaning.
+pub const MIN_PROMPTS: u32 = 8;
+
+/// Everything one run needs.
+#[derive(Clone, Debug)]
+pub struct EngineValidationConfig {
+    pub engine: EngineSetup,
+    pub sweep: SweepSetup,
+    /// A CPU profile to reuse; `None` calibrates first.
+    pub profile: Option<Profile>,
+    pub grid: GridScale,
+    pub calibration_budget: Option<Duration>,
+}
+
+/// One series: what the client measured, and what the simulator predicted.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub label: String,
+    pub scenario: Scenario,
+    pub measured: Summary,
+    pub simulated: PointResult,
+    /// The engine's step trace while the series ran.
+    pub engine_steps: Vec<StepRow>,
+    pub failed: usize,
+}
+
+/// The result of [`run`].
+#[derive(Clone, Debug)]
+pub struct EngineValidation {
+    pub setup: EngineSetup,
+    pub profile: Profile,
+    /// The simulated scenario's TOML (one series' workload; the others differ only there).
+    pub scenario_toml: String,
+    pub series: Vec<Series>,
+}
+
+/// A metric of one series, measured and simulated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    pub key: &'static str,
+    pub measured: f64,
+    pub simulated: f64,
+    pub target: f64,
+}
+
+impl Comparison {
+    pub fn error(&self) -> f64 {
+        super::relative_error(self.simulated, self.measured)
+    }
+
+    pub fn meets_target(&self) -> bool {
+        self.error().abs() <= self.target
+    }
+}
+
+impl Series {
+    /// [`TARGETS`]' metrics, by vLLM `--save-result` key from the one `to_json` both sides use.
+    pub fn comparisons(&self) -> Vec<Comparison> {
+        let opts = ReportOptions::default();
+        let measured = to_json(&self.measured, &opts);
+        let simulated = to_json(&self.simulated.summary, &opts);
+        let get = |v: &serde_json::Value, key: &str| v.get(key).and_then(|x| x.as_f64()).unwrap_or(f64::NAN);
+        TARGETS
+            .iter()
+            .map(|&(key, target)| Comparison { key, measured: get(&measured, key), simulated: get(&simulated, key), target })
+            .collect()
+    }
+}
+
+impl EngineValidation {
+    /// Whether every series meets every target.
+    pub fn meets_targets(&self) -> bool {
+        self.series.iter().all(|s| s.failed == 0 && s.comparisons().iter().all(Comparison::meets_target))
+    }
+}
+
+/// The model configuration of a `--random-weights` size.
+fn llama_config(size: &str) -> Result<LlamaConfig, Error> {
+    LlamaConfig::named(size).ok_or_else(|| Error::Usage {
+        flag: "--random-weights",
+        value: size.to_string(),
+        reason: "expected tiny, small or 100m".into(),
+    })
+}
+
+/// The scenario that describes `setup` serving `sweep`'s first closed-loop series, on a "GPU"
+/// that is this machine's CPU as calibration measured it. The simulator needs a peak and a
+/// bandwidth only for what the profile lacks (element-wise work); capacity is moot because the
+/// KV cache is sized by `num_gpu_blocks` exactly as the engine's is.
+pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, peak: Peak, host: HostOverhead) -> Result<String, Error> {
+    let m = llama_config(&setup.size)?;
+    let concurrency = sweep.concurrency.first().copied().unwrap_or(1);
+    let mut t = String::new();
+    let _ = writeln!(t, "# Written by `servesim validate --engine`: servesim's own CPU engine as the simulator sees it.");
+    let _ = writeln!(t, "# Rerun with: servesim simulate THIS.toml --profile cpu.csv");
+    let _ = writeln!(t, "name = \"engine-{}\"\n", setup.size);
+    let _ = writeln!(t, "[model]");
+    let _ = writeln!(t, "name = \"random-{}\"", setup.size);
+    let _ = writeln!(t, "num_layers = {}", m.num_layers);
+    let _ = writeln!(t, "hidden_size = {}", m.hidden_size);
+    let _ = writeln!(t, "num_heads = {}", m.num_heads);
+    let _ = writeln!(t, "num_kv_heads = {}", m.num_kv_heads);
+    let _ = writeln!(t, "head_dim = {}", m.head_dim);
+    let _ = writeln!(t, "ffn_size = {}", m.intermediate_size);
+    let _ = writeln!(t, "vocab_size = {}", m.vocab_size);
+    let _ = writeln!(t, "tied_embeddings = {}", m.tie_word_embeddings);
+    let _ = writeln!(t, "max_position_embeddings = {}", m.max_position_embeddings);
+    let _ = writeln!(t, "dtype = \"fp32\"\nkv_cache_dtype = \"fp32\"\n");
+    let _ = writeln!(t, "[hardware]");
+    let _ = writeln!(t, "name = \"CPU, {} threads (calibrated)\"", setup.threads);
+    let _ = writeln!(t, "peak_tflops_16bit = {}", peak.flops_per_s / 1e12);
+    let _ = writeln!(t, "memory_bandwidth_gbps = {}", peak.memory_bytes_per_s / 1e9);
+    let _ = writeln!(t, "memory_gib = 16\ninterconnect_gbps = 1\ncount = 1\n");
+    let _ = writeln!(t, "[engine]");
+    let _ = writeln!(t, "policy = \"servesim\"");
+    let _ = writeln!(t, "max_num_seqs = {}", setup.max_num_seqs);
+    let _ = writeln!(t, "max_num_batched_tokens = {}", setup.max_num_batched_tokens);
+    let _ = writeln!(t, "block_size = {}", setup.block_size);
+    let _ = writeln!(t, "num_gpu_blocks = {}", setup.num_gpu_blocks);
+    let _ = writeln!(t, "watermark = 0.0\n");
+    let _ = writeln!(t, "# The engine's host time, timed on its own loop with a forward pass that computes nothing.");
+    let _ = writeln!(t, "[cost]");
+    let _ = writeln!(t, "step_overhead_eager_us = {:.3}", host.step_us);
+    let _ = writeln!(t, "seq_overhead_us = {:.3}", host.seq_us);
+    let _ = writeln!(t, "prefill_step_overhead_us = 0.0\nprefill_seq_overhead_us = 0.0\n");
+    let _ = writeln!(t, "[workload]");
+    let _ = writeln!(t, "num_prompts = {}", series_prompts(sweep, concurrency));
+    let _ = writeln!(t, "request_rate = \"inf\"");
+    let _ = writeln!(t, "max_concurrency = {concurrency}");
+    let _ = writeln!(t, "seed = {}", setup.seed);
+    let _ = writeln!(t, "[workload.dataset]");
+    let _ = writeln!(t, "kind = \"fixed\"");
+    let _ = writeln!(t, "input_len = {}\noutput_len = {}", sweep.input_len, sweep.output_len);
+    Ok(t)
+}
+
+fn series_prompts(sweep: &SweepSetup, concurrency: u32) -> u32 {
+    (sweep.rounds.saturating_mul(concurrency)).max(MIN_PROMPTS)
+}
+
+/// Calibrates (unless a profile is given), starts the engine, benches the sweep, simulates it.
+/// `log` receives one line per stage.
+pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result<EngineValidation, Error> {
+    let setup = &config.engine;
+    let sweep = &config.sweep;
+    if sweep.concurrency.is_empty() || sweep.concurrency.contains(&0) {
+        return Err(Error::Usage { flag: "--concurrency", value: format!("{:?}", sweep.concurrency), reason: "expected positive integers".into() });
+    }
+    let llama = llama_config(&setup.size)?;
+    let profile = match &config.profile {
+        Some(p) => p.clone(),
+        None => {
+            let mut backend = crate::calibrate::cpu::CpuBackend::new(setup.threads).map_err(|e| calibrate_error(e.to_string()))?;
+            // The model's shapes only, up to the engine's token budget: what a step can run.
+            let bare = Scenario::from_toml_str(
+                &scenario_toml(setup, sweep, backend.peak(), HostOverhead::default())?,
+                "engine.toml".as_ref(),
+                &[],
+            )?;
+            let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![Dtype::Fp32], config.grid);
+            options.max_m = setup.max_num_batched_tokens.max(setup.max_num_seqs);
+            let grid = Grid::new(options);
+            log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
+            let options = RunOptions { budget: config.calibration_budget, progress: false, timing: TimingOptions::quick() };
+            crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?
+        }
+    };
+    let peak = Peak { flops_per_s: profile.provenance.peak.flops_per_s, memory_bytes_per_s: profile.provenance.peak.memory_bytes_per_s };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
+    let host = measure_host_overhead(&runtime, &bare, llama.vocab_size as u32);
+    log(&format!("    host overhead of the engine loop: {:.1} µs per step + {:.2} µs per sequence", host.step_us, host.seq_us));
+    let scenario_text = scenario_toml(setup, sweep, peak, host)?;
+    let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
+    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
+
+    log(&format!("2/4 starting the engine: random-{} weights, {} threads", setup.size, setup.threads));
+    let mut model = ModelExecutor::new(LlamaWeights::random(&llama, setup.seed), setup.num_gpu_blocks as usize, setup.block_size as usize)
+        .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: setup.num_gpu_blocks.to_string(), reason: e.to_string() })?;
+    model.set_threads(setup.threads);
+    let context_len = context_len(&base);
+    // The tokenizer `servesim serve` gives a random-weight model: every generated id has text, so
+    // the client times every token.
+    let tokenizer = Tokenizer::shipped(llama.vocab_size as u32).unwrap_or_else(Tokenizer::bytes);
+    let engine = EngineHandle::start(ModelEngine::new(model), scheduler_config(&base), Policy::Servesim, u32::MAX, context_len)
+        .with_model_name(format!("random-{}", setup.size))
+        .with_tokenizer(std::sync::Arc::new(tokenizer));
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
+    let address = listener.local_addr().map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(crate::engine::server::serve(listener, engine.clone(), async {
+        let _ = stopped.await;
+    }));
+    let base_url = format!("http://{address}");
+
+    // Warm-up, as vLLM's client sends a test prompt first: the first steps page in weights and
+    // spin up the thread pools, which no series should pay for.
+    let mut warm = base.clone();
+    warm.workload.num_prompts = vec![2];
+    warm.workload.max_concurrency = Some(2);
+    bench(&runtime, &engine, &base_url, &warm)?;
+
+    log(&format!("3/4 benchmarking {} series against {base_url}", sweep.concurrency.len() + usize::from(sweep.poisson_load > 0.0)));
+    let mut series = Vec::new();
+    for &c in &sweep.concurrency {
+        let mut s = base.clone();
+        s.workload.num_prompts = vec![series_prompts(sweep, c)];
+        s.workload.max_concurrency = Some(c);
+        s.workload.request_rate = f64::INFINITY;
+        series.push(measure(&runtime, &engine, &base_url, &cost, s, format!("concurrency {c}"), log)?);
+    }
+    if sweep.poisson_load > 0.0 {
+        let saturated = series.last().expect("at least one closed-loop series");
+        let rate = sweep.poisson_load * saturated.measured.request_throughput;
+        let mut s = base.clone();
+        s.workload.num_prompts = saturated.scenario.workload.num_prompts.clone();
+        s.workload.max_concurrency = None;
+        // Rounded so the label, the scenario and a rerun agree on one number.
+        s.workload.request_rate = (rate * 1000.0).round() / 1000.0;
+        let label = format!("Poisson {:.3} req/s", s.workload.request_rate);
+        series.push(measure(&runtime, &engine, &base_url, &cost, s, label, log)?);
+    }
+    let _ = stop.send(());
+    let _ = runtime.block_on(server);
+    log("4/4 compared");
+    Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, series })
+}
+
+/// Longest prompt + output the engine accepts: the model's positions, or the whole KV cache.
+fn context_len(scenario: &Scenario) -> u32 {
+    let e = &scenario.engine;
+    let cache_tokens = u64::from(e.num_gpu_blocks) * u64::from(e.block_size);
+    u64::from(scenario.model.max_position_embeddings).min(cache_tokens).min(u64::from(u32::MAX)) as u32
+}
+
+/// The engine's host time per step: scheduling, building the step's inputs, delivering tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostOverhead {
+    /// Per step, µs (the simulator's `step_overhead_eager_us`: the engine runs no graphs).
+    pub step_us: f64,
+    /// Per sequence in the step, µs (`seq_overhead_us`).
+    pub seq_us: f64,
+}
+
+/// A forward pass that computes nothing: the engine loop around it is all that takes time.
+/// Each step first waits for `gate` to be open, so that a test can queue a whole batch of
+/// requests before the first step runs (no-op steps finish faster than requests arrive).
+struct NoCompute {
+    vocab_size: u32,
+    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl crate::engine::server::Executor for NoCompute {
+    fn forward(&mut self, batch: &crate::sched::Batch, _inputs: &crate::engine::server::StepInputs) -> Result<Vec<u32>, String> {
+        let (open, changed) = &*self.gate;
+        let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*open {
+            open = changed.wait(open).unwrap_or_else(|e| e.into_inner());
+        }
+        // Token 1: any id but an EOS (there is none) would do.
+        Ok(vec![1; batch.seqs.iter().filter(|w| w.samples_token).count()])
+    }
+    fn vocab_size(&self) -> u32 {
+        self.vocab_size
+    }
+    fn eos_token(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Times the engine's loop, with the scenario's scheduler, around [`NoCompute`]: a batch of one
+/// sequence, then a full batch of `max_num_seqs`, each decoding 64 tokens. The line through the
+/// mean step time of the two is the overhead per step and per sequence. The model's own forward
+/// pass (and its sampling) is priced by calibration, not here.
+fn measure_host_overhead(runtime: &tokio::runtime::Runtime, scenario: &Scenario, vocab_size: u32) -> HostOverhead {
+    use crate::engine::server::GenerateParams;
+    const DECODE_TOKENS: u32 = 64;
+    let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let executor = NoCompute { vocab_size, gate: gate.clone() };
+    let engine = EngineHandle::start(executor, scheduler_config(scenario), Policy::Servesim, u32::MAX, context_len(scenario));
+    let set_gate = |value: bool| {
+        *gate.0.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        gate.1.notify_all();
+    };
+    let mean_step_ns = |seqs: u32| -> Option<f64> {
+        let before = engine.stats().steps_total;
+        set_gate(false);
+        let done = runtime.block_on(async {
+            let mut streams = Vec::new();
+            for _ in 0..seqs {
+                let params = GenerateParams { prompt: vec![1; 16], max_tokens: DECODE_TOKENS, ignore_eos: true, temperature: 0.0, seed: None };
+                streams.push(engine.submit(params).await.ok()?);
+            }
+            set_gate(true);
+            for mut s in streams {
+                while s.events.recv().await.is_some() {}
+            }
+            Some(())
+        });
+        // Open on every path: a refused request must not leave the engine thread waiting.
+        set_gate(true);
+        done?;
+        let steps = (engine.stats().steps_total - before) as usize;
+        let trace = engine.trace();
+        // Decode steps of the full batch only: the ramp-up and the prefill are not what is timed.
+        let full: Vec<u64> = trace[trace.len().saturating_sub(steps)..]
+            .iter()
+            .filter(|s| s.prefill_tokens == 0 && s.batch_seqs == seqs)
+            .map(|s| s.cost.total_ns)
+            .collect();
+        (!full.is_empty()).then(|| full.iter().sum::<u64>() as f64 / full.len() as f64)
+    };
+    let wide = scenario.engine.max_num_seqs.clamp(2, 256);
+    match (mean_step_ns(1), mean_step_ns(wide)) {
+        (Some(one), Some(many)) => {
+            let seq_ns = ((many - one) / f64::from(wide - 1)).max(0.0);
+            HostOverhead { step_us: (one - seq_ns).max(0.0) / 1e3, seq_us: seq_ns / 1e3 }
+        }
+        // Nothing ran (the engine refused the requests): no overhead is better than a guess.
+        _ => HostOverhead::default(),
+    }
+}
+
+fn calibrate_error(reason: String) -> Error {
+    Error::Usage { flag: "--engine", value: "cpu".into(), reason: format!("calibration failed: {reason}") }
+}
+
+/// Benches `scenario`'s one sweep point against the engine, returning the client's records.
+fn bench(runtime: &tokio::runtime::Runtime, engine: &EngineHandle, base_url: &str, scenario: &Scenario) -> Result<crate::bench::BenchRun, Error> {
+    let requests = crate::workload::generate(&scenario.workload, scenario.workload.num_prompts[0]);
+    let mut config = BenchConfig::new(Backend::OpenAi, base_url, engine.model_name(), requests);
+    config.max_concurrency = scenario.workload.max_concurrency;
+    // Every request runs to its length, as the simulator's fixed dataset says.
+    config.ignore_eos = true;
+    runtime
+        .block_on(crate::bench::run(&config))
+        .map_err(|e| Error::Usage { flag: "--engine", value: base_url.into(), reason: e.to_string() })
+}
+
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    engine: &EngineHandle,
+    base_url: &str,
+    cost: &Calibrated,
+    scenario: Scenario,
+    label: String,
+    log: &mut dyn FnMut(&str),
+) -> Result<Series, Error> {
+    let steps_before = engine.stats().steps_total;
+    let run = bench(runtime, engine, base_url, &scenario)?;
+    let steps = (engine.stats().steps_total - steps_before) as usize;
+    let trace = engine.trace();
+    let engine_steps = trace[trace.len().saturating_sub(steps)..].to_vec();
+    let percentiles = ReportOptions::default().percentiles;
+    let measured = Summary::from_records(&run.records, &percentiles);
+    let point = scenario.workload.points()[0];
+    let simulated = run_point(&scenario, &sim_config(&scenario), cost, &point, &percentiles);
+    log(&format!(
+        "    {label}: {} requests, {} engine steps; output throughput measured {:.1} tok/s, simulated {:.1} tok/s",
+        point.num_prompts,
+        engine_steps.len(),
+        measured.output_throughput,
+        simulated.summary.output_throughput
+    ));
+    if let Some(first) = run.details.iter().find_map(|d| d.error.as_deref()) {
+        log(&format!("    {label}: {} request(s) failed; the first: {first}", run.failed()));
+    }
+    Ok(Series { label, scenario, measured, simulated, engine_steps, failed: run.failed() })
+}
+
+/// A kind of engine step, for comparing mean step times: decode-only steps by batch size, steps
+/// with prefill tokens by how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StepKind {
+    /// Decode-only, batch of `lo..=hi` sequences.
+    Decode { lo: u32, hi: u32 },
+    /// With `lo..=hi` prefill tokens (and any decodes).
+    Prefill { lo: u32, hi: u32 },
+}
+
+impl StepKind {
+    const BOUNDS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+    fn of(step: &StepRow) -> StepKind {
+        let bucket = |n: u32| {
+            let mut lo = 1;
+            for &b in &Self::BOUNDS {
+                if n <= b {
+                    return (lo, b);
+                }
+                lo = b + 1;
+            }
+            let hi = n.next_power_of_two();
+            (hi / 2 + 1, hi)
+        };
+        if step.prefill_tokens == 0 {
+            let (lo, hi) = bucket(step.batch_seqs);
+            StepKind::Decode { lo, hi }
+        } else {
+            let (lo, hi) = bucket(step.prefill_tokens);
+            StepKind::Prefill { lo, hi }
+        }
+    }
+
+    pub fn describe(self) -> String {
+        let range = |lo: u32, hi: u32| if lo == hi { lo.to_string() } else { format!("{lo}–{hi}") };
+        match self {
+            StepKind::Decode { lo, hi } => format!("decode, {} seqs", range(lo, hi)),
+            StepKind::Prefill { lo, hi } => format!("prefill, {} tokens", range(lo, hi)),
+        }
+    }
+}
+
+/// Mean step time of one kind, on the engine and in the simulation, and the part of it that is
+/// host overhead: on the engine, the step outside its forward pass; in the simulation, the cost
+/// model's overhead term.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepComparison {
+    pub kind: StepKind,
+    pub engine_steps: usize,
+    pub engine_mean_ms: f64,
+    pub engine_overhead_mean_ms: f64,
+    pub simulated_steps: usize,
+    pub simulated_mean_ms: f64,
+    pub simulated_overhead_mean_ms: f64,
+}
+
+/// Steps of every series grouped by [`StepKind`]: where the simulator's step cost is wrong.
+pub fn step_comparison(v: &EngineValidation) -> Vec<StepComparison> {
+    use std::collections::BTreeMap;
+    // Per kind and side: (steps, total ms, overhead ms).
+    let mut groups: BTreeMap<StepKind, [(usize, f64, f64); 2]> = BTreeMap::new();
+    for s in &v.series {
+        for (side, steps) in [(0, &s.engine_steps), (1, &s.simulated.output.timeline)] {
+            for step in steps {
+                let g = &mut groups.entry(StepKind::of(step)).or_default()[side];
+                g.0 += 1;
+                g.1 += step.cost.total_ns as f64 * 1e-6;
+                g.2 += step.cost.overhead_ns as f64 * 1e-6;
+            }
+        }
+    }
+    let mean = |n: usize, sum: f64| if n == 0 { f64::NAN } else { sum / n as f64 };
+    groups
+        .into_iter()
+        .map(|(kind, [e, s])| StepComparison {
+            kind,
+            engine_steps: e.0,
+            engine_mean_ms: mean(e.0, e.1),
+            engine_overhead_mean_ms: mean(e.0, e.2),
+            simulated_steps: s.0,
+            simulated_mean_ms: mean(s.0, s.1),
+            simulated_overhead_mean_ms: mean(s.0, s.2),
+        })
+        .collect()
+}
+
+/// The comparison as Markdown tables: per series and metric, then per step kind.
+pub fn render(v: &EngineValidation) -> String {
+    let mut t = String::new();
+    let s = &v.setup;
+    let _ = writeln!(
+        t,
+        "Engine: random-{} weights, {} threads, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {}. \
+         Profile: {}.\n",
+        s.size, s.threads, s.max_num_seqs, s.max_num_batched_tokens, s.num_gpu_blocks, s.block_size, v.profile.provenance.device.name
+    );
+    let _ = writeln!(t, "| series | metric | measured | simulated | error | target |");
+    let _ = writeln!(t, "|---|---|---:|---:|---:|---:|");
+    for series in &v.series {
+        if series.failed > 0 {
+            let _ = writeln!(t, "| {} | failed requests | {} | 0 | | |", series.label, series.failed);
+        }
+        for c in series.comparisons() {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {:.2} | {:.2} | {:+.1}% | {}≤ {:.0}% |",
+                series.label,
+                c.key,
+                c.measured,
+                c.simulated,
+                c.error() * 100.0,
+                if c.meets_target() { "" } else { "**missed** " },
+                c.target * 100.0
+            );
+        }
+    }
+    let _ = writeln!(t, "\nMean step time by kind (the engine's step trace against the simulator's step costs):\n");
+    let _ = writeln!(
+        t,
+        "| step kind | engine steps | engine mean (ms) | of which host (ms) | simulated steps | simulated mean (ms) | of which overhead (ms) | error |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for g in step_comparison(v) {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {:+.1}% |",
+            g.kind.describe(),
+            g.engine_steps,
+            g.engine_mean_ms,
+            g.engine_overhead_mean_ms,
+            g.simulated_steps,
+            g.simulated_mean_ms,
+            g.simulated_overhead_mean_ms,
+            super::relative_error(g.simulated_mean_ms, g.engine_mean_ms) * 100.0
+        );
+    }
+    t
+}
+
+/// Writes `dir/README.md` (the tables), `dir/engine.toml` (the simulated scenario), `dir/cpu.csv`
+/// with its provenance (the profile), and per series `dir/<i>-<label>/`: `engine-summary.json`
+/// and `engine-timeline.csv` (what the client measured, the engine's step trace) beside
+/// `simulated/` (what `simulate --out` writes).
+pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), Error> {
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Output { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let readme = dir.join("README.md");
+    let text = format!("# `servesim validate --engine`\n\n{}", render(v));
+    std::fs::write(&readme, text).map_err(io(&readme))?;
+    let toml_path = dir.join("engine.toml");
+    std::fs::write(&toml_path, &v.scenario_toml).map_err(io(&toml_path))?;
+    let csv = dir.join("cpu.csv");
+    v.profile.write(&csv).map_err(|e| Error::Output { path: csv.clone(), source: std::io::Error::other(e.to_string()) })?;
+    let opts = ReportOptions::default();
+    for (i, s) in v.series.iter().enumerate() {
+        let slug: String = s.label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
+        let series_dir = dir.join(format!("{}-{slug}", i + 1));
+        std::fs::create_dir_all(&series_dir).map_err(io(&series_dir))?;
+        let summary = series_dir.join("engine-summary.json");
+        let json = serde_json::to_string_pretty(&to_json(&s.measured, &opts)).expect("plain JSON");
+        std::fs::write(&summary, json + "\n").map_err(io(&summary))?;
+        let num_prompts = s.simulated.num_prompts;
+        crate::run::output::write_timeline_file(
+            &series_dir.join("engine-timeline.csv"),
+            s.engine_steps.iter().map(|row| (num_prompts, row)),
+            v.setup.num_gpu_blocks,
+        )?;
+        crate::run::output::write_all(&series_dir.join("simulated"), &s.scenario, std::slice::from_ref(&s.simulated), &opts, "calibrated profile")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (EngineSetup, SweepSetup) {
+        let engine = EngineSetup {
+            size: "tiny".into(),
+            seed: 0,
+            threads: 1,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 64,
+            block_size: 16,
+            num_gpu_blocks: 64,
+        };
+        let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };
+        (engine, sweep)
+    }
+
+    #[test]
+    fn the_scenario_is_the_engines_configuration() {
+        let (engine, sweep) = setup();
+        let peak = Peak { flops_per_s: 5e10, memory_bytes_per_s: 2e10 };
+        let host = HostOverhead { step_us: 3.0, seq_us: 0.25 };
+        let text = scenario_toml(&engine, &sweep, peak, host).unwrap();
+        let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
+        let m = LlamaConfig::tiny();
+        assert_eq!((s.model.hidden_size as usize, s.model.num_layers as usize), (m.hidden_size, m.num_layers));
+        assert_eq!(s.engine.policy, Policy::Servesim);
+        assert_eq!((s.engine.max_num_seqs, s.engine.max_num_batched_tokens), (8, 64));
+        assert_eq!((s.engine.block_size, s.engine.num_gpu_blocks), (16, 64));
+        assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us), (3.0, 0.25));
+        assert_eq!(s.hardware.gpu.peak_flops_16bit, 5e10);
+        assert_eq!(s.workload.max_concurrency, Some(1));
+        assert_eq!(s.workload.num_prompts, vec![MIN_PROMPTS]);
+    }
+
+    #[test]
+    fn the_host_overhead_is_timed_on_the_engine_loop() {
+        let (engine, sweep) = setup();
+        let peak = Peak { flops_per_s: 5e10, memory_bytes_per_s: 2e10 };
+        let text = scenario_toml(&engine, &sweep, peak, HostOverhead::default()).unwrap();
+        let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let host = measure_host_overhead(&runtime, &s, 256);
+        // A loop of channel sends and scheduler bookkeeping: above nothing, far below a
+        // millisecond (vLLM's Python step overhead, the default it replaces).
+        assert!(host.step_us > 0.0 && host.step_us < 1000.0, "{host:?}");
+        assert!(host.seq_us >= 0.0 && host.seq_us < 100.0, "{host:?}");
+    }
+}
