@@ -215,6 +215,9 @@ pub struct ServeArgs {
     /// Requests that may wait for a batch slot; more get 503.
     #[arg(long, default_value_t = 1024)]
     pub max_waiting: u32,
+    /// Every request runs to its `max_tokens`, ignoring EOS whatever it asks.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Seed of random weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -574,13 +577,13 @@ fn validate_engine(args: EngineValidationArgs, out: Option<&std::path::Path>) ->
     if args.input_len == 0 || args.output_len == 0 {
         return Err(usage("--input-len", &format!("{}/{}", args.input_len, args.output_len), "input and output lengths must be positive"));
     }
-    if args.max_num_seqs == 0 || args.max_num_batched_tokens == 0 || args.num_gpu_blocks == 0 || !args.block_size.is_power_of_two() {
-        return Err(usage(
-            "--max-num-seqs",
-            &args.max_num_seqs.to_string(),
-            "max_num_seqs, max_num_batched_tokens and num_gpu_blocks must be positive, block_size a power of two",
-        ));
-    }
+    let knobs = crate::engine::server::EngineKnobs {
+        max_num_seqs: args.max_num_seqs,
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        block_size: args.block_size,
+        num_gpu_blocks: args.num_gpu_blocks,
+    };
+    knobs.check()?;
     let grid = GridScale::parse(&args.grid).ok_or_else(|| usage("--grid", &args.grid, "expected `full`, `quick` or `tiny`"))?;
     let profile = match &args.profile {
         None => None,
@@ -594,10 +597,7 @@ fn validate_engine(args: EngineValidationArgs, out: Option<&std::path::Path>) ->
             size: args.random_weights,
             seed: args.seed,
             threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-            max_num_seqs: args.max_num_seqs,
-            max_num_batched_tokens: args.max_num_batched_tokens,
-            block_size: args.block_size,
-            num_gpu_blocks: args.num_gpu_blocks,
+            knobs,
         },
         sweep: SweepSetup {
             input_len: args.input_len,
@@ -878,17 +878,15 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
         }
         (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE".into())),
     };
-    if args.max_num_seqs == 0 || args.max_num_batched_tokens == 0 || args.num_gpu_blocks == 0 || !args.block_size.is_power_of_two() {
-        return Err(usage(
-            "--max-num-seqs",
-            &args.max_num_seqs.to_string(),
-            "max_num_seqs, max_num_batched_tokens and num_gpu_blocks must be positive, block_size a power of two".into(),
-        ));
-    }
+    let knobs = crate::engine::server::EngineKnobs {
+        max_num_seqs: args.max_num_seqs,
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        block_size: args.block_size,
+        num_gpu_blocks: args.num_gpu_blocks,
+    };
+    knobs.check()?;
     let tokenizer = serve_tokenizer(&args, &name, weights.config.vocab_size as u32)?;
-    let context_len = (weights.config.max_position_embeddings as u64)
-        .min(args.num_gpu_blocks as u64 * args.block_size as u64)
-        .min(u32::MAX as u64) as u32;
+    let context_len = knobs.context_len(weights.config.max_position_embeddings);
     let (blocks, block_size) = (args.num_gpu_blocks as usize, args.block_size as usize);
     let executor: Box<dyn Executor> = match gpu {
         None => {
@@ -909,15 +907,7 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             Box::new(CudaModelEngine::new(model))
         }
     };
-    let config = crate::sched::SchedulerConfig {
-        max_num_batched_tokens: args.max_num_batched_tokens,
-        max_num_seqs: args.max_num_seqs,
-        enable_chunked_prefill: true,
-        block_size: args.block_size,
-        num_gpu_blocks: args.num_gpu_blocks,
-        watermark: 0.0,
-        tgi: None,
-    };
+    let config = knobs.scheduler_config();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -930,7 +920,8 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
         let config_blocks = config.num_gpu_blocks;
         let engine = EngineHandle::start(executor, config, Policy::Servesim, args.max_waiting, context_len)
             .with_model_name(name.clone())
-            .with_tokenizer(std::sync::Arc::new(tokenizer));
+            .with_tokenizer(std::sync::Arc::new(tokenizer))
+            .with_ignore_eos(args.ignore_eos);
         eprintln!("serving {name} on http://{address} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use servesim::engine::server::{EngineHandle, Executor, StepInputs, serve};
+use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, StepInputs, serve};
 use servesim::scenario::Policy;
 use servesim::sched::{Batch, SchedulerConfig};
 
@@ -230,6 +230,30 @@ async fn eos_stops_unless_ignored() {
         assert_eq!(v["usage"]["completion_tokens"], 20);
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         assert_eq!(s.engine.stats().kv_blocks_used, 0);
+    })
+    .await;
+}
+
+/// `serve --ignore-eos`: a request that does not ask to ignore EOS still runs to `max_tokens`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_can_ignore_eos_for_every_request() {
+    bounded(async {
+        let want = expected(&ids("q"), 20);
+        let exec = EchoExecutor { step_delay: Duration::ZERO, eos: Some(want[2]) };
+        let engine = EngineHandle::start(exec, config(8, 128), Policy::VllmV1, 64, 1024).with_ignore_eos(true);
+        let params = GenerateParams { prompt: ids("q"), max_tokens: 20, ignore_eos: false, temperature: 0.0, seed: None };
+        let mut stream = engine.submit(params).await.unwrap();
+        let mut tokens = Vec::new();
+        let mut finish = None;
+        while let Some(Event::Token { id, finish: f }) = stream.events.recv().await {
+            tokens.push(id);
+            finish = f;
+            if f.is_some() {
+                break;
+            }
+        }
+        assert_eq!(tokens, want);
+        assert_eq!(finish, Some(FinishReason::Length));
     })
     .await;
 }

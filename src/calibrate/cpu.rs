@@ -21,7 +21,9 @@
 //! (seeded) order, as in a cache that has served many requests.
 //!
 //! GEMMs take B as `[k × n]` row-major ([`CALIBRATION_B_LAYOUT`]): the layout the CPU engine
-//! keeps its weights in, for speed at decode-sized m.
+//! keeps its weights in, for speed at decode-sized m. They run through [`Gemm::run`], as the
+//! engine's do, so a profile times whichever kernel the engine gets for each shape (the `gemm`
+//! crate, or the AVX-512 few-row kernel for 8–64 rows of a B larger than L2).
 
 use std::time::Instant;
 

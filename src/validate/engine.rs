@@ -31,10 +31,10 @@ use crate::calibrate::run::RunOptions;
 use crate::calibrate::timing::TimingOptions;
 use crate::cost::calibrated::Calibrated;
 use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
-use crate::engine::server::{EngineHandle, ModelEngine, Tokenizer};
+use crate::engine::server::{EngineHandle, EngineKnobs, ModelEngine, Tokenizer};
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
-use crate::run::{PointResult, run_point, scheduler_config, sim_config};
+use crate::run::{PointResult, run_point, sim_config};
 use crate::scenario::{Dtype, Policy, Scenario};
 use crate::sim::StepRow;
 
@@ -50,10 +50,7 @@ pub struct EngineSetup {
     pub size: String,
     pub seed: u64,
     pub threads: usize,
-    pub max_num_seqs: u32,
-    pub max_num_batched_tokens: u32,
-    pub block_size: u32,
-    pub num_gpu_blocks: u32,
+    pub knobs: EngineKnobs,
 }
 
 /// The workload of the sweep.
@@ -185,10 +182,11 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, peak: Peak, host: 
     let _ = writeln!(t, "memory_gib = 16\ninterconnect_gbps = 1\ncount = 1\n");
     let _ = writeln!(t, "[engine]");
     let _ = writeln!(t, "policy = \"servesim\"");
-    let _ = writeln!(t, "max_num_seqs = {}", setup.max_num_seqs);
-    let _ = writeln!(t, "max_num_batched_tokens = {}", setup.max_num_batched_tokens);
-    let _ = writeln!(t, "block_size = {}", setup.block_size);
-    let _ = writeln!(t, "num_gpu_blocks = {}", setup.num_gpu_blocks);
+    let k = &setup.knobs;
+    let _ = writeln!(t, "max_num_seqs = {}", k.max_num_seqs);
+    let _ = writeln!(t, "max_num_batched_tokens = {}", k.max_num_batched_tokens);
+    let _ = writeln!(t, "block_size = {}", k.block_size);
+    let _ = writeln!(t, "num_gpu_blocks = {}", k.num_gpu_blocks);
     let _ = writeln!(t, "watermark = 0.0\n");
     let _ = writeln!(t, "# The engine's host time, timed on its own loop with a forward pass that computes nothing.");
     let _ = writeln!(t, "[cost]");
@@ -230,7 +228,7 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
                 &[],
             )?;
             let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![Dtype::Fp32], config.grid);
-            options.max_m = setup.max_num_batched_tokens.max(setup.max_num_seqs);
+            options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
             let grid = Grid::new(options);
             log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
             let options = RunOptions { budget: config.calibration_budget, progress: false, timing: TimingOptions::quick() };
@@ -242,22 +240,22 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         .enable_all()
         .build()
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
-    let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
-    let host = measure_host_overhead(&runtime, &bare, llama.vocab_size as u32);
+    let host = measure_host_overhead(&runtime, &setup.knobs, llama.max_position_embeddings, llama.vocab_size as u32);
     log(&format!("    host overhead of the engine loop: {:.1} µs per step + {:.2} µs per sequence", host.step_us, host.seq_us));
     let scenario_text = scenario_toml(setup, sweep, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
     let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
 
     log(&format!("2/4 starting the engine: random-{} weights, {} threads", setup.size, setup.threads));
-    let mut model = ModelExecutor::new(LlamaWeights::random(&llama, setup.seed), setup.num_gpu_blocks as usize, setup.block_size as usize)
-        .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: setup.num_gpu_blocks.to_string(), reason: e.to_string() })?;
+    let k = &setup.knobs;
+    let mut model = ModelExecutor::new(LlamaWeights::random(&llama, setup.seed), k.num_gpu_blocks as usize, k.block_size as usize)
+        .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: k.num_gpu_blocks.to_string(), reason: e.to_string() })?;
     model.set_threads(setup.threads);
-    let context_len = context_len(&base);
+    let context_len = k.context_len(llama.max_position_embeddings);
     // The tokenizer `servesim serve` gives a random-weight model: every generated id has text, so
     // the client times every token.
     let tokenizer = Tokenizer::shipped(llama.vocab_size as u32).unwrap_or_else(Tokenizer::bytes);
-    let engine = EngineHandle::start(ModelEngine::new(model), scheduler_config(&base), Policy::Servesim, u32::MAX, context_len)
+    let engine = EngineHandle::start(ModelEngine::new(model), k.scheduler_config(), Policy::Servesim, u32::MAX, context_len)
         .with_model_name(format!("random-{}", setup.size))
         .with_tokenizer(std::sync::Arc::new(tokenizer));
     let listener = runtime
@@ -303,13 +301,6 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, series })
 }
 
-/// Longest prompt + output the engine accepts: the model's positions, or the whole KV cache.
-fn context_len(scenario: &Scenario) -> u32 {
-    let e = &scenario.engine;
-    let cache_tokens = u64::from(e.num_gpu_blocks) * u64::from(e.block_size);
-    u64::from(scenario.model.max_position_embeddings).min(cache_tokens).min(u64::from(u32::MAX)) as u32
-}
-
 /// The engine's host time per step: scheduling, building the step's inputs, delivering tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostOverhead {
@@ -320,19 +311,18 @@ pub struct HostOverhead {
 }
 
 /// A forward pass that computes nothing: the engine loop around it is all that takes time.
-/// Each step first waits for `gate` to be open, so that a test can queue a whole batch of
-/// requests before the first step runs (no-op steps finish faster than requests arrive).
+/// No-op steps outrun request arrivals, so while a step's batch is smaller than `batch_target`
+/// it lingers a millisecond, letting the engine admit the rest of a burst between steps; the
+/// steps of the full batch, the ones timed, do no such thing.
 struct NoCompute {
     vocab_size: u32,
-    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    batch_target: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl crate::engine::server::Executor for NoCompute {
     fn forward(&mut self, batch: &crate::sched::Batch, _inputs: &crate::engine::server::StepInputs) -> Result<Vec<u32>, String> {
-        let (open, changed) = &*self.gate;
-        let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-        while !*open {
-            open = changed.wait(open).unwrap_or_else(|e| e.into_inner());
+        if (batch.seqs.len() as u32) < self.batch_target.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
         }
         // Token 1: any id but an EOS (there is none) would do.
         Ok(vec![1; batch.seqs.iter().filter(|w| w.samples_token).count()])
@@ -349,34 +339,26 @@ impl crate::engine::server::Executor for NoCompute {
 /// sequence, then a full batch of `max_num_seqs`, each decoding 64 tokens. The line through the
 /// mean step time of the two is the overhead per step and per sequence. The model's own forward
 /// pass (and its sampling) is priced by calibration, not here.
-fn measure_host_overhead(runtime: &tokio::runtime::Runtime, scenario: &Scenario, vocab_size: u32) -> HostOverhead {
+fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs, max_positions: usize, vocab_size: u32) -> HostOverhead {
     use crate::engine::server::GenerateParams;
     const DECODE_TOKENS: u32 = 64;
-    let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-    let executor = NoCompute { vocab_size, gate: gate.clone() };
-    let engine = EngineHandle::start(executor, scheduler_config(scenario), Policy::Servesim, u32::MAX, context_len(scenario));
-    let set_gate = |value: bool| {
-        *gate.0.lock().unwrap_or_else(|e| e.into_inner()) = value;
-        gate.1.notify_all();
-    };
+    let batch_target = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let executor = NoCompute { vocab_size, batch_target: batch_target.clone() };
+    let engine = EngineHandle::start(executor, knobs.scheduler_config(), Policy::Servesim, u32::MAX, knobs.context_len(max_positions));
     let mean_step_ns = |seqs: u32| -> Option<f64> {
         let before = engine.stats().steps_total;
-        set_gate(false);
-        let done = runtime.block_on(async {
+        batch_target.store(seqs, std::sync::atomic::Ordering::Relaxed);
+        runtime.block_on(async {
             let mut streams = Vec::new();
             for _ in 0..seqs {
                 let params = GenerateParams { prompt: vec![1; 16], max_tokens: DECODE_TOKENS, ignore_eos: true, temperature: 0.0, seed: None };
                 streams.push(engine.submit(params).await.ok()?);
             }
-            set_gate(true);
             for mut s in streams {
                 while s.events.recv().await.is_some() {}
             }
             Some(())
-        });
-        // Open on every path: a refused request must not leave the engine thread waiting.
-        set_gate(true);
-        done?;
+        })?;
         let steps = (engine.stats().steps_total - before) as usize;
         let trace = engine.trace();
         // Decode steps of the full batch only: the ramp-up and the prefill are not what is timed.
@@ -387,7 +369,7 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, scenario: &Scenario,
             .collect();
         (!full.is_empty()).then(|| full.iter().sum::<u64>() as f64 / full.len() as f64)
     };
-    let wide = scenario.engine.max_num_seqs.clamp(2, 256);
+    let wide = knobs.max_num_seqs.clamp(2, 256);
     match (mean_step_ns(1), mean_step_ns(wide)) {
         (Some(one), Some(many)) => {
             let seq_ns = ((many - one) / f64::from(wide - 1)).max(0.0);
@@ -540,7 +522,7 @@ pub fn render(v: &EngineValidation) -> String {
         t,
         "Engine: random-{} weights, {} threads, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {}. \
          Profile: {}.\n",
-        s.size, s.threads, s.max_num_seqs, s.max_num_batched_tokens, s.num_gpu_blocks, s.block_size, v.profile.provenance.device.name
+        s.size, s.threads, s.knobs.max_num_seqs, s.knobs.max_num_batched_tokens, s.knobs.num_gpu_blocks, s.knobs.block_size, v.profile.provenance.device.name
     );
     let _ = writeln!(t, "| series | metric | measured | simulated | error | target |");
     let _ = writeln!(t, "|---|---|---:|---:|---:|---:|");
@@ -614,7 +596,7 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
         crate::run::output::write_timeline_file(
             &series_dir.join("engine-timeline.csv"),
             s.engine_steps.iter().map(|row| (num_prompts, row)),
-            v.setup.num_gpu_blocks,
+            v.setup.knobs.num_gpu_blocks,
         )?;
         crate::run::output::write_all(&series_dir.join("simulated"), &s.scenario, std::slice::from_ref(&s.simulated), &opts, "calibrated profile")?;
     }
@@ -624,16 +606,14 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::scheduler_config;
 
     fn setup() -> (EngineSetup, SweepSetup) {
         let engine = EngineSetup {
             size: "tiny".into(),
             seed: 0,
             threads: 1,
-            max_num_seqs: 8,
-            max_num_batched_tokens: 64,
-            block_size: 16,
-            num_gpu_blocks: 64,
+            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64 },
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };
         (engine, sweep)
@@ -649,8 +629,8 @@ mod tests {
         let m = LlamaConfig::tiny();
         assert_eq!((s.model.hidden_size as usize, s.model.num_layers as usize), (m.hidden_size, m.num_layers));
         assert_eq!(s.engine.policy, Policy::Servesim);
-        assert_eq!((s.engine.max_num_seqs, s.engine.max_num_batched_tokens), (8, 64));
-        assert_eq!((s.engine.block_size, s.engine.num_gpu_blocks), (16, 64));
+        // The simulated scheduler is the one the engine runs, knob for knob.
+        assert_eq!(scheduler_config(&s), engine.knobs.scheduler_config());
         assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us), (3.0, 0.25));
         assert_eq!(s.hardware.gpu.peak_flops_16bit, 5e10);
         assert_eq!(s.workload.max_concurrency, Some(1));
@@ -664,7 +644,7 @@ mod tests {
         let text = scenario_toml(&engine, &sweep, peak, HostOverhead::default()).unwrap();
         let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-        let host = measure_host_overhead(&runtime, &s, 256);
+        let host = measure_host_overhead(&runtime, &engine.knobs, s.model.max_position_embeddings as usize, 256);
         // A loop of channel sends and scheduler bookkeeping: above nothing, far below a
         // millisecond (vLLM's Python step overhead, the default it replaces).
         assert!(host.step_us > 0.0 && host.step_us < 1000.0, "{host:?}");

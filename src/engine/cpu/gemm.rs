@@ -53,7 +53,9 @@ impl Gemm {
 
     /// Runs the product on up to `threads` threads of the current rayon pool (call inside
     /// `ThreadPool::install` to choose the pool). `threads <= 1` runs on the calling thread.
-    /// The `gemm` crate itself decides whether a product is large enough to split.
+    /// Few-row products of a large B go to the AVX-512 kernel of `gemm_skinny.rs` (see
+    /// `gemm_skinny::takes`), which splits by column panel; elsewhere the `gemm` crate decides
+    /// whether a product is large enough to split.
     ///
     /// # Panics
     /// If a slice's length is not the shape's.

@@ -14,11 +14,13 @@
 //! - Hand-written loops are dispatched at run time to AVX2+FMA where the CPU has it (`simd.rs`);
 //!   `SERVESIM_CPU_ISA=baseline` forces the portable path.
 //! - Weights belong in `[in, out]` layout ([`BLayout::RowMajor`]): the `gemm` crate is up to 3.5×
-//!   faster with it at decode-sized m than with `[out, in]`, and calibration times that layout.
+//!   faster with it at decode-sized m than with `[out, in]`, the few-row kernel
+//!   (`gemm_skinny.rs`, AVX-512, 8–64 rows) reads only that layout, and calibration times it.
 //!
 //! Measured on one core of the development machine (AMD EPYC, AVX2 path; the gemm crate reaches
-//! ~125 GFLOP/s there): prefill and chunked-prefill attention 70–88 GFLOP/s; decode attention
-//! over a cold paged cache 8–12 GB/s per core, about 23 GB/s on two.
+//! ~125 GFLOP/s there with its AVX2 kernels, ~190–240 with its AVX-512 ones): prefill and
+//! chunked-prefill attention 70–88 GFLOP/s; decode attention over a cold paged cache 8–12 GB/s
+//! per core, about 23 GB/s on two. A whole decode step: `cargo bench --bench engine`.
 //!
 //! [`KERNEL_SOURCES`] lists the source of every file here, so that a calibration profile records
 //! a hash of exactly the code it timed.

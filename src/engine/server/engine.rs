@@ -176,6 +176,8 @@ pub struct EngineHandle {
     context_len: u32,
     vocab_size: u32,
     model_name: String,
+    /// Every request runs to its `max_tokens`, whatever it asks (`serve --ignore-eos`).
+    ignore_eos: bool,
     /// Text <-> ids for the HTTP routes (text prompts, generated text); the engine loop itself
     /// sees only ids.
     tokenizer: Arc<super::Tokenizer>,
@@ -229,7 +231,7 @@ impl EngineHandle {
             })
             .expect("spawn the engine thread");
         let tokenizer = Arc::new(super::Tokenizer::bytes());
-        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string(), tokenizer }
+        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string(), tokenizer, ignore_eos: false }
     }
 
     /// Sets the tokenizer of text prompts and generated text (default: one token per UTF-8 byte).
@@ -263,7 +265,15 @@ impl EngineHandle {
     }
 
     /// Queues a request. Fails at once when the queue is full or the request cannot fit.
-    pub async fn submit(&self, params: GenerateParams) -> Result<RequestStream, SubmitError> {
+    /// Makes every request ignore EOS (`serve --ignore-eos`): some clients send `ignore_eos`
+    /// only with their warm-up request, and a benchmark needs every request at full length.
+    pub fn with_ignore_eos(mut self, ignore_eos: bool) -> EngineHandle {
+        self.ignore_eos = ignore_eos;
+        self
+    }
+
+    pub async fn submit(&self, mut params: GenerateParams) -> Result<RequestStream, SubmitError> {
+        params.ignore_eos |= self.ignore_eos;
         if params.prompt.is_empty() {
             return Err(SubmitError::Invalid("the prompt is empty".into()));
         }

@@ -14,6 +14,7 @@
 
 mod engine;
 mod http;
+mod knobs;
 mod model_executor;
 mod tokenizer;
 
@@ -21,6 +22,7 @@ pub use engine::{
     CancelOnDrop, EngineHandle, EngineStats, Event, Executor, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SeqInput,
     StepInputs, SubmitError, TRACE_ROWS_MAX,
 };
+pub use knobs::EngineKnobs;
 pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
 pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};

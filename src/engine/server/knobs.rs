@@ -1,0 +1,55 @@
+//! The scheduler knobs of servesim's own engine: what `servesim serve` takes as flags, and what
+//! `validate --engine` both starts the engine with and writes into the scenario it simulates.
+
+use crate::Error;
+use crate::sched::SchedulerConfig;
+
+/// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineKnobs {
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    pub block_size: u32,
+    pub num_gpu_blocks: u32,
+}
+
+impl EngineKnobs {
+    /// Checks the knobs, naming the first bad flag.
+    pub fn check(&self) -> Result<(), Error> {
+        let bad = |flag: &'static str, value: u32, reason: &str| Err(Error::Usage { flag, value: value.to_string(), reason: reason.into() });
+        if self.max_num_seqs == 0 {
+            return bad("--max-num-seqs", 0, "must be positive");
+        }
+        if self.max_num_batched_tokens == 0 {
+            return bad("--max-num-batched-tokens", 0, "must be positive");
+        }
+        if self.num_gpu_blocks == 0 {
+            return bad("--num-gpu-blocks", 0, "must be positive");
+        }
+        if !self.block_size.is_power_of_two() {
+            return bad("--block-size", self.block_size, "must be a power of two");
+        }
+        Ok(())
+    }
+
+    /// The engine's scheduler: the servesim policy is vLLM V1's, so prefills are always chunked;
+    /// no watermark (V1 has none).
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            enable_chunked_prefill: true,
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+            watermark: 0.0,
+            tgi: None,
+        }
+    }
+
+    /// Longest prompt + output a request may ask for: the model's positions, or the whole KV
+    /// cache if that is smaller.
+    pub fn context_len(&self, max_position_embeddings: usize) -> u32 {
+        let cache_tokens = u64::from(self.num_gpu_blocks) * u64::from(self.block_size);
+        (max_position_embeddings as u64).min(cache_tokens).min(u64::from(u32::MAX)) as u32
+    }
+}
