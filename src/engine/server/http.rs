@@ -29,6 +29,12 @@ pub const MAX_TOKENS_DEFAULT: u32 = 16;
 /// Serves the engine on `listener` until `shutdown` completes (e.g. on SIGTERM); then stops
 /// accepting connections and lets in-flight requests finish.
 pub async fn serve(listener: tokio::net::TcpListener, engine: EngineHandle, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // No Nagle: a streamed token is one small write, and holding it until the client's delayed
+    // ACK arrives (up to 40 ms on Linux) would show up in the client's TTFT and ITL.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
 }
 
