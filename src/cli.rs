@@ -111,20 +111,42 @@ pub struct EngineValidationArgs {
     #[arg(long, default_value_t = 0.6)]
     pub poisson_load: f64,
     /// With --engine: the engine's scheduler knobs, as `servesim serve` takes them.
-    #[arg(long, default_value_t = 64)]
-    pub max_num_seqs: u32,
-    #[arg(long, default_value_t = 512)]
-    pub max_num_batched_tokens: u32,
-    #[arg(long, default_value_t = 16)]
-    pub block_size: u32,
-    #[arg(long, default_value_t = 4096)]
-    pub num_gpu_blocks: u32,
+    #[command(flatten)]
+    pub knobs: EngineKnobsArgs,
     /// With --engine: seed of the weights and of the workload.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// With --engine: exit 1 when a series misses a target (for CI).
     #[arg(long)]
     pub fail_on_miss: bool,
+}
+
+/// The scheduler knobs of servesim's engine, shared by `serve` and `validate --engine`.
+#[derive(Debug, Args)]
+pub struct EngineKnobsArgs {
+    #[arg(long, default_value_t = 32)]
+    pub max_num_seqs: u32,
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: u32,
+    /// KV-cache blocks (of `--block-size` tokens) for all sequences together.
+    #[arg(long, default_value_t = 2048)]
+    pub num_gpu_blocks: u32,
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+}
+
+impl EngineKnobsArgs {
+    /// The knobs, checked.
+    fn knobs(&self) -> Result<crate::engine::server::EngineKnobs, Error> {
+        let knobs = crate::engine::server::EngineKnobs {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+        };
+        knobs.check()?;
+        Ok(knobs)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -203,15 +225,8 @@ pub struct ServeArgs {
     /// kernels in `kernels/`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    #[arg(long, default_value_t = 32)]
-    pub max_num_seqs: u32,
-    #[arg(long, default_value_t = 512)]
-    pub max_num_batched_tokens: u32,
-    /// KV-cache blocks (of `--block-size` tokens) for all sequences together.
-    #[arg(long, default_value_t = 2048)]
-    pub num_gpu_blocks: u32,
-    #[arg(long, default_value_t = 16)]
-    pub block_size: u32,
+    #[command(flatten)]
+    pub knobs: EngineKnobsArgs,
     /// Requests that may wait for a batch slot; more get 503.
     #[arg(long, default_value_t = 1024)]
     pub max_waiting: u32,
@@ -245,7 +260,10 @@ pub struct BenchArgs {
     /// text is counted with it when the server reports no usage (TGI).
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<PathBuf>,
-    /// `random`, `sonnet` (fixed input length, `--sonnet-output-len` tokens out) or `trace`.
+    /// `random`, `fixed` (every request exactly `--random-input-len` in and
+    /// `--random-output-len` out), `sonnet` (fixed input length, `--sonnet-output-len` tokens
+    /// out), `sharegpt` (`--dataset-path` a ShareGPT JSON file, counted with `--tokenizer`) or
+    /// `trace` (`--dataset-path` a CSV).
     #[arg(long, default_value = "random")]
     pub dataset_name: String,
     #[arg(long, default_value_t = 1024)]
@@ -577,13 +595,7 @@ fn validate_engine(args: EngineValidationArgs, out: Option<&std::path::Path>) ->
     if args.input_len == 0 || args.output_len == 0 {
         return Err(usage("--input-len", &format!("{}/{}", args.input_len, args.output_len), "input and output lengths must be positive"));
     }
-    let knobs = crate::engine::server::EngineKnobs {
-        max_num_seqs: args.max_num_seqs,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-        block_size: args.block_size,
-        num_gpu_blocks: args.num_gpu_blocks,
-    };
-    knobs.check()?;
+    let knobs = args.knobs.knobs()?;
     let grid = GridScale::parse(&args.grid).ok_or_else(|| usage("--grid", &args.grid, "expected `full`, `quick` or `tiny`"))?;
     let profile = match &args.profile {
         None => None,
@@ -741,7 +753,11 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
             }
             Dataset::Trace { path, rows }
         }
-        other => return Err(usage("--dataset-name", other, "expected random, sonnet or trace")),
+        // The simulator's name for every request at the random dataset's lengths, exactly.
+        "fixed" => Dataset::Fixed { input_len: args.random_input_len, output_len: args.random_output_len },
+        // Lengths come from the file (below); the dataset only sets the arrival process's seed.
+        "sharegpt" => Dataset::Fixed { input_len: 1, output_len: 1 },
+        other => return Err(usage("--dataset-name", other, "expected random, sonnet, sharegpt, fixed or trace")),
     };
     let workload = WorkloadConfig {
         num_prompts: num_prompts.clone(),
@@ -760,12 +776,33 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
         )),
         None => None,
     };
+    // ShareGPT: vLLM's sampling of a conversation file, counted with --tokenizer.
+    let sharegpt = if args.dataset_name == "sharegpt" {
+        let path = args.dataset_path.clone().ok_or_else(|| usage("--dataset-path", "", "needed with --dataset-name sharegpt (a ShareGPT JSON file)"))?;
+        let tokenizer = tokenizer.clone().ok_or_else(|| {
+            usage("--tokenizer", "", "needed with --dataset-name sharegpt: ShareGPT conversations are text, counted in the server's tokens")
+        })?;
+        let most = num_prompts.iter().copied().max().unwrap_or(0) as usize;
+        let count = |text: &str| tokenizer.encode(text, true).map(|ids| ids.len());
+        Some(
+            crate::workload::sharegpt::sample_lengths(&path, most, args.seed, count)
+                .map_err(|e| usage("--dataset-path", &path.display().to_string(), &e))?,
+        )
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
     for (i, &n) in num_prompts.iter().enumerate() {
-        let requests = crate::workload::generate(&workload, n);
+        let mut requests = crate::workload::generate(&workload, n);
+        if let Some(lengths) = &sharegpt {
+            // vLLM sends each completion's length as max_tokens.
+            for (r, &(input, output)) in requests.iter_mut().zip(lengths) {
+                (r.input_tokens, r.output_tokens, r.max_tokens) = (input, output, output);
+            }
+        }
         let mut config = BenchConfig::new(backend, args.base_url.clone(), args.model.clone(), requests);
         if let Some(endpoint) = &args.endpoint {
             config.endpoint = endpoint.clone();
@@ -878,21 +915,15 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
         }
         (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE".into())),
     };
-    let knobs = crate::engine::server::EngineKnobs {
-        max_num_seqs: args.max_num_seqs,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-        block_size: args.block_size,
-        num_gpu_blocks: args.num_gpu_blocks,
-    };
-    knobs.check()?;
+    let knobs = args.knobs.knobs()?;
     let tokenizer = serve_tokenizer(&args, &name, weights.config.vocab_size as u32)?;
     let context_len = knobs.context_len(weights.config.max_position_embeddings);
-    let (blocks, block_size) = (args.num_gpu_blocks as usize, args.block_size as usize);
+    let (blocks, block_size) = (knobs.num_gpu_blocks as usize, knobs.block_size as usize);
     let executor: Box<dyn Executor> = match gpu {
         None => {
             let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let mut model = ModelExecutor::new(weights, blocks, block_size)
-                .map_err(|e| usage("--num-gpu-blocks", &args.num_gpu_blocks.to_string(), e.to_string()))?;
+                .map_err(|e| usage("--num-gpu-blocks", &knobs.num_gpu_blocks.to_string(), e.to_string()))?;
             model.set_threads(threads);
             Box::new(ModelEngine::new(model))
         }

@@ -458,6 +458,42 @@ async fn the_cli_prints_vllm_blocks_and_saves_results() {
     }
 }
 
+/// `--dataset-name sharegpt`: lengths from a conversation file, counted with the tokenizer (the
+/// shipped character-level one: one token per character), sent as prompts of those lengths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_samples_sharegpt_lengths_with_the_tokenizer() {
+    let (base, _mock) = start_mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sharegpt.json");
+    std::fs::write(
+        &data,
+        r#"[{"conversations": [{"from": "human", "value": "abcde"}, {"from": "gpt", "value": "1234"}]},
+            {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "too short a prompt"}]},
+            {"conversations": [{"from": "human", "value": "abcdefg"}, {"from": "gpt", "value": "123456"}]}]"#,
+    )
+    .unwrap();
+    let tokenizer = format!("{}/tokenizers/servesim-char-256", env!("CARGO_MANIFEST_DIR"));
+    let run = |n: &'static str| {
+        let (base, data, tokenizer) = (base.clone(), data.clone(), tokenizer.clone());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+                .args(["bench", "--backend", "openai", "--base-url", &base, "--dataset-name", "sharegpt"])
+                .args(["--dataset-path", data.to_str().unwrap(), "--tokenizer", &tokenizer, "--num-prompts", n])
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run("2").await.unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Total input tokens:                      12        \n"), "{stdout}");
+    assert!(stdout.contains("Total generated tokens:                  10        \n"), "{stdout}");
+    // Only two conversations pass vLLM's filters.
+    let out = run("3").await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only 2 of its 3 conversations"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn the_cli_rejects_bad_flags() {
     for args in [

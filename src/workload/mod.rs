@@ -13,6 +13,7 @@
 pub mod arrivals;
 pub mod datasets;
 pub mod rng;
+pub mod sharegpt;
 pub mod totals;
 pub mod trace;
 
