@@ -83,7 +83,8 @@ pub struct EngineValidationArgs {
     /// With --engine: the model's random-weight size (tiny, small, 100m).
     #[arg(long, default_value = "small")]
     pub random_weights: String,
-    /// With --engine: threads of the engine and of calibration (default: all cores).
+    /// With --engine: threads of the engine and of calibration (default: all cores but one,
+    /// which the HTTP server and the benchmark client need beside the engine).
     #[arg(long)]
     pub threads: Option<usize>,
     /// With --engine: reuse this CPU calibration profile (from an earlier `--out DIR`'s cpu.csv,
@@ -608,7 +609,10 @@ fn validate_engine(args: EngineValidationArgs, out: Option<&std::path::Path>) ->
         engine: EngineSetup {
             size: args.random_weights,
             seed: args.seed,
-            threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            // One core is left to the HTTP server and the client: with every core computing, each
+            // streamed token preempts a compute thread and a step is no longer its kernels' time
+            // (on 2 cores, 2 threads priced 5–8-sequence decodes 25% too cheap, 1 thread 14%).
+            threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))),
             knobs,
         },
         sweep: SweepSetup {

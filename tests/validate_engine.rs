@@ -14,7 +14,7 @@ fn the_engine_loop_runs_and_compares_measured_with_simulated() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("engine");
     let out = servesim(&[
-        "validate", "--engine", "--random-weights", "small", "--threads", "2", "--calibration-minutes", "0.15",
+        "validate", "--engine", "--random-weights", "small", "--calibration-minutes", "0.15",
         "--input-len", "32", "--output-len", "16", "--concurrency", "1,4", "--rounds", "2", "--poisson-load", "0.5",
         "--max-num-seqs", "8", "--max-num-batched-tokens", "128", "--num-gpu-blocks", "256",
         "--out", out_dir.to_str().unwrap(),
