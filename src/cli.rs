@@ -895,8 +895,7 @@ fn serve_tokenizer(args: &ServeArgs, model: &str, vocab_size: u32) -> Result<cra
 fn serve(args: ServeArgs) -> Result<(), Error> {
     use crate::engine::cuda::CudaModelExecutor;
     use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
-    use crate::engine::server::{CudaModelEngine, EngineHandle, Executor, ModelEngine};
-    use crate::scenario::Policy;
+    use crate::engine::server::{CudaModelEngine, Executor, ModelEngine};
 
     let usage = |flag: &'static str, value: &str, reason: String| Error::Usage { flag, value: value.into(), reason };
     // `None` for the CPU, `Some(N)` for cuda:N.
@@ -942,7 +941,6 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             Box::new(CudaModelEngine::new(model))
         }
     };
-    let config = knobs.scheduler_config();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -952,8 +950,8 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| usage("--port", &address, format!("cannot listen: {e}")))?;
-        let config_blocks = config.num_gpu_blocks;
-        let engine = EngineHandle::start(executor, config, Policy::Servesim, args.max_waiting, context_len)
+        let engine = knobs
+            .start(executor, args.max_waiting, context_len)
             .with_model_name(name.clone())
             .with_tokenizer(std::sync::Arc::new(tokenizer))
             .with_ignore_eos(args.ignore_eos);
@@ -973,7 +971,7 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             .map_err(|source| Error::Output { path: address.into(), source })?;
         if let Some(path) = &args.timeline {
             let steps = trace.trace();
-            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (0, s)), config_blocks)?;
+            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (0, s)), knobs.num_gpu_blocks)?;
             eprintln!("wrote {} ({} steps)", path.display(), steps.len());
         }
         Ok(())

@@ -35,7 +35,7 @@ use crate::engine::server::{EngineHandle, EngineKnobs, ModelEngine, Tokenizer};
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
-use crate::scenario::{Dtype, Policy, Scenario};
+use crate::scenario::{Dtype, Scenario};
 use crate::sim::StepRow;
 
 /// The metrics compared, with the error targets: ≤ 10% on output throughput and mean
@@ -255,7 +255,8 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     // The tokenizer `servesim serve` gives a random-weight model: every generated id has text, so
     // the client times every token.
     let tokenizer = Tokenizer::shipped(llama.vocab_size as u32).unwrap_or_else(Tokenizer::bytes);
-    let engine = EngineHandle::start(ModelEngine::new(model), k.scheduler_config(), Policy::Servesim, u32::MAX, context_len)
+    let engine = k
+        .start(ModelEngine::new(model), u32::MAX, context_len)
         .with_model_name(format!("random-{}", setup.size))
         .with_tokenizer(std::sync::Arc::new(tokenizer));
     let listener = runtime
@@ -344,7 +345,7 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs,
     const DECODE_TOKENS: u32 = 64;
     let batch_target = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let executor = NoCompute { vocab_size, batch_target: batch_target.clone() };
-    let engine = EngineHandle::start(executor, knobs.scheduler_config(), Policy::Servesim, u32::MAX, knobs.context_len(max_positions));
+    let engine = knobs.start(executor, u32::MAX, knobs.context_len(max_positions));
     let mean_step_ns = |seqs: u32| -> Option<f64> {
         let before = engine.stats().steps_total;
         batch_target.store(seqs, std::sync::atomic::Ordering::Relaxed);
@@ -607,6 +608,7 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
 mod tests {
     use super::*;
     use crate::run::scheduler_config;
+    use crate::scenario::Policy;
 
     fn setup() -> (EngineSetup, SweepSetup) {
         let engine = EngineSetup {

@@ -424,33 +424,27 @@ impl CudaModelExecutor {
             // The new keys and values go into the cache first: decode attention reads the token
             // being decoded from there (prefill reads its new tokens from k and v directly).
             kernels.reshape_and_cache(&act.k, &act.v, &mut k_cache[l], &mut v_cache[l], &index.slots, t, kv_heads, head_dim, kvd)?;
+            // This layer's cache, seen through one group's block tables (decodes or prefills).
+            let (k_layer, v_layer) = (&k_cache[l], &v_cache[l]);
+            let paged = |block_tables, context_lens, max_blocks_per_seq| PagedKvCache {
+                k: k_layer,
+                v: v_layer,
+                block_tables,
+                context_lens,
+                block_size: *block_size,
+                num_kv_heads: kv_heads,
+                head_dim,
+                max_blocks_per_seq,
+            };
             if nd > 0 {
-                let cache = PagedKvCache {
-                    k: &k_cache[l],
-                    v: &v_cache[l],
-                    block_tables: &index.decode_tables,
-                    context_lens: &index.decode_lens,
-                    block_size: *block_size,
-                    num_kv_heads: kv_heads,
-                    head_dim,
-                    max_blocks_per_seq: layout.decode_max_blocks,
-                };
+                let cache = paged(&index.decode_tables, &index.decode_lens, layout.decode_max_blocks);
                 let params =
                     DecodeParams { num_seqs: nd, num_heads: heads, scale, q_stride: qd, max_context_len: layout.decode_max_len };
                 let scratch = decode.as_mut().ok_or_else(|| CalibrateError::Failed("decode scratch missing".into()))?;
                 kernels.attention_decode(&mut act.attn, &act.q, &cache, &mut scratch.workspace, &params)?;
             }
             if np > 0 {
-                let cache = PagedKvCache {
-                    k: &k_cache[l],
-                    v: &v_cache[l],
-                    block_tables: &index.prefill_tables,
-                    context_lens: &index.prefill_lens,
-                    block_size: *block_size,
-                    num_kv_heads: kv_heads,
-                    head_dim,
-                    max_blocks_per_seq: layout.prefill_max_blocks,
-                };
+                let cache = paged(&index.prefill_tables, &index.prefill_lens, layout.prefill_max_blocks);
                 // `total_new_tokens` bounds the rows the kernel may touch: cu_seqlens_q runs from
                 // the first prefill row to T, so the whole buffers' T rows.
                 let params = PrefillParams {

@@ -1,7 +1,9 @@
 //! The scheduler knobs of servesim's own engine: what `servesim serve` takes as flags, and what
 //! `validate --engine` both starts the engine with and writes into the scenario it simulates.
 
+use super::{EngineHandle, Executor};
 use crate::Error;
+use crate::scenario::Policy;
 use crate::sched::SchedulerConfig;
 
 /// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`.
@@ -44,6 +46,12 @@ impl EngineKnobs {
             watermark: 0.0,
             tgi: None,
         }
+    }
+
+    /// Starts servesim's engine on `executor`: these knobs, the `servesim` policy, at most
+    /// `max_waiting` requests waiting, prompts plus outputs of at most `context_len` tokens.
+    pub fn start<E: Executor>(&self, executor: E, max_waiting: u32, context_len: u32) -> EngineHandle {
+        EngineHandle::start(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len)
     }
 
     /// Longest prompt + output a request may ask for: the model's positions, or the whole KV
