@@ -488,6 +488,17 @@ async fn the_cli_samples_sharegpt_lengths_with_the_tokenizer() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("Total input tokens:                      12        \n"), "{stdout}");
     assert!(stdout.contains("Total generated tokens:                  10        \n"), "{stdout}");
+    // ShareGPT text cannot be counted without the server's tokenizer, nor read without a file.
+    for (flag, args) in [("--tokenizer", vec!["--dataset-path", data.to_str().unwrap()]), ("--dataset-path", vec![])] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(["bench", "--base-url", &base, "--dataset-name", "sharegpt", "--num-prompts", "1"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(flag) && !err.contains("panicked"), "{err}");
+    }
     // Only two conversations pass vLLM's filters.
     let out = run("3").await.unwrap();
     assert_eq!(out.status.code(), Some(2));
