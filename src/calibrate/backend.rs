@@ -72,6 +72,19 @@ impl AttentionShape {
     }
 }
 
+/// The GEMMs a transformer step runs around one GEMM shape, in the step's order, all at the
+/// shape's m and dtype: one layer's projections (QKV, O, gate+up, down), followed by the LM head
+/// when the LM head is the shape timed. A GEMM that streams its weights from memory takes a
+/// different time after its layer's other GEMMs than after copies of itself, so a backend may
+/// time it among them (see [`Backend::prepare_gemm_in_step`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepGemms {
+    /// `(n, k)` of each GEMM, in order.
+    pub sequence: Vec<(u32, u32)>,
+    /// Index in `sequence` of the shape being timed.
+    pub timed: usize,
+}
+
 /// KV-cache block size (tokens) of every backend's attention calibration, as vLLM's default.
 pub const CALIBRATION_BLOCK_SIZE: usize = 16;
 
@@ -139,6 +152,17 @@ pub trait Backend {
     /// (kernel name, hash of its source) for every kernel the backend runs, for provenance.
     fn kernel_hashes(&self) -> Vec<(String, String)>;
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
+    /// `shape` timed among the GEMMs a step runs around it. The default times it alone, as
+    /// [`Backend::prepare_gemm`] does: the CUDA backend keeps it (its neighbours' effect is not
+    /// measured); the CPU backend, whose memory-bound GEMMs depend on what streamed before
+    /// them, overrides it.
+    fn prepare_gemm_in_step(
+        &mut self,
+        shape: &GemmShape,
+        _step: &StepGemms,
+    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        self.prepare_gemm(shape)
+    }
     fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
     /// `None` when the backend has no collective (one device, or a CPU).
     fn prepare_allreduce(&mut self, _shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {

@@ -20,6 +20,10 @@
 //! [`decode_attention`] over the cache. Caches use 16-token blocks handed out in a scrambled
 //! (seeded) order, as in a cache that has served many requests.
 //!
+//! A memory-bound GEMM (a decode step's) is timed among its layer's GEMMs, in the step's order,
+//! over copies of the layer's weights (see [`GemmSequenceOp`]); a compute-bound one over copies
+//! of its own B.
+//!
 //! GEMMs take B as `[k × n]` row-major ([`CALIBRATION_B_LAYOUT`]): the layout the CPU engine
 //! keeps its weights in, for speed at decode-sized m. They run through [`Gemm::run`], as the
 //! engine's do, so a profile times whichever kernel the engine gets for each shape (the `gemm`
@@ -30,8 +34,9 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::backend::{
-    AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp,
+    AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp, StepGemms,
 };
+use super::grid::gemm_work;
 use crate::engine::cpu::{
     AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, prefill_attention,
     write_paged,
@@ -224,22 +229,24 @@ impl Backend for CpuBackend {
     }
 
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
-        self.check_dtype(shape.dtype)?;
-        let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
-        if m == 0 || n == 0 || k == 0 {
-            return Err(CalibrateError::Failed(format!("empty GEMM {m}×{n}×{k}")));
-        }
-        // As many copies of B as it takes to stream 2 × the last-level cache per run (see
-        // `GemmOp`), each GEMM reading its own copy.
-        let b_bytes = k * n * 4;
-        let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
-        let copies = stream_bytes.div_ceil(b_bytes).clamp(1, B_COPIES_MAX);
-        self.ensure_fits((m * k + copies * k * n + m * n) as u64, &format!("GEMM {m}×{n}×{k}"))?;
-        let a = self.random(m * k);
-        let b = (0..copies).map(|_| self.random(k * n)).collect();
-        let c = vec![0.0; m * n];
-        let gemm = Gemm { m, n, k, b_layout: CALIBRATION_B_LAYOUT, accumulate: false };
-        Ok(Box::new(GemmOp { backend: self, gemm, a, b, c }))
+        self.prepare_gemm_sequence(shape, &StepGemms { sequence: vec![(shape.n, shape.k)], timed: 0 })
+    }
+
+    /// Memory-bound GEMMs (below the machine's FLOP-per-byte balance: a decode step's) run among
+    /// their layer's GEMMs. On the development machine (1 thread, 100m model, m = 2–16) the QKV
+    /// GEMM took 1.5× as long after the previous layer's down GEMM as after copies of itself,
+    /// and a decode step's GEMMs 10–20% longer in all than copies of each timed alone. A
+    /// compute-bound GEMM reuses each weight over enough rows that what streamed before it does
+    /// not show (within 1% at m = 32), and running its layer around it would only multiply the
+    /// calibration's time.
+    fn prepare_gemm_in_step(
+        &mut self,
+        shape: &GemmShape,
+        step: &StepGemms,
+    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        let work = gemm_work(shape);
+        let memory_bound = work.flops * self.peak.memory_bytes_per_s < work.bytes * self.peak.flops_per_s;
+        if memory_bound { self.prepare_gemm_sequence(shape, step) } else { self.prepare_gemm(shape) }
     }
 
     fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
@@ -284,6 +291,38 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// `shape` timed at `step.timed` of `step.sequence`, all at its m (see [`GemmSequenceOp`]).
+    fn prepare_gemm_sequence(&mut self, shape: &GemmShape, step: &StepGemms) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        self.check_dtype(shape.dtype)?;
+        let m = shape.m as usize;
+        if m == 0 || shape.n == 0 || shape.k == 0 || step.sequence.iter().any(|&(n, k)| n == 0 || k == 0) {
+            return Err(CalibrateError::Failed(format!("empty GEMM in {}×{}×{} or its step {:?}", m, shape.n, shape.k, step.sequence)));
+        }
+        if step.sequence.get(step.timed) != Some(&(shape.n, shape.k)) {
+            return Err(CalibrateError::Failed(format!(
+                "GEMM {}×{}×{} is not entry {} of its step {:?}",
+                m, shape.n, shape.k, step.timed, step.sequence
+            )));
+        }
+        let gemms: Vec<Gemm> = step
+            .sequence
+            .iter()
+            .map(|&(n, k)| Gemm { m, n: n as usize, k: k as usize, b_layout: CALIBRATION_B_LAYOUT, accumulate: false })
+            .collect();
+        // As many copies of the sequence's weights as it takes to stream 2 × the last-level
+        // cache per run, each GEMM reading its own copy.
+        let weights_floats: usize = gemms.iter().map(|g| g.k * g.n).sum();
+        let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
+        let copies = stream_bytes.div_ceil(weights_floats * 4).clamp(1, B_COPIES_MAX);
+        let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
+        let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
+        self.ensure_fits((m * k_max + copies * weights_floats + m * n_max) as u64, &what)?;
+        let a = self.random(m * k_max);
+        let weights = (0..copies).map(|_| gemms.iter().map(|g| self.random(g.k * g.n)).collect()).collect();
+        let c = vec![0.0; m * n_max];
+        Ok(Box::new(GemmSequenceOp { backend: self, gemms, timed: step.timed, a, weights, c }))
+    }
+
     fn check_dtype(&self, dtype: Dtype) -> Result<(), CalibrateError> {
         if self.supports(dtype) {
             Ok(())
@@ -298,31 +337,43 @@ impl CpuBackend {
 /// so a GEMM's B never starts in cache and its reads compete with the prefetch of the next.
 /// One GEMM timed alone after a cache flush reads its B faster than that: on the development
 /// machine the 100M model's decode GEMMs (m = 2–8) ran 1.5× faster alone than back to back.
-/// So a run multiplies the same A by each of `b`'s copies, which together stream 2 × the
-/// last-level cache, and reports the mean time per GEMM.
-struct GemmOp<'a> {
+/// So a run goes through `weights`' copies of the step's GEMM sequence (all multiplying rows of
+/// the same A), which together stream 2 × the last-level cache, and reports the mean time of
+/// the GEMM at `timed`. A sequence of one is that GEMM over copies of its own B.
+struct GemmSequenceOp<'a> {
     backend: &'a CpuBackend,
-    gemm: Gemm,
+    gemms: Vec<Gemm>,
+    timed: usize,
     a: Vec<f32>,
-    b: Vec<Vec<f32>>,
+    /// `[copy][gemm in the sequence]`: B of each GEMM, `[k × n]`.
+    weights: Vec<Vec<Vec<f32>>>,
     c: Vec<f32>,
 }
 
-/// Most copies of B in one GEMM shape: small weights need many to stream 2 × the cache, and
-/// 64 of a 1 MB matrix already do.
+/// Most copies of a GEMM sequence's weights in one shape: small weights need many to stream
+/// 2 × the cache, and 64 of a 1 MB matrix already do.
 const B_COPIES_MAX: usize = 64;
 
-impl PreparedOp for GemmOp<'_> {
+impl PreparedOp for GemmSequenceOp<'_> {
     fn run_once(&mut self) -> Result<f64, CalibrateError> {
-        let GemmOp { backend, gemm, a, b, c } = self;
+        let GemmSequenceOp { backend, gemms, timed, a, weights, c } = self;
         // Timed inside the pool: the cost of entering it from outside is not the kernel's (an
         // engine step enters once for all its kernels).
         Ok(backend.pool.install(|| {
-            let t = Instant::now();
-            for b in b.iter() {
-                gemm.run(a, b, c, backend.threads);
+            let mut timed_ns = 0u128;
+            for copy in weights.iter() {
+                for (i, (gemm, b)) in gemms.iter().zip(copy).enumerate() {
+                    let (a, c) = (&a[..gemm.m * gemm.k], &mut c[..gemm.m * gemm.n]);
+                    if i == *timed {
+                        let t = Instant::now();
+                        gemm.run(a, b, c, backend.threads);
+                        timed_ns += t.elapsed().as_nanos();
+                    } else {
+                        gemm.run(a, b, c, backend.threads);
+                    }
+                }
             }
-            t.elapsed().as_nanos() as f64 / b.len() as f64
+            timed_ns as f64 / weights.len() as f64
         }))
     }
 
@@ -578,6 +629,19 @@ mod tests {
         distinct.dedup();
         assert_eq!(distinct.len(), hashes.len());
         assert_eq!(fnv1a_64(b"a"), 0xaf63_dc4c_8601_ec8c, "FNV-1a 64 test vector");
+    }
+
+    #[test]
+    fn a_memory_bound_gemm_is_timed_in_its_step_and_must_be_in_it() {
+        let mut b = backend();
+        let shape = GemmShape { m: 2, n: 96, k: 64, dtype: Dtype::Fp32 };
+        let step = StepGemms { sequence: vec![(160, 64), (96, 64), (128, 96)], timed: 1 };
+        let mut op = b.prepare_gemm_in_step(&shape, &step).expect("GEMM in its step");
+        assert!(op.run_once().unwrap() > 0.0);
+        drop(op);
+        let elsewhere = StepGemms { timed: 0, ..step };
+        let e = b.prepare_gemm_in_step(&shape, &elsewhere).err().expect("the shape is not entry 0");
+        assert!(matches!(e, CalibrateError::Failed(ref r) if r.contains("not entry 0")), "{e}");
     }
 
     #[test]

@@ -27,7 +27,7 @@
 
 use std::collections::BTreeSet;
 
-use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak};
+use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak, StepGemms};
 use crate::scenario::ModelSpec;
 use crate::scenario::model::Dtype;
 
@@ -478,6 +478,22 @@ impl Grid {
         }
     }
 
+    /// The step around a GEMM shape of this grid: the layer of the first model and TP degree
+    /// (in the options' order) that has a projection of its `(n, k)`. `None` for a shape no
+    /// model of the grid runs.
+    pub fn step_gemms(&self, shape: &GemmShape) -> Option<StepGemms> {
+        let tps: &[u32] = if self.options.tensor_parallel.is_empty() { &[1] } else { &self.options.tensor_parallel };
+        for model in &self.options.models {
+            for &tp in tps {
+                let ops = model_gemm_nk(model, tp);
+                let Some(op) = ops.iter().position(|&(_, n, k)| (n, k) == (shape.n, shape.k)) else { continue };
+                let layer_len = if ops[op].0 == GemmOp::LmHead { ops.len() } else { ops.len() - 1 };
+                return Some(StepGemms { sequence: ops[..layer_len].iter().map(|&(_, n, k)| (n, k)).collect(), timed: op });
+            }
+        }
+        None
+    }
+
     /// Number of shapes.
     pub fn len(&self) -> usize {
         self.gemms.len() + self.attention.len() + self.allreduce.len()
@@ -561,6 +577,29 @@ mod tests {
         assert_eq!(tp8[0], (GemmOp::Qkv, (4 + 2) * 128, 4096));
         assert_eq!(tp8[4], (GemmOp::LmHead, 128256 / 8, 4096));
         assert_eq!(model_heads(&m, 8), HeadConfig { num_heads: 4, num_kv_heads: 1, head_dim: 128 });
+    }
+
+    #[test]
+    fn a_gemm_steps_among_its_layer_and_the_lm_head_after_it() {
+        let m = ModelSpec::preset("Llama-3.1-8B").unwrap();
+        let grid = Grid::new(GridOptions::for_model(m.clone(), vec![8, 1], vec![Dtype::Bf16], GridScale::Tiny));
+        let shape = |(_, n, k): (GemmOp, u32, u32)| GemmShape { m: 4, n, k, dtype: Dtype::Bf16 };
+        let tp8 = model_gemm_nk(&m, 8);
+        let layer: Vec<(u32, u32)> = tp8[..4].iter().map(|&(_, n, k)| (n, k)).collect();
+        // Each projection at its place in the layer, at the first TP degree that has it.
+        for (i, &op) in tp8[..4].iter().enumerate() {
+            assert_eq!(grid.step_gemms(&shape(op)), Some(StepGemms { sequence: layer.clone(), timed: i }));
+        }
+        // The LM head follows a whole layer.
+        let mut with_head = layer.clone();
+        with_head.push((tp8[4].1, tp8[4].2));
+        assert_eq!(grid.step_gemms(&shape(tp8[4])), Some(StepGemms { sequence: with_head, timed: 4 }));
+        // TP 1's down projection is in TP 1's layer.
+        let tp1 = model_gemm_nk(&m, 1);
+        let step = grid.step_gemms(&shape(tp1[3])).unwrap();
+        assert_eq!((step.sequence[0], step.timed), ((tp1[0].1, tp1[0].2), 3));
+        // A shape no model runs has no step.
+        assert_eq!(grid.step_gemms(&GemmShape { m: 4, n: 3, k: 5, dtype: Dtype::Bf16 }), None);
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             break;
         }
         bar.set_message(describe(shape));
-        match measure_shape(backend, shape, &options.timing) {
+        match measure_shape(backend, grid, shape, &options.timing) {
             Ok(Some(measurement)) => {
                 rows.push(ProfileRow::new(*shape, measurement, &peak));
                 summary.measured += 1;
@@ -125,6 +125,7 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
 /// `Ok(None)`: the backend cannot run this kind of shape at all.
 fn measure_shape(
     backend: &mut dyn Backend,
+    grid: &Grid,
     shape: &Shape,
     timing: &TimingOptions,
 ) -> Result<Option<super::timing::Measurement>, CalibrateError> {
@@ -134,7 +135,10 @@ fn measure_shape(
         return Ok(None);
     }
     let mut op: Box<dyn PreparedOp + '_> = match shape {
-        Shape::Gemm(g) => backend.prepare_gemm(g)?,
+        Shape::Gemm(g) => match grid.step_gemms(g) {
+            Some(step) => backend.prepare_gemm_in_step(g, &step)?,
+            None => backend.prepare_gemm(g)?,
+        },
         Shape::Attention(a) => backend.prepare_attention(a)?,
         Shape::AllReduce(r) => match backend.prepare_allreduce(r)? {
             Some(op) => op,
