@@ -47,8 +47,9 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
         prop_oneof![Just(Router::RoundRobin), Just(Router::LeastOutstanding)],
         prop::option::of(1u32..10),
         prop_oneof![Just(0.0), Just(0.01)],
+        frontend_overhead_strategy(),
     )
-        .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark)| {
+        .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark, frontend_overhead_ns)| {
             let chunked = chunked || policy == Policy::VllmV1;
             SimConfig {
                 scheduler: SchedulerConfig {
@@ -64,8 +65,15 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                 replicas,
                 router,
                 max_concurrency,
+                frontend_overhead_ns,
             }
         })
+}
+
+/// None (every request sent at an instant is in that instant's step), or a front end that
+/// spreads a burst over the first step.
+fn frontend_overhead_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), Just(50_000u64)]
 }
 
 /// TGI with limits drawn so its start-up checks hold: max_input_tokens < max_total_tokens ≤ the
@@ -82,9 +90,10 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
         prop_oneof![Just(0.0f32), Just(0.3f32), Just(1.2f32)],
         0u32..25,  // max_waiting_tokens
         1u32..100, // max_concurrent_requests
+        frontend_overhead_strategy(),
     )
         .prop_map(
-            |(blocks, block_size, replicas, router, max_concurrency, (total_at, input_at, margin), ratio, waiting, concurrent)| {
+            |(blocks, block_size, replicas, router, max_concurrency, (total_at, input_at, margin), ratio, waiting, concurrent, frontend_overhead_ns)| {
                 let kv_tokens = blocks * block_size;
                 let max_total_tokens = 2 + ((kv_tokens - 2) as f64 * total_at) as u32;
                 let max_input_tokens = 1 + ((max_total_tokens - 2) as f64 * input_at) as u32;
@@ -111,6 +120,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                     replicas,
                     router,
                     max_concurrency,
+                    frontend_overhead_ns,
                 }
             },
         )
@@ -183,4 +193,42 @@ proptest! {
         prop_assert_eq!(a.records.requests, b.records.requests);
         prop_assert_eq!(a.timeline, b.timeline);
     }
+}
+
+/// A burst sent at one instant: without a front end every request is in the first step; with
+/// one, requests reach the scheduler one overhead apart, so the first step runs on the first
+/// request alone and the rest wait for the second, though all were sent at zero.
+#[test]
+fn a_front_end_spreads_a_burst_over_the_first_step() {
+    let requests: Vec<RequestSpec> =
+        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4 }).collect();
+    let config = |frontend_overhead_ns| SimConfig {
+        scheduler: SchedulerConfig {
+            max_num_batched_tokens: 2048,
+            max_num_seqs: 32,
+            enable_chunked_prefill: true,
+            block_size: 16,
+            num_gpu_blocks: 1000,
+            watermark: 0.0,
+            tgi: None,
+        },
+        policy: Policy::VllmV1,
+        replicas: 1,
+        router: Router::RoundRobin,
+        max_concurrency: None,
+        frontend_overhead_ns,
+    };
+    let at_once = simulate(&requests, &config(0), &LinearCost);
+    assert_eq!((at_once.timeline[0].start_ns, at_once.timeline[0].batch_seqs), (0, 8));
+
+    let overhead_ns = 50_000;
+    let spread = simulate(&requests, &config(overhead_ns), &LinearCost);
+    let (first, second) = (spread.timeline[0], spread.timeline[1]);
+    assert_eq!((first.start_ns, first.batch_seqs, first.prefill_tokens), (overhead_ns, 1, 100));
+    // The other seven were through the front end (8 × 50 µs) long before the first step ended.
+    assert_eq!((second.batch_seqs, second.prefill_tokens, second.decode_tokens), (8, 700, 1));
+    let records = &spread.records.requests;
+    assert!(records.iter().all(|r| r.send_ns == 0 && r.success));
+    assert_eq!(records[0].first_token_ns, Some(overhead_ns + first.cost.total_ns));
+    assert_eq!(records[1].first_token_ns, Some(second.start_ns + second.cost.total_ns));
 }

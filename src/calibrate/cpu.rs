@@ -20,14 +20,14 @@
 //! [`decode_attention`] over the cache. Caches use 16-token blocks handed out in a scrambled
 //! (seeded) order, as in a cache that has served many requests.
 //!
-//! A memory-bound GEMM (a decode step's) is timed among its layer's GEMMs, in the step's order,
+//! A GEMM that streams its weights (a decode step's) is timed among its layer's GEMMs, in order,
 //! over copies of the layer's weights (see [`GemmSequenceOp`]); a compute-bound one over copies
 //! of its own B.
 //!
 //! GEMMs take B as `[k × n]` row-major ([`CALIBRATION_B_LAYOUT`]): the layout the CPU engine
 //! keeps its weights in, for speed at decode-sized m. They run through [`Gemm::run`], as the
 //! engine's do, so a profile times whichever kernel the engine gets for each shape (the `gemm`
-//! crate, or the AVX-512 few-row kernel for 8–64 rows of a B larger than L2).
+//! crate, or the AVX-512 few-row kernel for 7–64 rows of a B larger than L2).
 
 use std::time::Instant;
 
@@ -232,21 +232,24 @@ impl Backend for CpuBackend {
         self.prepare_gemm_sequence(shape, &StepGemms { sequence: vec![(shape.n, shape.k)], timed: 0 })
     }
 
-    /// Memory-bound GEMMs (below the machine's FLOP-per-byte balance: a decode step's) run among
-    /// their layer's GEMMs. On the development machine (1 thread, 100m model, m = 2–16) the QKV
-    /// GEMM took 1.5× as long after the previous layer's down GEMM as after copies of itself,
-    /// and a decode step's GEMMs 10–20% longer in all than copies of each timed alone. A
-    /// compute-bound GEMM reuses each weight over enough rows that what streamed before it does
-    /// not show (within 1% at m = 32), and running its layer around it would only multiply the
+    /// GEMMs up to twice the machine's FLOP-per-byte balance (a decode step's) run among their
+    /// layer's GEMMs. On the development machine (1 thread, 100m model, m = 2–16) the QKV GEMM
+    /// took 1.5× as long after the previous layer's down GEMM as after copies of itself, and a
+    /// decode step's GEMMs 10–20% longer in all than copies of each timed alone. The balance is
+    /// peak FLOP/s over the copy bandwidth, which counts reads and writes, while a GEMM mostly
+    /// reads: m = 16 sits above it (8 FLOP/B against 6) yet showed the effect in full, hence the
+    /// factor 2. Further up each weight serves enough rows that what streamed before it does not
+    /// show (within 1% at m = 32), and running its layer around it would only multiply the
     /// calibration's time.
     fn prepare_gemm_in_step(
         &mut self,
         shape: &GemmShape,
         step: &StepGemms,
     ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+        const BALANCE_FACTOR: f64 = 2.0;
         let work = gemm_work(shape);
-        let memory_bound = work.flops * self.peak.memory_bytes_per_s < work.bytes * self.peak.flops_per_s;
-        if memory_bound { self.prepare_gemm_sequence(shape, step) } else { self.prepare_gemm(shape) }
+        let streams_weights = work.flops * self.peak.memory_bytes_per_s < BALANCE_FACTOR * work.bytes * self.peak.flops_per_s;
+        if streams_weights { self.prepare_gemm_sequence(shape, step) } else { self.prepare_gemm(shape) }
     }
 
     fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {

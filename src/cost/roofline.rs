@@ -455,6 +455,7 @@ mod tests {
             prefill_step_overhead_us: 0.0,
             prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 5.0,
+            frontend_overhead_us: 0.0,
         }
     }
 
@@ -486,6 +487,7 @@ mod tests {
             prefill_step_overhead_us: 0.0,
             prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 0.0,
+            frontend_overhead_us: 0.0,
         }
     }
 

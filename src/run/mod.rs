@@ -42,6 +42,7 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
         replicas: scenario.engine.replicas,
         router: scenario.engine.router,
         max_concurrency: scenario.workload.max_concurrency,
+        frontend_overhead_ns: (scenario.cost.frontend_overhead_us * 1e3).round() as u64,
     }
 }
 

@@ -134,7 +134,7 @@ macro_rules! param {
 /// Every parameter of [`CostParams`], in the struct's order (the order profiles list them in).
 /// The exhaustive destructuring in the test `registry_covers_every_field` fails to compile when
 /// a field is added to `CostParams` and not here.
-pub const PARAMS: [ParamSpec; 11] = [
+pub const PARAMS: [ParamSpec; 12] = [
     param!(gemm_efficiency, ParamKind::Fraction),
     param!(attention_efficiency, ParamKind::Fraction),
     param!(memory_bandwidth_efficiency, ParamKind::Fraction),
@@ -146,6 +146,7 @@ pub const PARAMS: [ParamSpec; 11] = [
     param!(prefill_step_overhead_us, ParamKind::NonNegativeMicros),
     param!(prefill_seq_overhead_us, ParamKind::NonNegativeMicros),
     param!(seq_overhead_us, ParamKind::NonNegativeMicros),
+    param!(frontend_overhead_us, ParamKind::NonNegativeMicros),
 ];
 
 /// The names of all parameters, comma-separated, for error messages.
@@ -194,6 +195,7 @@ mod tests {
             prefill_step_overhead_us: 8.5,
             prefill_seq_overhead_us: 8.75,
             seq_overhead_us: 9.0,
+            frontend_overhead_us: 9.5,
         }
     }
 
@@ -212,6 +214,7 @@ mod tests {
             prefill_step_overhead_us,
             prefill_seq_overhead_us,
             seq_overhead_us,
+            frontend_overhead_us,
         } = sample();
         let expected = [
             gemm_efficiency,
@@ -225,6 +228,7 @@ mod tests {
             prefill_step_overhead_us,
             prefill_seq_overhead_us,
             seq_overhead_us,
+            frontend_overhead_us,
         ];
         let p = sample();
         let got: Vec<f64> = PARAMS.iter().map(|s| s.get(&p)).collect();

@@ -155,6 +155,11 @@ pub struct CostParams {
     pub prefill_seq_overhead_us: f64,
     /// CPU overhead per sequence in a step (input prep, detokenize, stream), microseconds.
     pub seq_overhead_us: f64,
+    /// The API server's time per request before the engine's scheduler sees it (HTTP parsing,
+    /// tokenization, hand-off), microseconds. A replica's front end takes requests one at a
+    /// time, so a burst reaches the scheduler spread out, and the engine's first step starts on
+    /// the first request alone, as real engines' do.
+    pub frontend_overhead_us: f64,
 }
 
 impl Default for CostParams {

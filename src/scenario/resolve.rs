@@ -100,6 +100,9 @@ pub(super) const DEFAULT_COST: CostParams = CostParams {
     prefill_step_overhead_us: 0.0,
     prefill_seq_overhead_us: 0.0,
     seq_overhead_us: 10.0,
+    // Zero: every request sent at an instant is in the scheduler's first step. Measured for
+    // servesim's own engine by `validate --engine`; not fitted for vLLM or TGI.
+    frontend_overhead_us: 0.0,
 };
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),

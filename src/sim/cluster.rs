@@ -27,6 +27,8 @@ pub struct Replica {
     pub outstanding: u32,
     pub step_started_ns: u64,
     pub step_cost: StepCost,
+    /// When the front end finishes the requests handed to it so far.
+    pub frontend_free_ns: u64,
 }
 
 /// Replicas plus routing state.
@@ -47,6 +49,7 @@ impl Cluster {
                 outstanding: 0,
                 step_started_ns: 0,
                 step_cost: StepCost::default(),
+                frontend_free_ns: 0,
             })
             .collect();
         Cluster { replicas, router, round_robin_next: 0 }

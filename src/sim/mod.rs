@@ -7,9 +7,14 @@
 //! ```
 //!
 //! Time is virtual: `u64` nanoseconds, advanced only by popping events. A replica's step starts
-//! as an event at the current instant (so every request sent at that instant is visible to the
-//! scheduler, as with all-at-once clients), lasts what the cost model predicts, and the next step
-//! starts as soon as the previous ends, as in real engines' busy loops.
+//! as an event at the current instant (so every request that reached the scheduler at that
+//! instant is visible to it), lasts what the cost model predicts, and the next step starts as
+//! soon as the previous ends, as in real engines' busy loops.
+//!
+//! A sent request reaches its replica's scheduler after the front end's overhead
+//! (`frontend_overhead_ns`), one request at a time per replica. With none, every request sent at
+//! an instant is in that instant's step (all-at-once clients); with some, a burst trickles in and
+//! the first step runs on the first request alone.
 
 pub mod cluster;
 pub mod queue;
@@ -30,6 +35,8 @@ pub struct SimConfig {
     pub replicas: u32,
     pub router: Router,
     pub max_concurrency: Option<u32>,
+    /// The front end's time per request, before the scheduler sees it (see the module doc).
+    pub frontend_overhead_ns: u64,
 }
 
 /// One engine step, for `timeline.csv`.
@@ -69,6 +76,8 @@ pub struct SimOutput {
 enum Event {
     /// Every request whose arrival time is now.
     Arrivals,
+    /// A request is through its replica's front end and reaches the scheduler.
+    Admit { request: u32, replica: u32 },
     StepStart { replica: u32 },
     StepEnd { replica: u32 },
 }
@@ -84,6 +93,7 @@ struct Simulation<'a> {
     gate_queue: std::collections::VecDeque<u32>,
     in_flight: u32,
     max_concurrency: u32,
+    frontend_overhead_ns: u64,
     cluster: Cluster,
     last_token_ns: Vec<u64>,
     done: Vec<bool>,
@@ -105,6 +115,7 @@ pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMod
         gate_queue: Default::default(),
         in_flight: 0,
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
+        frontend_overhead_ns: config.frontend_overhead_ns,
         cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
@@ -139,6 +150,11 @@ pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMod
         sim.now_ns = time_ns;
         match event {
             Event::Arrivals => sim.on_arrivals(),
+            Event::Admit { request, replica } => {
+                sim.admit(request, replica);
+                // A request refused on admission frees its client permit.
+                sim.open_gate();
+            }
             Event::StepStart { replica } => sim.on_step_start(replica),
             Event::StepEnd { replica } => sim.on_step_end(replica),
         }
@@ -168,23 +184,38 @@ impl Simulation<'_> {
         }
     }
 
-    /// The client issues request `id` now: it is timed from here, routed, and queued.
+    /// The client issues request `id` now: it is timed from here, routed, and passes through
+    /// the replica's front end to its scheduler.
     fn send(&mut self, id: u32) {
         self.in_flight += 1;
         self.out.records.requests[id as usize].send_ns = self.now_ns;
-        let spec = self.requests[id as usize];
         let replica_index = self.cluster.route();
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
+        replica.outstanding += 1;
+        if self.frontend_overhead_ns == 0 {
+            self.admit(id, replica_index);
+        } else {
+            // One request at a time: this one starts when the front end is free.
+            let through_ns = replica.frontend_free_ns.max(self.now_ns) + self.frontend_overhead_ns;
+            replica.frontend_free_ns = through_ns;
+            self.events.push(through_ns, Event::Admit { request: id, replica: replica_index });
+        }
+    }
+
+    /// Request `id` reaches replica `replica_index`'s scheduler now.
+    fn admit(&mut self, id: u32, replica_index: u32) {
+        let spec = self.requests[id as usize];
+        let replica = &mut self.cluster.replicas[replica_index as usize];
         match replica.scheduler.add_request(id, spec.input_tokens, spec.output_tokens, spec.max_tokens) {
             Admission::Queued { .. } => {
-                replica.outstanding += 1;
                 if !replica.busy && !replica.start_queued {
                     replica.start_queued = true;
                     self.events.push(self.now_ns, Event::StepStart { replica: replica_index });
                 }
             }
             Admission::Rejected { .. } => {
+                replica.outstanding -= 1;
                 self.out.rejected += 1;
                 self.complete(id, false);
             }

@@ -192,7 +192,9 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, peak: Peak, host: 
     let _ = writeln!(t, "[cost]");
     let _ = writeln!(t, "step_overhead_eager_us = {:.3}", host.step_us);
     let _ = writeln!(t, "seq_overhead_us = {:.3}", host.seq_us);
-    let _ = writeln!(t, "prefill_step_overhead_us = 0.0\nprefill_seq_overhead_us = 0.0\n");
+    let _ = writeln!(t, "prefill_step_overhead_us = 0.0\nprefill_seq_overhead_us = 0.0");
+    let _ = writeln!(t, "# Its HTTP front end's time per request, timed on one-token requests to that loop.");
+    let _ = writeln!(t, "frontend_overhead_us = {:.3}\n", host.frontend_us);
     let _ = writeln!(t, "[workload]");
     let _ = writeln!(t, "num_prompts = {}", series_prompts(sweep, concurrency));
     let _ = writeln!(t, "request_rate = \"inf\"");
@@ -240,8 +242,12 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         .enable_all()
         .build()
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
-    let host = measure_host_overhead(&runtime, &setup.knobs, llama.max_position_embeddings, llama.vocab_size as u32);
-    log(&format!("    host overhead of the engine loop: {:.1} µs per step + {:.2} µs per sequence", host.step_us, host.seq_us));
+    let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
+    let host = measure_host_overhead(&runtime, &setup.knobs, &bare, &llama);
+    log(&format!(
+        "    host overhead of the engine loop: {:.1} µs per step + {:.2} µs per sequence; front end {:.0} µs per request",
+        host.step_us, host.seq_us, host.frontend_us
+    ));
     let scenario_text = scenario_toml(setup, sweep, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
     let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
@@ -252,22 +258,12 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: k.num_gpu_blocks.to_string(), reason: e.to_string() })?;
     model.set_threads(setup.threads);
     let context_len = k.context_len(llama.max_position_embeddings);
-    // The tokenizer `servesim serve` gives a random-weight model: every generated id has text, so
-    // the client times every token.
-    let tokenizer = Tokenizer::shipped(llama.vocab_size as u32).unwrap_or_else(Tokenizer::bytes);
     let engine = k
         .start(ModelEngine::new(model), u32::MAX, context_len)
         .with_model_name(format!("random-{}", setup.size))
-        .with_tokenizer(std::sync::Arc::new(tokenizer));
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
-    let address = listener.local_addr().map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = runtime.spawn(crate::engine::server::serve(listener, engine.clone(), async {
-        let _ = stopped.await;
-    }));
-    let base_url = format!("http://{address}");
+        .with_tokenizer(served_tokenizer(&llama));
+    let server = LocalServer::start(&runtime, &engine)?;
+    let base_url = server.base_url.clone();
 
     // Warm-up, as vLLM's client sends a test prompt first: the first steps page in weights and
     // spin up the thread pools, which no series should pay for.
@@ -296,8 +292,7 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         let label = format!("Poisson {:.3} req/s", s.workload.request_rate);
         series.push(measure(&runtime, &engine, &base_url, &cost, s, label, log)?);
     }
-    let _ = stop.send(());
-    let _ = runtime.block_on(server);
+    server.stop(&runtime);
     log("4/4 compared");
     Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, series })
 }
@@ -309,6 +304,40 @@ pub struct HostOverhead {
     pub step_us: f64,
     /// Per sequence in the step, µs (`seq_overhead_us`).
     pub seq_us: f64,
+    /// Per request, from the client's send to the scheduler, µs (`frontend_overhead_us`).
+    pub frontend_us: f64,
+}
+
+/// The tokenizer `servesim serve` gives a random-weight model: every generated id has text, so
+/// the client times every token.
+fn served_tokenizer(llama: &LlamaConfig) -> std::sync::Arc<Tokenizer> {
+    std::sync::Arc::new(Tokenizer::shipped(llama.vocab_size as u32).unwrap_or_else(Tokenizer::bytes))
+}
+
+/// An engine served over HTTP on 127.0.0.1 (an ephemeral port) until [`LocalServer::stop`].
+struct LocalServer {
+    base_url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl LocalServer {
+    fn start(runtime: &tokio::runtime::Runtime, engine: &EngineHandle) -> Result<LocalServer, Error> {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
+        let address = listener.local_addr().map_err(|source| Error::Output { path: "127.0.0.1:0".into(), source })?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = runtime.spawn(crate::engine::server::serve(listener, engine.clone(), async {
+            let _ = stopped.await;
+        }));
+        Ok(LocalServer { base_url: format!("http://{address}"), stop, task })
+    }
+
+    fn stop(self, runtime: &tokio::runtime::Runtime) {
+        let _ = self.stop.send(());
+        let _ = runtime.block_on(self.task);
+    }
 }
 
 /// A forward pass that computes nothing: the engine loop around it is all that takes time.
@@ -340,12 +369,20 @@ impl crate::engine::server::Executor for NoCompute {
 /// sequence, then a full batch of `max_num_seqs`, each decoding 64 tokens. The line through the
 /// median step time of the two is the overhead per step and per sequence. The model's own forward
 /// pass (and its sampling) is priced by calibration, not here.
-fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs, max_positions: usize, vocab_size: u32) -> HostOverhead {
+///
+/// Then the front end: the same engine over HTTP, one request at a time of `bare`'s prompts
+/// and one output token. Such a request's time to first token is the front end's plus one step
+/// of one sequence, so the front end's is the median TTFT less that step. Its requests reach the
+/// scheduler through the same HTTP parsing, tokenizer and channel as the real run's.
+fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs, bare: &Scenario, llama: &LlamaConfig) -> HostOverhead {
     use crate::engine::server::GenerateParams;
     const DECODE_TOKENS: u32 = 64;
     let batch_target = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let executor = NoCompute { vocab_size, batch_target: batch_target.clone() };
-    let engine = knobs.start(executor, u32::MAX, knobs.context_len(max_positions));
+    let executor = NoCompute { vocab_size: llama.vocab_size as u32, batch_target: batch_target.clone() };
+    let engine = knobs
+        .start(executor, u32::MAX, knobs.context_len(llama.max_position_embeddings))
+        .with_model_name(bare.model.name.clone())
+        .with_tokenizer(served_tokenizer(llama));
     let mean_step_ns = |seqs: u32| -> Option<f64> {
         let before = engine.stats().steps_total;
         batch_target.store(seqs, std::sync::atomic::Ordering::Relaxed);
@@ -374,14 +411,37 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs,
         full.get(full.len() / 2).map(|&ns| ns as f64)
     };
     let wide = knobs.max_num_seqs.clamp(2, 256);
-    match (mean_step_ns(1), mean_step_ns(wide)) {
+    let (step_us, seq_us) = match (mean_step_ns(1), mean_step_ns(wide)) {
         (Some(one), Some(many)) => {
             let seq_ns = ((many - one) / f64::from(wide - 1)).max(0.0);
-            HostOverhead { step_us: (one - seq_ns).max(0.0) / 1e3, seq_us: seq_ns / 1e3 }
+            ((one - seq_ns).max(0.0) / 1e3, seq_ns / 1e3)
         }
         // Nothing ran (the engine refused the requests): no overhead is better than a guess.
-        _ => HostOverhead::default(),
+        _ => return HostOverhead::default(),
+    };
+    batch_target.store(1, std::sync::atomic::Ordering::Relaxed);
+    let frontend_us = measure_frontend_us(runtime, &engine, bare).map_or(0.0, |ttft_us| (ttft_us - step_us - seq_us).max(0.0));
+    HostOverhead { step_us, seq_us, frontend_us }
+}
+
+/// Median time to first token, µs, of [`FRONTEND_REQUESTS`] one-token requests sent one at a
+/// time to `engine` over HTTP; `None` if the server could not start or any request failed.
+fn measure_frontend_us(runtime: &tokio::runtime::Runtime, engine: &EngineHandle, bare: &Scenario) -> Option<f64> {
+    const FRONTEND_REQUESTS: u32 = 16;
+    let mut s = bare.clone();
+    s.workload.num_prompts = vec![FRONTEND_REQUESTS];
+    s.workload.max_concurrency = Some(1);
+    s.workload.request_rate = f64::INFINITY;
+    if let crate::scenario::Dataset::Fixed { output_len, .. } = &mut s.workload.dataset {
+        *output_len = 1;
     }
+    let server = LocalServer::start(runtime, engine).ok()?;
+    let run = bench(runtime, engine, &server.base_url, &s);
+    server.stop(runtime);
+    let run = run.ok().filter(|r| r.failed() == 0)?;
+    let mut ttft_ns: Vec<u64> = run.records.requests.iter().filter_map(|r| Some(r.first_token_ns? - r.send_ns)).collect();
+    ttft_ns.sort_unstable();
+    ttft_ns.get(ttft_ns.len() / 2).map(|&ns| ns as f64 / 1e3)
 }
 
 fn calibrate_error(reason: String) -> Error {
@@ -628,7 +688,7 @@ mod tests {
     fn the_scenario_is_the_engines_configuration() {
         let (engine, sweep) = setup();
         let peak = Peak { flops_per_s: 5e10, memory_bytes_per_s: 2e10 };
-        let host = HostOverhead { step_us: 3.0, seq_us: 0.25 };
+        let host = HostOverhead { step_us: 3.0, seq_us: 0.25, frontend_us: 120.0 };
         let text = scenario_toml(&engine, &sweep, peak, host).unwrap();
         let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         let m = LlamaConfig::tiny();
@@ -636,7 +696,8 @@ mod tests {
         assert_eq!(s.engine.policy, Policy::Servesim);
         // The simulated scheduler is the one the engine runs, knob for knob.
         assert_eq!(scheduler_config(&s), engine.knobs.scheduler_config());
-        assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us), (3.0, 0.25));
+        assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us, s.cost.frontend_overhead_us), (3.0, 0.25, 120.0));
+        assert_eq!(sim_config(&s).frontend_overhead_ns, 120_000);
         assert_eq!(s.hardware.gpu.peak_flops_16bit, 5e10);
         assert_eq!(s.workload.max_concurrency, Some(1));
         assert_eq!(s.workload.num_prompts, vec![MIN_PROMPTS]);
@@ -649,7 +710,7 @@ mod tests {
         let text = scenario_toml(&engine, &sweep, peak, HostOverhead::default()).unwrap();
         let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-        let host = measure_host_overhead(&runtime, &engine.knobs, s.model.max_position_embeddings as usize, 256);
+        let host = measure_host_overhead(&runtime, &engine.knobs, &s, &LlamaConfig::tiny());
         // A loop of channel sends and scheduler bookkeeping: above nothing, far below a
         // millisecond (vLLM's Python step overhead, the default it replaces).
         // The line's parts are clamped at zero, and noise may move time between them; a step of
@@ -657,5 +718,8 @@ mod tests {
         let one_seq_step_us = host.step_us + host.seq_us;
         assert!(one_seq_step_us > 0.0 && one_seq_step_us < 1000.0, "{host:?}");
         assert!(host.step_us >= 0.0 && host.seq_us >= 0.0 && host.seq_us < 100.0, "{host:?}");
+        // HTTP parsing, tokenizing a 16-token prompt and a channel hop on loopback: some time,
+        // far below the 100 ms of a slow network.
+        assert!(host.frontend_us > 0.0 && host.frontend_us < 100_000.0, "{host:?}");
     }
 }

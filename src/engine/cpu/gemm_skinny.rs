@@ -2,10 +2,10 @@
 //! reads each weight from memory once and packs nothing but A.
 //!
 //! ```text
-//!   A [m × k] ─ pack ─► Aᵀ tiles [m/8][k][8]   (the last tile may be short; 96 KiB at 32 × 768)
+//!   A [m × k] ─ pack ─► Aᵀ tiles [⌈m/8⌉][k][8]   (rows shared evenly; 96 KiB at 32 × 768)
 //!   B [k × n]: panels of 48 columns, split into contiguous runs across threads
 //!   per panel, per block of 256 rows of B:
-//!     tile 0 (rows 0–7) reads the block from memory (prefetched), tiles 1… from cache;
+//!     tile 0 reads the block from memory (prefetched), tiles 1… from cache;
 //!     each tile prefetches its share of the next block, one row every `tiles` rows it computes
 //!   per tile: up to 24 zmm accumulators (8 rows × 3 vectors), one FMA chain over k per element
 //! ```
@@ -25,13 +25,14 @@ use std::cell::RefCell;
 ///
 /// - above 64 rows, B is reused across enough rows that the `gemm` crate's packing pays (2
 ///   threads: this kernel 15% ahead at 32 rows and at 128, even at 64);
-/// - below 8 rows, a tile is too short to hide the FMA latency, and the crate's few-row path is
-///   faster on B in cache (on B from memory both wait on memory);
+/// - below 7 rows the crate's few-row path is faster (one core, 100m model, a decode step of 2
+///   sequences: 15 ms against 24 ms here, where a tile of 2 rows has too few FMA chains to hide
+///   their latency); at 6 they are even; at 7 this kernel is 17% ahead (20 ms against 24 ms);
 /// - on a B that stays in L2 between calls the crate is as fast, and its cost grows smoothly
 ///   with m, where this kernel's grows in steps of 8 rows (each tile reads B again), which
 ///   calibration's interpolation over m would miss.
 pub fn takes(m: usize, n: usize, k: usize) -> bool {
-    (8..=64).contains(&m) && k * n > B_FLOATS_MIN && available()
+    (7..=64).contains(&m) && k * n > B_FLOATS_MIN && available()
 }
 
 /// 1 MiB of f32: a typical L2 per core (the development machine's).
@@ -127,12 +128,25 @@ pub mod avx512 {
     /// 256 measured best of 64–1024 on the development machine (128: +3%, 512: +18% per step).
     const KC: usize = 256;
 
-    /// `a` `[m × k]` → `at` `[tiles][k][MR]`; a short last tile's spare rows are zero (unread).
+    /// Rows `r0..r1` of A (and C) that tile `t` of an `m`-row product computes. The rows are
+    /// shared out evenly over the fewest tiles of at most `MR` (9 rows: 4 + 5, not 8 + 1): a
+    /// tile of one or two rows has too few FMA chains to hide their latency, and it paid for a
+    /// whole extra pass over the block of B (measured on one core, 100m model: a decode step of
+    /// 9 sequences took 28 ms against 23 ms for 16).
+    #[inline]
+    pub fn tile_rows(m: usize, t: usize) -> (usize, usize) {
+        let tiles = m.div_ceil(MR);
+        (t * m / tiles, (t + 1) * m / tiles)
+    }
+
+    /// `a` `[m × k]` → `at` `[tiles][k][MR]`, tile `t` holding rows [`tile_rows`]`(m, t)`; a
+    /// tile's spare rows are zero (unread).
     pub fn pack_a(a: &[f32], m: usize, k: usize, at: &mut [f32]) {
         for (t, tile) in at.chunks_exact_mut(k * MR).enumerate() {
+            let (r0, r1) = tile_rows(m, t);
             for r in 0..MR {
-                let row = t * MR + r;
-                if row < m {
+                let row = r0 + r;
+                if row < r1 {
                     for (kk, &x) in a[row * k..(row + 1) * k].iter().enumerate() {
                         tile[kk * MR + r] = x;
                     }
@@ -220,6 +234,7 @@ pub mod avx512 {
                     };
                     let tiles = m.div_ceil(MR);
                     for t in 0..tiles {
+                        let (r0, r1) = tile_rows(m, t);
                         // Each tile prefetches its share of the next block's rows, one row every
                         // `tiles` rows it computes: the block streams in evenly over the whole
                         // block's compute, instead of in a burst that overflows the core's queue
@@ -231,9 +246,9 @@ pub mod avx512 {
                             at: at.as_ptr().add((t * k + k0) * MR),
                             b: b.as_ptr().add(k0 * n + j0),
                             ldb: n,
-                            c: c.0.add(t * MR * n + j0),
+                            c: c.0.add(r0 * n + j0),
                             ldc: n,
-                            rows: MR.min(m - t * MR),
+                            rows: r1 - r0,
                             mask,
                             load_c: accumulate || k0 > 0,
                             prefetch: next.wrapping_add(share0 * n),
@@ -256,7 +271,7 @@ pub mod avx512 {
         }
     }
 
-    /// One 8-row tile of one panel over one block of k.
+    /// One tile (up to 8 rows) of one panel over one block of k.
     struct Tile {
         k: usize,
         /// Packed Aᵀ tile `[k][MR]`.
@@ -267,8 +282,8 @@ pub mod avx512 {
         /// The tile's first element of C.
         c: *mut f32,
         ldc: usize,
-        /// Rows of C (1 to MR): a short last tile computes only its rows, so that time grows
-        /// with m in steps of one row, not of a tile (calibration interpolates over m).
+        /// Rows of C (1 to MR): a tile computes only its rows, so that time grows with m in
+        /// steps of one row, not of a tile (calibration interpolates over m).
         rows: usize,
         /// Columns of the last vector that lie inside C.
         mask: __mmask16,

@@ -15,7 +15,7 @@
 //!   `SERVESIM_CPU_ISA=baseline` forces the portable path.
 //! - Weights belong in `[in, out]` layout ([`BLayout::RowMajor`]): the `gemm` crate is up to 3.5×
 //!   faster with it at decode-sized m than with `[out, in]`, the few-row kernel
-//!   (`gemm_skinny.rs`, AVX-512, 8–64 rows) reads only that layout, and calibration times it.
+//!   (`gemm_skinny.rs`, AVX-512, 7–64 rows) reads only that layout, and calibration times it.
 //!
 //! Measured on one core of the development machine (AMD EPYC, AVX2 path; the gemm crate reaches
 //! ~125 GFLOP/s there with its AVX2 kernels, ~190–240 with its AVX-512 ones): prefill and
