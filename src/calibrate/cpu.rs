@@ -313,10 +313,12 @@ impl CpuBackend {
             .map(|&(n, k)| Gemm { m, n: n as usize, k: k as usize, b_layout: CALIBRATION_B_LAYOUT, accumulate: false })
             .collect();
         // As many copies of the sequence's weights as it takes to stream 2 × the last-level
-        // cache per run, each GEMM reading its own copy.
+        // cache per run, each GEMM reading its own copy; and at least `PLACEMENTS_MIN` where
+        // memory allows (see there).
         let weights_floats: usize = gemms.iter().map(|g| g.k * g.n).sum();
         let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
-        let copies = stream_bytes.div_ceil(weights_floats * 4).clamp(1, B_COPIES_MAX);
+        let fitting = usize::try_from(self.bytes_max / 2).unwrap_or(usize::MAX) / (weights_floats * 4);
+        let copies = stream_bytes.div_ceil(weights_floats * 4).max(PLACEMENTS_MIN.min(fitting)).clamp(1, B_COPIES_MAX);
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
         self.ensure_fits((m * k_max + copies * weights_floats + m * n_max) as u64, &what)?;
@@ -352,6 +354,13 @@ struct GemmSequenceOp<'a> {
     weights: Vec<Vec<Vec<f32>>>,
     c: Vec<f32>,
 }
+
+/// Fewest copies of a GEMM sequence's weights in one shape, memory allowing. How fast a large
+/// matrix streams depends on where its allocation lands (on the development machine, a VM, the
+/// 100m model's 98 MB LM head read in 3.4–3.8 ms or 4.2–5.2 ms from one allocation to the next,
+/// at every m); an engine's weights land once, so a profile should hold the mean over
+/// placements, not one draw.
+const PLACEMENTS_MIN: usize = 4;
 
 /// Most copies of a GEMM sequence's weights in one shape: small weights need many to stream
 /// 2 × the cache, and 64 of a 1 MB matrix already do.
