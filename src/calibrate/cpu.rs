@@ -66,7 +66,27 @@ pub struct CpuBackend {
     bytes_max: u64,
     /// Seed for operand fills; advanced per prepared op so operands differ between shapes.
     seed: u64,
+    /// Weights of the GEMM sequences timed last (most recent last; see [`WEIGHTS_KEPT`]).
+    weights_kept: Vec<SequenceWeights>,
 }
+
+/// Copies of a GEMM sequence's weights, kept between shapes: every m of a layer's GEMMs reads
+/// the same weights, as an engine's steps do, and a CPU spends longer filling a large model's
+/// layers than timing them.
+struct SequenceWeights {
+    sequence: Vec<(u32, u32)>,
+    /// `[copy][gemm in the sequence]`: B of each GEMM, `[k × n]`.
+    copies: Vec<Vec<Vec<f32>>>,
+}
+
+impl SequenceWeights {
+    fn bytes(&self) -> u64 {
+        self.copies.iter().flatten().map(|b| b.len() as u64 * 4).sum()
+    }
+}
+
+/// Weight sets kept: a layer's, and the layer-plus-LM-head sequence of the same model.
+const WEIGHTS_KEPT: usize = 2;
 
 impl CpuBackend {
     /// Builds a pool of `threads` workers and measures [`Peak`] on it (about 0.1–0.5 s).
@@ -94,6 +114,7 @@ impl CpuBackend {
             flush: vec![1.0; (2 * llc).clamp(32 << 20, 512 << 20) / 4],
             bytes_max,
             seed: 1,
+            weights_kept: Vec::new(),
         };
         backend.peak = Peak { flops_per_s: backend.measure_flops(), memory_bytes_per_s: backend.measure_bandwidth(llc) };
         Ok(backend)
@@ -314,18 +335,40 @@ impl CpuBackend {
             .collect();
         // As many copies of the sequence's weights as it takes to stream 2 × the last-level
         // cache per run, each GEMM reading its own copy; and at least `PLACEMENTS_MIN` where
-        // memory allows (see there).
-        let weights_floats: usize = gemms.iter().map(|g| g.k * g.n).sum();
+        // they fit in `PLACEMENTS_BYTES_MAX` (see there).
+        let weights_bytes = gemms.iter().map(|g| g.k * g.n * 4).sum::<usize>();
         let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
-        let fitting = usize::try_from(self.bytes_max / 2).unwrap_or(usize::MAX) / (weights_floats * 4);
-        let copies = stream_bytes.div_ceil(weights_floats * 4).max(PLACEMENTS_MIN.min(fitting)).clamp(1, B_COPIES_MAX);
+        let placements = PLACEMENTS_MIN.min(PLACEMENTS_BYTES_MAX / weights_bytes);
+        let copies = stream_bytes.div_ceil(weights_bytes).max(placements).clamp(1, B_COPIES_MAX);
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
-        self.ensure_fits((m * k_max + copies * weights_floats + m * n_max) as u64, &what)?;
+        self.ensure_fits((m * k_max + m * n_max) as u64 + (copies * weights_bytes / 4) as u64, &what)?;
         let a = self.random(m * k_max);
-        let weights = (0..copies).map(|_| gemms.iter().map(|g| self.random(g.k * g.n)).collect()).collect();
         let c = vec![0.0; m * n_max];
-        Ok(Box::new(GemmSequenceOp { backend: self, gemms, timed: step.timed, a, weights, c }))
+        let kept = self.weights_kept.iter().position(|w| w.sequence == step.sequence && w.copies.len() == copies);
+        let set = match kept {
+            Some(i) => self.weights_kept.remove(i),
+            None => {
+                // Room first: the sets kept and the new one stay within one shape's allowance.
+                let new_bytes = (copies * weights_bytes) as u64;
+                while self.weights_kept.len() >= WEIGHTS_KEPT
+                    || (!self.weights_kept.is_empty()
+                        && self.weights_kept.iter().map(SequenceWeights::bytes).sum::<u64>() + new_bytes > self.bytes_max)
+                {
+                    self.weights_kept.remove(0);
+                }
+                // One random copy, cloned: the values do not change the timing, and a copy is
+                // a fresh allocation (a placement of its own) at memcpy speed.
+                let first: Vec<Vec<f32>> = gemms.iter().map(|g| self.random(g.k * g.n)).collect();
+                let mut all = vec![first.clone(); copies - 1];
+                all.push(first);
+                SequenceWeights { sequence: step.sequence.clone(), copies: all }
+            }
+        };
+        self.weights_kept.push(set);
+        let this: &CpuBackend = self;
+        let weights = &this.weights_kept.last().expect("just pushed").copies;
+        Ok(Box::new(GemmSequenceOp { backend: this, gemms, timed: step.timed, a, weights, c }))
     }
 
     fn check_dtype(&self, dtype: Dtype) -> Result<(), CalibrateError> {
@@ -351,16 +394,20 @@ struct GemmSequenceOp<'a> {
     timed: usize,
     a: Vec<f32>,
     /// `[copy][gemm in the sequence]`: B of each GEMM, `[k × n]`.
-    weights: Vec<Vec<Vec<f32>>>,
+    weights: &'a [Vec<Vec<f32>>],
     c: Vec<f32>,
 }
 
-/// Fewest copies of a GEMM sequence's weights in one shape, memory allowing. How fast a large
-/// matrix streams depends on where its allocation lands (on the development machine, a VM, the
-/// 100m model's 98 MB LM head read in 3.4–3.8 ms or 4.2–5.2 ms from one allocation to the next,
-/// at every m); an engine's weights land once, so a profile should hold the mean over
-/// placements, not one draw.
+/// Fewest copies of a GEMM sequence's weights in one shape, where they fit in
+/// [`PLACEMENTS_BYTES_MAX`]. How fast a large matrix streams depends on where its allocation
+/// lands (on the development machine, a VM, the 100m model's 98 MB LM head read in 3.4–3.8 ms or
+/// 4.2–5.2 ms from one allocation to the next, at every m); an engine's weights land once, so a
+/// profile should hold the mean over placements, not one draw.
 const PLACEMENTS_MIN: usize = 4;
+
+/// Most bytes spent on extra placements: beyond this (a 1B model's f32 layer is 243 MB) a
+/// sequence gets only the copies that stream 2 × the last-level cache.
+const PLACEMENTS_BYTES_MAX: usize = 512 << 20;
 
 /// Most copies of a GEMM sequence's weights in one shape: small weights need many to stream
 /// 2 × the cache, and 64 of a 1 MB matrix already do.
