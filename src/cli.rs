@@ -927,7 +927,7 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let mut model = ModelExecutor::new(weights, blocks, block_size)
                 .map_err(|e| usage("--num-gpu-blocks", &knobs.num_gpu_blocks.to_string(), e.to_string()))?;
-            model.set_threads(threads);
+            model.use_own_pool(threads).map_err(|e| usage("--threads", &threads.to_string(), e.to_string()))?;
             Box::new(ModelEngine::new(model))
         }
         Some(ordinal) => {

@@ -260,7 +260,9 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     let k = &setup.knobs;
     let mut model = ModelExecutor::new(LlamaWeights::random(&llama, setup.seed), k.num_gpu_blocks as usize, k.block_size as usize)
         .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: k.num_gpu_blocks.to_string(), reason: e.to_string() })?;
-    model.set_threads(setup.threads);
+    model
+        .use_own_pool(setup.threads)
+        .map_err(|e| Error::Usage { flag: "--threads", value: setup.threads.to_string(), reason: e.to_string() })?;
     let context_len = k.context_len(llama.max_position_embeddings);
     let engine = k
         .start(ModelEngine::new(model), u32::MAX, context_len)
