@@ -922,9 +922,12 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
     let tokenizer = serve_tokenizer(&args, &name, weights.config.vocab_size as u32)?;
     let context_len = knobs.context_len(weights.config.max_position_embeddings);
     let (blocks, block_size) = (knobs.num_gpu_blocks as usize, knobs.block_size as usize);
+    // Cores the CPU engine computes on (none on a GPU): the HTTP runtime gets the rest.
+    let mut engine_threads = 0;
     let executor: Box<dyn Executor> = match gpu {
         None => {
             let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            engine_threads = threads;
             let mut model = ModelExecutor::new(weights, blocks, block_size)
                 .map_err(|e| usage("--num-gpu-blocks", &knobs.num_gpu_blocks.to_string(), e.to_string()))?;
             model.use_own_pool(threads).map_err(|e| usage("--threads", &threads.to_string(), e.to_string()))?;
@@ -941,9 +944,7 @@ fn serve(args: ServeArgs) -> Result<(), Error> {
             Box::new(CudaModelEngine::new(model))
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let runtime = crate::engine::server::http_runtime(engine_threads)
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
     runtime.block_on(async move {
         let address = format!("{}:{}", args.host, args.port);

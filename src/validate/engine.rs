@@ -238,13 +238,8 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         }
     };
     let peak = Peak { flops_per_s: profile.provenance.peak.flops_per_s, memory_bytes_per_s: profile.provenance.peak.memory_bytes_per_s };
-    // The HTTP server and the bench client get the cores the engine does not use; a runtime
-    // with a worker per core would put one on the engine's core.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores.saturating_sub(setup.threads).max(1))
-        .enable_all()
-        .build()
+    // The HTTP server and the bench client get the cores the engine does not use.
+    let runtime = crate::engine::server::http_runtime(setup.threads)
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
     let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
     let host = measure_host_overhead(&runtime, &setup.knobs, &bare, &llama);

@@ -26,3 +26,11 @@ pub use knobs::EngineKnobs;
 pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
 pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+
+/// The async runtime for HTTP (and an in-process client): a worker for each core that
+/// `engine_threads` compute threads leave, at least one. A worker per core would put one on a
+/// core the engine computes on, and each streamed token would then preempt a compute thread.
+pub fn http_runtime(engine_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread().worker_threads(cores.saturating_sub(engine_threads).max(1)).enable_all().build()
+}
