@@ -250,7 +250,7 @@ impl Backend for CpuBackend {
     }
 
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
-        self.prepare_gemm_sequence(shape, &StepGemms { sequence: vec![(shape.n, shape.k)], timed: 0 })
+        self.prepare_gemm_sequence(shape, &StepGemms { sequence: vec![(shape.n, shape.k)], timed: 0 }, 1)
     }
 
     /// GEMMs up to twice the machine's FLOP-per-byte balance (a decode step's) run among their
@@ -270,7 +270,7 @@ impl Backend for CpuBackend {
         const BALANCE_FACTOR: f64 = 2.0;
         let work = gemm_work(shape);
         let streams_weights = work.flops * self.peak.memory_bytes_per_s < BALANCE_FACTOR * work.bytes * self.peak.flops_per_s;
-        if streams_weights { self.prepare_gemm_sequence(shape, step) } else { self.prepare_gemm(shape) }
+        if streams_weights { self.prepare_gemm_sequence(shape, step, PLACEMENTS_MIN) } else { self.prepare_gemm(shape) }
     }
 
     fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
@@ -315,8 +315,17 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
-    /// `shape` timed at `step.timed` of `step.sequence`, all at its m (see [`GemmSequenceOp`]).
-    fn prepare_gemm_sequence(&mut self, shape: &GemmShape, step: &StepGemms) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    /// `shape` timed at `step.timed` of `step.sequence`, all at its m (see [`GemmSequenceOp`]),
+    /// over at least `placements` copies of the weights where they fit in
+    /// [`PLACEMENTS_BYTES_MAX`]: [`PLACEMENTS_MIN`] for a GEMM that streams its weights, whose
+    /// time depends on where they lie; 1 for a compute-bound one, where extra copies would only
+    /// multiply the calibration's time.
+    fn prepare_gemm_sequence(
+        &mut self,
+        shape: &GemmShape,
+        step: &StepGemms,
+        placements: usize,
+    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
         self.check_dtype(shape.dtype)?;
         let m = shape.m as usize;
         if m == 0 || shape.n == 0 || shape.k == 0 || step.sequence.iter().any(|&(n, k)| n == 0 || k == 0) {
@@ -334,11 +343,10 @@ impl CpuBackend {
             .map(|&(n, k)| Gemm { m, n: n as usize, k: k as usize, b_layout: CALIBRATION_B_LAYOUT, accumulate: false })
             .collect();
         // As many copies of the sequence's weights as it takes to stream 2 × the last-level
-        // cache per run, each GEMM reading its own copy; and at least `PLACEMENTS_MIN` where
-        // they fit in `PLACEMENTS_BYTES_MAX` (see there).
+        // cache per run, each GEMM reading its own copy; and at least `placements`.
         let weights_bytes = gemms.iter().map(|g| g.k * g.n * 4).sum::<usize>();
         let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
-        let placements = PLACEMENTS_MIN.min(PLACEMENTS_BYTES_MAX / weights_bytes);
+        let placements = placements.min(PLACEMENTS_BYTES_MAX / weights_bytes);
         let copies = stream_bytes.div_ceil(weights_bytes).max(placements).clamp(1, B_COPIES_MAX);
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
@@ -398,7 +406,7 @@ struct GemmSequenceOp<'a> {
     c: Vec<f32>,
 }
 
-/// Fewest copies of a GEMM sequence's weights in one shape, where they fit in
+/// Fewest copies of the weights of a GEMM that streams them, where they fit in
 /// [`PLACEMENTS_BYTES_MAX`]. How fast a large matrix streams depends on where its allocation
 /// lands (on the development machine, a VM, the 100m model's 98 MB LM head read in 3.4–3.8 ms or
 /// 4.2–5.2 ms from one allocation to the next, at every m); an engine's weights land once, so a

@@ -384,7 +384,7 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs,
         .start(executor, u32::MAX, knobs.context_len(llama.max_position_embeddings))
         .with_model_name(bare.model.name.clone())
         .with_tokenizer(served_tokenizer(llama));
-    let mean_step_ns = |seqs: u32| -> Option<f64> {
+    let median_step_ns = |seqs: u32| -> Option<f64> {
         let before = engine.stats().steps_total;
         batch_target.store(seqs, std::sync::atomic::Ordering::Relaxed);
         runtime.block_on(async {
@@ -412,7 +412,7 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs,
         full.get(full.len() / 2).map(|&ns| ns as f64)
     };
     let wide = knobs.max_num_seqs.clamp(2, 256);
-    let (step_us, seq_us) = match (mean_step_ns(1), mean_step_ns(wide)) {
+    let (step_us, seq_us) = match (median_step_ns(1), median_step_ns(wide)) {
         (Some(one), Some(many)) => {
             let seq_ns = ((many - one) / f64::from(wide - 1)).max(0.0);
             ((one - seq_ns).max(0.0) / 1e3, seq_ns / 1e3)
