@@ -670,6 +670,7 @@ fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     let mut options = GridOptions::all_presets(scale);
     options.tensor_parallel = tensor_parallel;
     options.dtypes = dtypes;
+    options.extra_m = backend.gemm_m_breakpoints();
     if !args.models.is_empty() {
         options.models = args
             .models

@@ -720,6 +720,7 @@ fn tiny_calibration_runs_end_to_end() {
             tensor_parallel: vec![1],
             models: Vec::new(),
             max_m: 256,
+            extra_m: Vec::new(),
             scale: GridScale::Tiny,
             allreduce_gpus: Vec::new(),
         },

@@ -53,6 +53,15 @@ fn the_engine_loop_runs_and_compares_measured_with_simulated() {
         csv.lines().skip(1).map(|l| l.split(',').nth(8).unwrap().parse::<u64>().unwrap()).sum()
     };
     assert_eq!((prefill_tokens(&trace), prefill_tokens(&simulated)), (256, 256));
+    // The engine times its forward pass kernel by kernel: every step has GEMM, attention and
+    // elementwise parts, which with the host time fit inside the step.
+    for line in trace.lines().skip(1) {
+        let ms: Vec<f64> = line.split(',').skip(10).map(|x| x.parse().unwrap()).collect();
+        let [step, gemm, attention, elementwise, communication, host] = ms[..] else { panic!("{line}") };
+        assert!(gemm > 0.0 && attention > 0.0 && elementwise > 0.0 && communication == 0.0, "{line}");
+        assert!(gemm + attention + elementwise + host <= step + 1e-5, "{line}");
+    }
+    assert!(text.contains("| GEMM (ms) | attention (ms) |"), "{text}");
 
     // The saved scenario and profile rerun the simulation with `simulate`.
     let sim = servesim(&["simulate", scenario.to_str().unwrap(), "--profile", out_dir.join("cpu.csv").to_str().unwrap()]);

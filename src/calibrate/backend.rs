@@ -151,6 +151,13 @@ pub trait Backend {
     fn supports(&self, dtype: Dtype) -> bool;
     /// (kernel name, hash of its source) for every kernel the backend runs, for provenance.
     fn kernel_hashes(&self) -> Vec<(String, String)>;
+    /// GEMM row counts on either side of a jump in the backend's GEMM time (a kernel switch, or
+    /// a kernel whose cost grows in steps of rows), which a grid should measure besides its
+    /// sweep ([`GridOptions::extra_m`](super::grid::GridOptions::extra_m)): interpolation
+    /// between sweep points would smooth the step away. None by default.
+    fn gemm_m_breakpoints(&self) -> Vec<u32> {
+        Vec::new()
+    }
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
     /// `shape` timed among the GEMMs a step runs around it. The default times it alone, as
     /// [`Backend::prepare_gemm`] does: the CUDA backend keeps it (its neighbours' effect is not

@@ -18,7 +18,9 @@
 //! prefill: [`prefill_attention`] over the new tokens' own keys ([`PackedKv`], no context);
 //! mixed: [`prefill_attention`] over the cache ([`PagedKv`], context + new tokens); decode:
 //! [`decode_attention`] over the cache. Caches use 16-token blocks handed out in a scrambled
-//! (seeded) order, as in a cache that has served many requests.
+//! (seeded) order over twice the blocks the shape holds, as in a cache that has served many
+//! requests, and each run reads the next of several copies of the cache, as each layer of a step
+//! reads its own (see [`KvCopies`]).
 //!
 //! A GEMM that streams its weights (a decode step's) is timed among its layer's GEMMs, in order,
 //! over copies of the layer's weights (see [`GemmSequenceOp`]); a compute-bound one over copies
@@ -38,8 +40,8 @@ use super::backend::{
 };
 use super::grid::gemm_work;
 use crate::engine::cpu::{
-    AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, prefill_attention,
-    write_paged,
+    AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, gemm_skinny,
+    prefill_attention, write_paged,
 };
 use crate::scenario::model::Dtype;
 
@@ -68,6 +70,8 @@ pub struct CpuBackend {
     seed: u64,
     /// Weights of the GEMM sequences timed last (most recent last; see [`WEIGHTS_KEPT`]).
     weights_kept: Vec<SequenceWeights>,
+    /// Paged caches that attention shapes read, kept between shapes.
+    kv: KvCopies,
 }
 
 /// Copies of a GEMM sequence's weights, kept between shapes: every m of a layer's GEMMs reads
@@ -115,6 +119,7 @@ impl CpuBackend {
             bytes_max,
             seed: 1,
             weights_kept: Vec::new(),
+            kv: KvCopies::default(),
         };
         backend.peak = Peak { flops_per_s: backend.measure_flops(), memory_bytes_per_s: backend.measure_bandwidth(llc) };
         Ok(backend)
@@ -208,14 +213,7 @@ impl CpuBackend {
     /// Reads the flush buffer on every pool thread, evicting the operands of the last run from
     /// the caches (each thread's private ones, and the shared last level).
     fn flush_caches(&self) {
-        let chunk = self.flush.len().div_ceil(self.threads).max(1);
-        let sum: f32 = self.pool.install(|| {
-            self.flush
-                .par_chunks(chunk)
-                .map(|c| c.iter().step_by(16).sum::<f32>()) // one read per 64-byte line
-                .sum()
-        });
-        std::hint::black_box(sum);
+        evict_caches(&self.pool, &self.flush, self.threads);
     }
 }
 
@@ -247,6 +245,23 @@ impl Backend for CpuBackend {
             .iter()
             .map(|(file, source)| (format!("engine/cpu/{file}"), format!("{:016x}", fnv1a_64(source.as_bytes()))))
             .collect()
+    }
+
+    /// Where [`Gemm::run`] switches kernels (the `gemm` crate below the few-row kernel's
+    /// range, and above it), and the few-row kernel's steps: it reads B once per tile of up to
+    /// [`gemm_skinny::MR`] rows, so its time is nearly flat over `j·MR + 1 ..= (j+1)·MR` rows and
+    /// jumps after each multiple (one core, 100m model: a decode step's GEMMs took 18 ms at 8
+    /// sequences and 21.7 ms at 9 through 16).
+    fn gemm_m_breakpoints(&self) -> Vec<u32> {
+        if !gemm_skinny::available() {
+            return Vec::new();
+        }
+        let (first, last) = (*gemm_skinny::ROWS.start(), *gemm_skinny::ROWS.end());
+        let mut m = vec![first - 1, first];
+        for step in (gemm_skinny::MR..=last).step_by(gemm_skinny::MR) {
+            m.extend([step, step + 1]);
+        }
+        m.iter().map(|&m| m as u32).collect()
     }
 
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
@@ -290,27 +305,77 @@ impl Backend for CpuBackend {
         }
         let q_floats = layout.new_tokens * dims.num_heads * dims.head_dim;
         let kv_new_floats = layout.new_tokens * dims.num_kv_heads * dims.head_dim;
-        let cache_floats = layout.num_blocks * CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
-        self.ensure_fits((2 * q_floats + 2 * kv_new_floats + 2 * cache_floats) as u64, "attention shape")?;
+        let block_floats = CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
+        let cache_floats = layout.region_blocks * block_floats;
+        let copies = (KV_COPIES_BYTES_MAX / (2 * 4 * cache_floats).max(1)).clamp(1, KV_COPIES);
+        self.ensure_fits((2 * q_floats + 2 * kv_new_floats) as u64 + (2 * copies * cache_floats) as u64, "attention shape")?;
         let q = self.random(q_floats);
         let k_new = self.random(kv_new_floats);
         let v_new = self.random(kv_new_floats);
-        // The cached context's values matter to the softmax only through their spread; random
-        // like the rest.
-        let k_cache = self.random(cache_floats);
-        let v_cache = self.random(cache_floats);
+        self.ensure_kv_copies(block_floats, layout.region_blocks, copies);
+        let CpuBackend { pool, flush, threads, kv, .. } = self;
         Ok(Box::new(AttentionOp {
-            backend: self,
+            pool,
+            flush,
+            threads: *threads,
             phase: shape.phase,
             dims,
             layout,
             q,
             k_new,
             v_new,
-            k_cache,
-            v_cache,
+            caches: &mut kv.copies[..copies],
+            next: 0,
             out: vec![0.0; q_floats],
         }))
+    }
+}
+
+/// Fewest copies of an attention shape's paged cache, where they fit in
+/// [`KV_COPIES_BYTES_MAX`]; each run reads the next. An engine's step reads each layer's cache
+/// once, between other layers' work; one cache read run after run, even with the caches flushed
+/// between, comes back partly warm. On the development machine (1 thread, 100m model's heads,
+/// 16 sequences of 160 tokens) decode attention took 420 µs over one cache, 500 µs over copies,
+/// and 550–590 µs over copies whose blocks were scattered over 2–12 × the blocks used; inside
+/// the engine's steps, 470–560 µs.
+const KV_COPIES: usize = 4;
+
+/// Most bytes of cache copies (K and V, all copies) an attention shape reads.
+const KV_COPIES_BYTES_MAX: usize = 512 << 20;
+
+/// Blocks of the cache a shape's blocks are scattered over, per block it holds: an engine's
+/// cache interleaves the blocks of the batch with those of requests that finished.
+const KV_SPREAD: usize = 2;
+
+/// Copies of a paged KV cache, kept between attention shapes and grown to the largest asked
+/// for: filling hundreds of megabytes per shape would take longer than timing it.
+#[derive(Default)]
+struct KvCopies {
+    /// Floats per block (`block_size · kv_heads · head_dim`): copies serve one head layout.
+    block_floats: usize,
+    /// `(K, V)` per copy, each `[blocks, block_size, kv_heads, head_dim]`.
+    copies: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+impl CpuBackend {
+    /// Makes [`CpuBackend::kv`] hold at least `copies` caches of `blocks` blocks of
+    /// `block_floats`, refilling them when the head layout or size changes.
+    fn ensure_kv_copies(&mut self, block_floats: usize, blocks: usize, copies: usize) {
+        let floats = blocks * block_floats;
+        let held = self.kv.copies.first().map_or(0, |(k, _)| k.len());
+        let same_heads = self.kv.block_floats == block_floats;
+        if same_heads && self.kv.copies.len() >= copies && held >= floats {
+            return;
+        }
+        // Grown with room, so a grid of growing contexts refills a few times, not per shape;
+        // the room stays within the bytes allowed.
+        let room = if same_heads { 2 * held } else { 0 };
+        let floats = floats.max(room.min(KV_COPIES_BYTES_MAX / (2 * 4 * copies)));
+        self.kv.copies.clear(); // frees the old copies before the new are filled
+        let first = (self.random(floats), self.random(floats));
+        let mut all = vec![first.clone(); copies - 1];
+        all.push(first);
+        self.kv = KvCopies { block_floats, copies: all };
     }
 }
 
@@ -459,7 +524,8 @@ struct Layout {
     seq_lens: Vec<usize>,
     blocks: Vec<u32>,
     cu_blocks: Vec<usize>,
-    num_blocks: usize,
+    /// Blocks of the cache that `blocks` are drawn from: [`KV_SPREAD`] × the blocks used.
+    region_blocks: usize,
     /// Cache slot of every new token.
     slots: Vec<usize>,
 }
@@ -474,12 +540,13 @@ impl Layout {
         let cached = shape.cached_lens();
         let seq_lens: Vec<usize> = cached.iter().map(|c| c + query_len).collect();
         let num_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum();
-        if num_blocks > u32::MAX as usize {
+        let region_blocks = KV_SPREAD * num_blocks;
+        if region_blocks > u32::MAX as usize {
             return Err(CalibrateError::Unsupported(format!("attention shape too large: {shape:?}")));
         }
-        // Physical blocks in a seeded random order (Fisher–Yates), so consecutive logical
-        // blocks are scattered in memory as in a long-running cache.
-        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+        // Physical blocks in a seeded random order (Fisher–Yates) over the region, so
+        // consecutive logical blocks are scattered in memory as in a long-running cache.
+        let mut ids: Vec<u32> = (0..region_blocks as u32).collect();
         let mut state = 0x5eed_u64;
         for i in (1..ids.len()).rev() {
             state = splitmix64(state);
@@ -493,20 +560,23 @@ impl Layout {
             slots.extend((c..len).map(|pos| table[pos / bs] as usize * bs + pos % bs));
             cu_blocks.push(cu_blocks[s] + table.len());
         }
+        ids.truncate(num_blocks);
         Ok(Layout {
             new_tokens: num_seqs * query_len,
             cu_seqlens: (0..=num_seqs).map(|s| s * query_len).collect(),
             seq_lens,
             blocks: ids,
             cu_blocks,
-            num_blocks,
+            region_blocks,
             slots,
         })
     }
 }
 
 struct AttentionOp<'a> {
-    backend: &'a CpuBackend,
+    pool: &'a rayon::ThreadPool,
+    flush: &'a [f32],
+    threads: usize,
     phase: AttentionPhase,
     dims: AttentionDims,
     layout: Layout,
@@ -515,18 +585,23 @@ struct AttentionOp<'a> {
     /// `[new_tokens, num_kv_heads, head_dim]`.
     k_new: Vec<f32>,
     v_new: Vec<f32>,
-    /// `[num_blocks, 16, num_kv_heads, head_dim]`.
-    k_cache: Vec<f32>,
-    v_cache: Vec<f32>,
+    /// Copies of the paged cache, `(K, V)` each `[≥ region_blocks, 16, num_kv_heads,
+    /// head_dim]`; run `i` reads copy `i mod len`.
+    caches: &'a mut [(Vec<f32>, Vec<f32>)],
+    next: usize,
     out: Vec<f32>,
 }
 
 impl PreparedOp for AttentionOp<'_> {
     fn run_once(&mut self) -> Result<f64, CalibrateError> {
-        let AttentionOp { backend, phase, dims, layout, q, k_new, v_new, k_cache, v_cache, out } = self;
+        let AttentionOp { pool, phase, dims, layout, q, k_new, v_new, caches, next, out, .. } = self;
         let (phase, dims) = (*phase, *dims);
         let scale = dims.default_scale();
-        Ok(backend.pool.install(|| {
+        let (k_cache, v_cache) = &mut caches[*next % caches.len()];
+        *next += 1;
+        let cache_floats = layout.region_blocks * CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
+        let (k_cache, v_cache) = (&mut k_cache[..cache_floats], &mut v_cache[..cache_floats]);
+        Ok(pool.install(|| {
             let t = Instant::now();
             write_paged(k_cache, v_cache, k_new, v_new, &layout.slots, dims.num_kv_heads, dims.head_dim);
             match phase {
@@ -557,9 +632,17 @@ impl PreparedOp for AttentionOp<'_> {
     }
 
     fn flush_cache(&mut self) -> Result<(), CalibrateError> {
-        self.backend.flush_caches();
+        evict_caches(self.pool, self.flush, self.threads);
         Ok(())
     }
+}
+
+/// Reads `flush` on every thread of `pool` (one float per 64-byte line), evicting what the
+/// caches held.
+fn evict_caches(pool: &rayon::ThreadPool, flush: &[f32], threads: usize) {
+    let chunk = flush.len().div_ceil(threads).max(1);
+    let sum: f32 = pool.install(|| flush.par_chunks(chunk).map(|c| c.iter().step_by(16).sum::<f32>()).sum());
+    std::hint::black_box(sum);
 }
 
 fn splitmix64(x: u64) -> u64 {
@@ -755,6 +838,50 @@ mod tests {
     }
 
     #[test]
+    fn gemm_breakpoints_bracket_each_step_of_the_few_row_kernel() {
+        let b = backend();
+        let m = b.gemm_m_breakpoints();
+        if !gemm_skinny::available() {
+            assert!(m.is_empty(), "{m:?}");
+            return;
+        }
+        // The kernel switch at 6 | 7, each tile boundary j·8 | j·8 + 1, and the switch back.
+        for pair in [[6, 7], [8, 9], [16, 17], [24, 25], [32, 33], [64, 65]] {
+            assert!(pair.iter().all(|x| m.contains(x)), "{pair:?} in {m:?}");
+        }
+        assert!(m.iter().all(|&x| x <= 65), "{m:?}");
+    }
+
+    #[test]
+    fn attention_runs_read_rotating_copies_of_the_cache_kept_between_shapes() {
+        let mut b = backend();
+        let small = attention(AttentionPhase::Decode, 4, 1, 50, (8, 2, 64));
+        {
+            let mut op = b.prepare_attention(&small).expect("prepare");
+            for _ in 0..2 * KV_COPIES {
+                op.run_once().expect("run");
+            }
+        }
+        let block_floats = CALIBRATION_BLOCK_SIZE * 2 * 64;
+        let region = Layout::new(&small).unwrap().region_blocks * block_floats;
+        assert_eq!((b.kv.block_floats, b.kv.copies.len()), (block_floats, KV_COPIES));
+        // Distinct allocations: each run reads memory of its own.
+        let bases: std::collections::BTreeSet<usize> = b.kv.copies.iter().map(|(k, _)| k.as_ptr() as usize).collect();
+        assert_eq!(bases.len(), KV_COPIES);
+        let held = b.kv.copies[0].0.len();
+        assert!(held >= region, "{held} < {region}");
+        // A smaller shape reuses the copies; a larger one grows them; other heads refill them.
+        let first_base = b.kv.copies[0].0.as_ptr();
+        drop(b.prepare_attention(&attention(AttentionPhase::Decode, 2, 1, 20, (8, 2, 64))).expect("prepare"));
+        assert_eq!(b.kv.copies[0].0.as_ptr(), first_base);
+        let large = attention(AttentionPhase::Decode, 16, 1, 400, (8, 2, 64));
+        drop(b.prepare_attention(&large).expect("prepare"));
+        assert!(b.kv.copies[0].0.len() >= Layout::new(&large).unwrap().region_blocks * block_floats);
+        drop(b.prepare_attention(&attention(AttentionPhase::Decode, 2, 1, 20, (4, 4, 16))).expect("prepare"));
+        assert_eq!(b.kv.block_floats, CALIBRATION_BLOCK_SIZE * 4 * 16);
+    }
+
+    #[test]
     fn uneven_decode_spreads_contexts_around_the_mean() {
         let shape = AttentionShape { uneven: true, ..attention(AttentionPhase::Decode, 8, 1, 100, (4, 4, 16)) };
         let layout = Layout::new(&shape).expect("layout");
@@ -763,10 +890,16 @@ mod tests {
         assert!(contexts.windows(2).all(|w| w[0] < w[1]), "spread, not equal: {contexts:?}");
         let mean = contexts.iter().sum::<usize>() as f64 / contexts.len() as f64;
         assert!((mean - 100.0).abs() <= 1.0, "mean context {mean}");
-        // Every block is used exactly once across the tables.
+        // Every block is used at most once across the tables, and they are scattered over the
+        // whole region, not packed at its start.
         let mut used = layout.blocks[..layout.cu_blocks[8]].to_vec();
         used.sort();
-        assert_eq!(used, (0..layout.num_blocks as u32).collect::<Vec<_>>());
+        used.dedup();
+        let num_blocks = layout.cu_blocks[8];
+        assert_eq!(used.len(), num_blocks);
+        assert_eq!(layout.region_blocks, KV_SPREAD * num_blocks);
+        assert!(used.iter().all(|&b| (b as usize) < layout.region_blocks));
+        assert!(used.iter().any(|&b| b as usize >= num_blocks), "{used:?}");
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl GridScale {
         match self {
             GridScale::Full => &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
             GridScale::Quick => &[1, 4, 16, 64, 256],
-            GridScale::Tiny => &[1, 2, 4, 8, 16],
+            GridScale::Tiny => &[1, 2, 4, 8, 16, 32],
         }
     }
 
@@ -172,6 +172,9 @@ pub struct GridOptions {
     pub models: Vec<ModelSpec>,
     /// Largest GEMM row count, and the largest number of new tokens in one attention shape.
     pub max_m: u32,
+    /// GEMM row counts measured besides the scale's sweep (up to `max_m`): the backend's
+    /// [`Backend::gemm_m_breakpoints`](super::backend::Backend::gemm_m_breakpoints).
+    pub extra_m: Vec<u32>,
     pub scale: GridScale,
     /// GPU counts to measure all-reduces over (empty: none; a single device has no collective).
     pub allreduce_gpus: Vec<u32>,
@@ -185,6 +188,7 @@ impl GridOptions {
             tensor_parallel: vec![1, 2, 4, 8],
             models: ModelSpec::preset_names().into_iter().filter_map(ModelSpec::preset).collect(),
             max_m: 16384,
+            extra_m: Vec::new(),
             scale,
             allreduce_gpus: Vec::new(),
         }
@@ -192,7 +196,15 @@ impl GridOptions {
 
     /// One model at the given TP degrees and dtypes.
     pub fn for_model(model: ModelSpec, tensor_parallel: Vec<u32>, dtypes: Vec<Dtype>, scale: GridScale) -> GridOptions {
-        GridOptions { dtypes, tensor_parallel, models: vec![model], max_m: 16384, scale, allreduce_gpus: Vec::new() }
+        GridOptions {
+            dtypes,
+            tensor_parallel,
+            models: vec![model],
+            max_m: 16384,
+            extra_m: Vec::new(),
+            scale,
+            allreduce_gpus: Vec::new(),
+        }
     }
 }
 
@@ -399,7 +411,10 @@ impl Grid {
         }
         let max_positions = if max_positions == 0 { u32::MAX } else { max_positions };
 
-        let m_values: Vec<u32> = scale.m_sweep().iter().copied().filter(|&m| m <= options.max_m.max(1)).collect();
+        let m_values: Vec<u32> = sorted_unique(scale.m_sweep().iter().chain(&options.extra_m).copied())
+            .into_iter()
+            .filter(|&m| (1..=options.max_m.max(1)).contains(&m))
+            .collect();
         let m_values = if m_values.is_empty() { vec![1] } else { m_values };
         let mut gemms = BTreeSet::new();
         for &dtype in &options.dtypes {
@@ -654,6 +669,23 @@ mod tests {
         assert!(total_flops < 2e11, "{total_flops:e}");
         assert!(grid.len() < 400, "{}", grid.len());
         println!("tiny grid for Llama-3.2-1B: {} shapes, {total_flops:.2e} FLOP", grid.len());
+    }
+
+    #[test]
+    fn extra_rows_join_the_sweep_up_to_max_m() {
+        let mut options = GridOptions::for_model(llama_1b(), vec![1], vec![Dtype::Fp32], GridScale::Tiny);
+        options.max_m = 40;
+        let plain: BTreeSet<u32> = Grid::new(options.clone()).gemms.iter().map(|s| s.m).collect();
+        options.extra_m = vec![0, 8, 9, 17, 41];
+        let grid = Grid::new(options);
+        let with_extra: BTreeSet<u32> = grid.gemms.iter().map(|s| s.m).collect();
+        // 9 and 17 are new, 8 was already swept; 0 is no row count and 41 exceeds max_m.
+        let added: Vec<u32> = with_extra.difference(&plain).copied().collect();
+        assert_eq!(added, vec![9, 17]);
+        assert!(plain.is_subset(&with_extra));
+        for (_, n, k) in model_gemm_nk(&llama_1b(), 1) {
+            assert!(grid.gemms.iter().any(|s| (s.m, s.n, s.k) == (9, n, k)), "m = 9 for every projection");
+        }
     }
 
     #[test]

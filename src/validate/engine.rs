@@ -231,6 +231,7 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
             )?;
             let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![Dtype::Fp32], config.grid);
             options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
+            options.extra_m = backend.gemm_m_breakpoints();
             let grid = Grid::new(options);
             log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
             let options = RunOptions { budget: config.calibration_budget, progress: false, timing: TimingOptions::quick() };
@@ -535,46 +536,69 @@ impl StepKind {
     }
 }
 
-/// Mean step time of one kind, on the engine and in the simulation, and the part of it that is
-/// host overhead: on the engine, the step outside its forward pass; in the simulation, the cost
-/// model's overhead term.
+/// Mean step time of one kind on one side (the engine's trace or the simulation), and its
+/// parts. On the engine, `overhead` is the host time outside the forward pass; in the
+/// simulation, the cost model's overhead term.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepMeans {
+    pub steps: usize,
+    pub total_ms: f64,
+    pub gemm_ms: f64,
+    pub attention_ms: f64,
+    pub elementwise_ms: f64,
+    pub overhead_ms: f64,
+}
+
+impl StepMeans {
+    fn of<'a>(steps: impl Iterator<Item = &'a StepRow>) -> StepMeans {
+        let mut sum = StepMeans::default();
+        for step in steps {
+            let c = &step.cost;
+            sum.steps += 1;
+            sum.total_ms += c.total_ns as f64 * 1e-6;
+            sum.gemm_ms += c.gemm_ns as f64 * 1e-6;
+            sum.attention_ms += c.attention_ns as f64 * 1e-6;
+            sum.elementwise_ms += c.elementwise_ns as f64 * 1e-6;
+            sum.overhead_ms += c.overhead_ns as f64 * 1e-6;
+        }
+        let n = if sum.steps == 0 { f64::NAN } else { sum.steps as f64 };
+        StepMeans {
+            steps: sum.steps,
+            total_ms: sum.total_ms / n,
+            gemm_ms: sum.gemm_ms / n,
+            attention_ms: sum.attention_ms / n,
+            elementwise_ms: sum.elementwise_ms / n,
+            overhead_ms: sum.overhead_ms / n,
+        }
+    }
+}
+
+/// Steps of one kind on the engine and in the simulation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepComparison {
     pub kind: StepKind,
-    pub engine_steps: usize,
-    pub engine_mean_ms: f64,
-    pub engine_overhead_mean_ms: f64,
-    pub simulated_steps: usize,
-    pub simulated_mean_ms: f64,
-    pub simulated_overhead_mean_ms: f64,
+    pub engine: StepMeans,
+    pub simulated: StepMeans,
 }
 
-/// Steps of every series grouped by [`StepKind`]: where the simulator's step cost is wrong.
+/// Steps of every series grouped by [`StepKind`]: where the simulator's step cost is wrong, and
+/// in which part.
 pub fn step_comparison(v: &EngineValidation) -> Vec<StepComparison> {
     use std::collections::BTreeMap;
-    // Per kind and side: (steps, total ms, overhead ms).
-    let mut groups: BTreeMap<StepKind, [(usize, f64, f64); 2]> = BTreeMap::new();
+    let mut groups: BTreeMap<StepKind, [Vec<&StepRow>; 2]> = BTreeMap::new();
     for s in &v.series {
         for (side, steps) in [(0, &s.engine_steps), (1, &s.simulated.output.timeline)] {
             for step in steps {
-                let g = &mut groups.entry(StepKind::of(step)).or_default()[side];
-                g.0 += 1;
-                g.1 += step.cost.total_ns as f64 * 1e-6;
-                g.2 += step.cost.overhead_ns as f64 * 1e-6;
+                groups.entry(StepKind::of(step)).or_default()[side].push(step);
             }
         }
     }
-    let mean = |n: usize, sum: f64| if n == 0 { f64::NAN } else { sum / n as f64 };
     groups
         .into_iter()
         .map(|(kind, [e, s])| StepComparison {
             kind,
-            engine_steps: e.0,
-            engine_mean_ms: mean(e.0, e.1),
-            engine_overhead_mean_ms: mean(e.0, e.2),
-            simulated_steps: s.0,
-            simulated_mean_ms: mean(s.0, s.1),
-            simulated_overhead_mean_ms: mean(s.0, s.2),
+            engine: StepMeans::of(e.into_iter()),
+            simulated: StepMeans::of(s.into_iter()),
         })
         .collect()
 }
@@ -609,24 +633,29 @@ pub fn render(v: &EngineValidation) -> String {
             );
         }
     }
-    let _ = writeln!(t, "\nMean step time by kind (the engine's step trace against the simulator's step costs):\n");
     let _ = writeln!(
         t,
-        "| step kind | engine steps | engine mean (ms) | of which host (ms) | simulated steps | simulated mean (ms) | of which overhead (ms) | error |"
+        "\nMean step time by kind, engine / simulated: the engine's step trace (its forward pass timed kernel by \
+         kernel) against the simulator's step costs. Host is the engine's time outside the forward pass, and \
+         the cost model's overhead term.\n"
     );
+    let _ = writeln!(t, "| step kind | steps | step (ms) | error | GEMM (ms) | attention (ms) | elementwise (ms) | host (ms) |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for g in step_comparison(v) {
+        let (e, s) = (g.engine, g.simulated);
+        let pair = |a: f64, b: f64| format!("{a:.3} / {b:.3}");
         let _ = writeln!(
             t,
-            "| {} | {} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {:+.1}% |",
+            "| {} | {} / {} | {} | {:+.1}% | {} | {} | {} | {} |",
             g.kind.describe(),
-            g.engine_steps,
-            g.engine_mean_ms,
-            g.engine_overhead_mean_ms,
-            g.simulated_steps,
-            g.simulated_mean_ms,
-            g.simulated_overhead_mean_ms,
-            super::relative_error(g.simulated_mean_ms, g.engine_mean_ms) * 100.0
+            e.steps,
+            s.steps,
+            pair(e.total_ms, s.total_ms),
+            super::relative_error(s.total_ms, e.total_ms) * 100.0,
+            pair(e.gemm_ms, s.gemm_ms),
+            pair(e.attention_ms, s.attention_ms),
+            pair(e.elementwise_ms, s.elementwise_ms),
+            pair(e.overhead_ms, s.overhead_ms),
         );
     }
     t

@@ -32,8 +32,14 @@ use std::cell::RefCell;
 ///   with m, where this kernel's grows in steps of 8 rows (each tile reads B again), which
 ///   calibration's interpolation over m would miss.
 pub fn takes(m: usize, n: usize, k: usize) -> bool {
-    (7..=64).contains(&m) && k * n > B_FLOATS_MIN && available()
+    ROWS.contains(&m) && k * n > B_FLOATS_MIN && available()
 }
+
+/// Row counts this kernel takes (see [`takes`]).
+pub const ROWS: std::ops::RangeInclusive<usize> = 7..=64;
+
+/// Rows per tile: the kernel reads B once per tile of at most this many rows.
+pub const MR: usize = 8;
 
 /// 1 MiB of f32: a typical L2 per core (the development machine's).
 const B_FLOATS_MIN: usize = (1 << 20) / 4;
@@ -65,7 +71,7 @@ thread_local! {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub fn run(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool, threads: usize) {
-    use avx512::{MR, pack_a};
+    use avx512::pack_a;
     assert!(available(), "gemm_skinny::run needs AVX-512F");
     debug_assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
     let packed_len = m.div_ceil(MR) * MR * k;
@@ -113,8 +119,7 @@ pub mod avx512 {
 
     use rayon::prelude::*;
 
-    /// Rows per tile.
-    pub const MR: usize = 8;
+    use super::MR;
     const LANES: usize = 16;
     /// Vectors per panel row, and columns per panel: 8 × 3 accumulators leave registers for the
     /// panel's row of B and a broadcast of A (32 zmm in all).

@@ -48,6 +48,51 @@ pub struct ModelExecutor {
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
     meta: StepPlan,
     buf: Buffers,
+    /// Where the last step's time went.
+    last_times: OpTimes,
+}
+
+/// A step's time by kind of op, in the simulator's `StepCost` breakdown: GEMMs, attention, and
+/// the rest of the forward pass (embedding, norms, RoPE, the KV cache write, activation,
+/// copies). Timed around each kernel, so the engine's trace can be held against the cost
+/// model part by part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpTimes {
+    pub gemm_ns: u64,
+    pub attention_ns: u64,
+    pub elementwise_ns: u64,
+}
+
+/// Charges the time since the last lap to one kind of op. Every kernel returns when its work
+/// is done (rayon joins inside it), so consecutive laps split the step without gaps.
+struct Laps {
+    last: std::time::Instant,
+    times: OpTimes,
+}
+
+impl Laps {
+    fn start() -> Laps {
+        Laps { last: std::time::Instant::now(), times: OpTimes::default() }
+    }
+
+    fn elapsed_ns(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        let ns = now.duration_since(self.last).as_nanos() as u64;
+        self.last = now;
+        ns
+    }
+
+    fn gemm(&mut self) {
+        self.times.gemm_ns += self.elapsed_ns();
+    }
+
+    fn attention(&mut self) {
+        self.times.attention_ns += self.elapsed_ns();
+    }
+
+    fn elementwise(&mut self) {
+        self.times.elementwise_ns += self.elapsed_ns();
+    }
 }
 
 /// Activations, grown to the largest step seen and never shrunk.
@@ -115,6 +160,7 @@ impl ModelExecutor {
             pool: None,
             meta: StepPlan::default(),
             buf: Buffers::default(),
+            last_times: OpTimes::default(),
         })
     }
 
@@ -160,6 +206,11 @@ impl ModelExecutor {
         self.threads
     }
 
+    /// Where the last step's time went (zero before the first step).
+    pub fn last_times(&self) -> OpTimes {
+        self.last_times
+    }
+
     /// Runs one step and returns the logits `[S, vocab]` of the `S` sequences whose
     /// `samples_token` is set, in batch order (the logits of each one's last new token).
     ///
@@ -185,6 +236,7 @@ impl ModelExecutor {
         token_ids: &[u32],
         kv: &dyn BlockTables,
     ) -> Result<&[f32], ModelError> {
+        self.last_times = OpTimes::default();
         self.plan(batch, token_ids, kv)?;
         match self.pool.clone() {
             Some(pool) => pool.install(|| self.compute_planned()),
@@ -194,7 +246,8 @@ impl ModelExecutor {
 
     /// The step [`ModelExecutor::plan`] laid out in `self.meta`, on the current pool.
     fn compute_planned(&mut self) -> Result<&[f32], ModelError> {
-        let ModelExecutor { weights, rope, dims, block_size, k_cache, v_cache, threads, meta, buf, .. } = self;
+        let ModelExecutor { weights, rope, dims, block_size, k_cache, v_cache, threads, meta, buf, last_times, .. } = self;
+        let mut laps = Laps::start();
         let (threads, dims, block_size) = (*threads, *dims, *block_size);
         let c = &weights.config;
         let (h, qd, kvd, f, vocab) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
@@ -203,6 +256,7 @@ impl ModelExecutor {
         let t = meta.tokens.len();
         let s = meta.sample_rows.len();
         if t == 0 {
+            *last_times = OpTimes::default();
             return Ok(&buf.logits[..0]);
         }
         let tp = meta.prefill.tokens();
@@ -223,7 +277,9 @@ impl ModelExecutor {
 
         for (layer, (kc, vc)) in weights.layers.iter().zip(k_cache.iter_mut().zip(v_cache.iter_mut())) {
             rms_norm(x, &layer.input_norm, eps, normed);
+            laps.elementwise();
             Gemm::new(t, qkv_cols, h).run(normed, &layer.qkv, qkv, threads);
+            laps.gemm();
             // Split the merged projection: RoPE and the cache want each of q, k, v contiguous.
             for r in 0..t {
                 let row = &qkv[r * qkv_cols..(r + 1) * qkv_cols];
@@ -235,6 +291,7 @@ impl ModelExecutor {
             // New keys go into the cache first: attention then reads context and new tokens
             // from one place, exactly as later steps will.
             write_paged(kc, vc, k, v, &meta.slots, dims.num_kv_heads, dims.head_dim);
+            laps.elementwise();
             let cache = PagedCache { k: kc, v: vc, block_size, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
             let (q_pre, q_dec) = q.split_at(tp * qd);
             let (out_pre, out_dec) = attn.split_at_mut(tp * qd);
@@ -248,11 +305,17 @@ impl ModelExecutor {
                 let paged = PagedKv::new(cache, &g.blocks, &g.cu_blocks, &g.seq_lens);
                 decode_attention(q_dec, &paged, out_dec, dims, scale);
             }
+            laps.attention();
             Gemm::new(t, h, qd).accumulating().run(attn, &layer.o, x, threads);
+            laps.gemm();
             rms_norm(x, &layer.post_norm, eps, normed);
+            laps.elementwise();
             Gemm::new(t, 2 * f, h).run(normed, &layer.gate_up, gate_up, threads);
+            laps.gemm();
             silu_and_mul(gate_up, act, f);
+            laps.elementwise();
             Gemm::new(t, h, f).accumulating().run(act, &layer.down, x, threads);
+            laps.gemm();
         }
 
         // Only sampled rows need the final norm and the (largest) output GEMM.
@@ -263,7 +326,10 @@ impl ModelExecutor {
         let last_normed = grow(&mut buf.last_normed, s * h);
         rms_norm(last, &weights.norm, eps, last_normed);
         let logits = grow(&mut buf.logits, s * vocab);
+        laps.elementwise();
         Gemm::new(s, vocab, h).run(last_normed, &weights.lm_head, logits, threads);
+        laps.gemm();
+        *last_times = laps.times;
         Ok(&buf.logits[..s * vocab])
     }
 

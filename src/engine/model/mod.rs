@@ -24,7 +24,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::LlamaConfig;
-pub use executor::{ModelExecutor, Sampler, greedy};
+pub use executor::{ModelExecutor, OpTimes, Sampler, greedy};
 pub use plan::{BlockTables, RowOrder, SeqGroup, StepPlan};
 pub use weights::{LayerWeights, LlamaWeights, WeightDtype};
 

@@ -439,3 +439,24 @@ fn sampler_is_seeded_and_temperature_zero_is_greedy() {
     assert!((hits - p_best).abs() < 0.02, "share {hits}, probability {p_best}");
     assert_eq!(greedy(&[0.5, f32::NAN, 2.0, 2.0]), 2);
 }
+
+#[test]
+fn a_step_is_timed_by_kind_of_op() {
+    let config = LlamaConfig::tiny();
+    let mut exec = executor(&config, 16);
+    assert_eq!(exec.last_times(), OpTimes::default(), "no step yet");
+    let mut kv = KvCacheManager::new(16, BLOCK_SIZE as u32);
+    assert!(kv.allocate(0, 9, 0));
+    let mut batch = Batch::default();
+    batch.push_prefill(SeqWork { seq: 0, new_tokens: 9, context_tokens: 0, samples_token: true });
+    let start = std::time::Instant::now();
+    exec.forward(&batch, &prompt(5, 9, config.vocab_size), &kv).unwrap();
+    let elapsed_ns = start.elapsed().as_nanos() as u64;
+    let t = exec.last_times();
+    assert!(t.gemm_ns > 0 && t.attention_ns > 0 && t.elementwise_ns > 0, "{t:?}");
+    // The parts are laps of one clock inside the step: together no longer than the step.
+    assert!(t.gemm_ns + t.attention_ns + t.elementwise_ns <= elapsed_ns, "{t:?} in {elapsed_ns} ns");
+    // A step that fails its checks computes nothing, and says so.
+    assert!(exec.forward(&batch, &[1, 2, 3], &kv).is_err());
+    assert_eq!(exec.last_times(), OpTimes::default());
+}

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cost::StepCost;
+use crate::engine::model::OpTimes;
 use crate::scenario::Policy;
 use crate::sched::{Admission, Batch, Rejection, Scheduler, SchedulerConfig};
 use crate::sim::StepRow;
@@ -51,6 +52,11 @@ pub trait Executor: Send + 'static {
     fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String>;
     fn vocab_size(&self) -> u32;
     fn eos_token(&self) -> Option<u32>;
+    /// Where the last step's forward pass spent its time, for an executor that times its
+    /// kernels (the CPU model); the trace then splits the step like the simulator's.
+    fn last_times(&self) -> Option<OpTimes> {
+        None
+    }
 }
 
 /// An executor chosen at run time (`servesim serve --device`).
@@ -63,6 +69,9 @@ impl Executor for Box<dyn Executor> {
     }
     fn eos_token(&self) -> Option<u32> {
         (**self).eos_token()
+    }
+    fn last_times(&self) -> Option<OpTimes> {
+        (**self).last_times()
     }
 }
 
@@ -529,11 +538,13 @@ impl<E: Executor> EngineLoop<E> {
         self.record(start, elapsed_ns, forward_ns, &batch, running, waiting, kv_blocks_used);
     }
 
-    /// Appends the step to the trace. Of its cost only two parts are measured: the whole, and
-    /// the host time outside the executor's forward pass (scheduling, input building, streaming
-    /// the tokens out), which the trace reports as `overhead`.
+    /// Appends the step to the trace: the whole, the host time outside the executor's forward
+    /// pass (scheduling, input building, streaming the tokens out) as `overhead`, and the
+    /// forward pass split into GEMMs, attention and elementwise work where the executor times
+    /// its kernels (else those parts stay zero).
     #[allow(clippy::too_many_arguments)]
     fn record(&self, start: Instant, elapsed_ns: u64, forward_ns: u64, batch: &Batch, running: u32, waiting: u32, kv_blocks_used: u32) {
+        let ops = self.executor.last_times().unwrap_or_default();
         let row = StepRow {
             start_ns: start.duration_since(self.started).as_nanos() as u64,
             replica: 0,
@@ -543,7 +554,14 @@ impl<E: Executor> EngineLoop<E> {
             batch_seqs: batch.seqs.len() as u32,
             prefill_tokens: batch.prefill_tokens,
             decode_tokens: batch.decode_tokens,
-            cost: StepCost { total_ns: elapsed_ns, overhead_ns: elapsed_ns.saturating_sub(forward_ns), ..StepCost::default() },
+            cost: StepCost {
+                total_ns: elapsed_ns,
+                gemm_ns: ops.gemm_ns,
+                attention_ns: ops.attention_ns,
+                elementwise_ns: ops.elementwise_ns,
+                communication_ns: 0,
+                overhead_ns: elapsed_ns.saturating_sub(forward_ns),
+            },
         };
         {
             let mut trace = self.shared.trace.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,7 +3,7 @@
 
 use super::engine::{Executor, StepInputs};
 use crate::engine::cuda::CudaModelExecutor;
-use crate::engine::model::{BlockTables, ModelError, ModelExecutor, Sampler, greedy};
+use crate::engine::model::{BlockTables, ModelError, ModelExecutor, OpTimes, Sampler, greedy};
 use crate::sched::Batch;
 
 /// A forward pass that turns a step into the logits of its sampling sequences: what
@@ -15,6 +15,10 @@ pub trait LogitsModel: Send + 'static {
     fn block_size(&self) -> usize;
     /// Logits `[S, vocab]` of the `S` sequences with `samples_token`, in batch order.
     fn forward_with_tables(&mut self, batch: &Batch, token_ids: &[u32], tables: &dyn BlockTables) -> Result<&[f32], ModelError>;
+    /// Where the last step's time went, for a model that times its kernels.
+    fn last_times(&self) -> Option<OpTimes> {
+        None
+    }
 }
 
 impl LogitsModel for ModelExecutor {
@@ -26,6 +30,9 @@ impl LogitsModel for ModelExecutor {
     }
     fn forward_with_tables(&mut self, batch: &Batch, token_ids: &[u32], tables: &dyn BlockTables) -> Result<&[f32], ModelError> {
         ModelExecutor::forward_with_tables(self, batch, token_ids, tables)
+    }
+    fn last_times(&self) -> Option<OpTimes> {
+        Some(ModelExecutor::last_times(self))
     }
 }
 
@@ -101,6 +108,10 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
 
     fn vocab_size(&self) -> u32 {
         self.model.vocab_size() as u32
+    }
+
+    fn last_times(&self) -> Option<OpTimes> {
+        self.model.last_times()
     }
 
     /// Random-weight models have no end-of-sequence token: they run to `max_tokens`.
