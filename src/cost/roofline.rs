@@ -19,7 +19,7 @@
 //!
 //! Conventions: all shapes are per GPU under tensor parallelism degree `t` (Megatron split:
 //! QKV and gate+up column-parallel, O and down row-parallel, LM head vocab-parallel). Activations
-//! are 16-bit. Times are computed in seconds as `f64` and converted to integer nanoseconds once
+//! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
 use super::{CostModel, StepCost};
@@ -27,8 +27,11 @@ use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::scenario::model::Dtype;
 use crate::sched::batch::{Batch, SeqWork};
 
-/// Bytes per activation element: engines run activations in bf16/fp16 even with fp8 weights.
-const ACTIVATION_BYTES: f64 = 2.0;
+/// Bytes per activation element for weights of `dtype`: engines run activations in bf16/fp16,
+/// even with fp8 weights; an f32 model (servesim's CPU engine) computes in f32 throughout.
+fn activation_bytes(dtype: Dtype) -> f64 {
+    dtype.bytes().max(2) as f64
+}
 /// FLOPs per multiply-accumulate.
 const FLOPS_PER_MAC: f64 = 2.0;
 /// Attention does two matmuls per (query, key) pair and head: QKᵀ and P·V.
@@ -51,10 +54,6 @@ const GATE_UP_PROJECTIONS: f64 = 2.0;
 /// Megatron-style TP needs one all-reduce after the attention output projection and one after
 /// the MLP down projection.
 const ALL_REDUCES_PER_LAYER: f64 = 2.0;
-/// The LM head stays 16-bit even in fp8 checkpoints and under vLLM's online fp8 quantization
-/// (only linear layers are quantized; the vocab-parallel head is an embedding), so it reads
-/// 16-bit weights at the 16-bit peak.
-const LM_HEAD_WEIGHT_BYTES: f64 = 2.0;
 const NS_PER_S: f64 = 1e9;
 const S_PER_US: f64 = 1e-6;
 
@@ -67,19 +66,18 @@ struct GemmOp {
     flop_s_per_row: f64,
     /// Time to read the weight matrix once at the effective bandwidth, seconds.
     weight_s: f64,
-    /// Time to read one input row (`k`) and write one output row (`n`) of 16-bit activations,
-    /// seconds.
+    /// Time to read one input row (`k`) and write one output row (`n`) of activations, seconds.
     activation_s_per_row: f64,
 }
 
 impl GemmOp {
     /// `k`, `n`: inner and output dimension per GPU. `flops_per_s` and `bytes_per_s` are
     /// effective (already scaled by efficiency).
-    fn new(k: f64, n: f64, weight_bytes_per_element: f64, flops_per_s: f64, bytes_per_s: f64) -> GemmOp {
+    fn new(k: f64, n: f64, weight_bytes_per_element: f64, activation_bytes: f64, flops_per_s: f64, bytes_per_s: f64) -> GemmOp {
         GemmOp {
             flop_s_per_row: FLOPS_PER_MAC * k * n / flops_per_s,
             weight_s: k * n * weight_bytes_per_element / bytes_per_s,
-            activation_s_per_row: (k + n) * ACTIVATION_BYTES / bytes_per_s,
+            activation_s_per_row: (k + n) * activation_bytes / bytes_per_s,
         }
     }
 
@@ -175,6 +173,11 @@ impl Roofline {
         let hidden = hidden_elems as f64;
 
         let weight_bytes = model.weight_dtype.bytes() as f64;
+        let act_bytes = activation_bytes(model.weight_dtype);
+        // The LM head stays 16-bit even in fp8 checkpoints and under vLLM's online fp8
+        // quantization (only linear layers are quantized; the vocab-parallel head is an
+        // embedding), so it reads activation-width weights at the 16-bit peak.
+        let lm_head_weight_bytes = act_bytes;
         let kv_bytes = model.kv_dtype.bytes() as f64;
         let peak_16bit = positive("gpu peak_flops_16bit", gpu.peak_flops_16bit);
         let gemm_peak = match model.weight_dtype {
@@ -191,17 +194,17 @@ impl Roofline {
 
         let qkv_width = (heads_per_gpu + KV_TENSORS * kv_heads_per_gpu) * head_dim;
         let attn_out_width = heads_per_gpu * head_dim;
-        let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, gemm_flops_per_s, bytes_per_s);
+        let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, act_bytes, gemm_flops_per_s, bytes_per_s);
         let layer_gemms = [
             gemm(hidden, qkv_width),
             gemm(attn_out_width, hidden),
             gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu),
             gemm(ffn_per_gpu, hidden),
         ];
-        let lm_head = GemmOp::new(hidden, vocab_per_gpu, LM_HEAD_WEIGHT_BYTES, lm_head_flops_per_s, bytes_per_s);
+        let lm_head = GemmOp::new(hidden, vocab_per_gpu, lm_head_weight_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s);
 
         let weight_bytes_read_per_step = model.num_layers as u64 * shard.linear_elements_per_layer * model.weight_dtype.bytes()
-            + hidden_elems * shard.vocab_rows * LM_HEAD_WEIGHT_BYTES as u64;
+            + hidden_elems * shard.vocab_rows * lm_head_weight_bytes as u64;
 
         // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.
         let flops_per_key = ATTENTION_MATMULS * FLOPS_PER_MAC * heads_per_gpu * head_dim;
@@ -209,13 +212,13 @@ impl Roofline {
         let prefix_attention_s_per_key = flops_per_key
             / (peak_16bit * positive("prefix_attention_efficiency", params.prefix_attention_efficiency));
         let attention_s_per_kv_token = KV_TENSORS * kv_heads_per_gpu * head_dim * kv_bytes / bytes_per_s;
-        let attention_s_per_query = ATTENTION_QO_TENSORS * heads_per_gpu * head_dim * ACTIVATION_BYTES / bytes_per_s;
+        let attention_s_per_query = ATTENTION_QO_TENSORS * heads_per_gpu * head_dim * act_bytes / bytes_per_s;
 
         // Elementwise work is memory-bound; norm weights (hidden elements, read once) are
         // negligible next to activations and left out.
-        let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * ACTIVATION_BYTES;
-        let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * ACTIVATION_BYTES;
-        let silu_bytes_per_token = SILU_MUL_VECTORS * ffn_per_gpu * ACTIVATION_BYTES;
+        let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * act_bytes;
+        let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * act_bytes;
+        let silu_bytes_per_token = SILU_MUL_VECTORS * ffn_per_gpu * act_bytes;
         let elementwise_s_per_token_per_layer =
             (NORMS_PER_LAYER * norm_bytes_per_token + rotary_bytes_per_token + silu_bytes_per_token) / bytes_per_s;
         let final_norm_s_per_token = norm_bytes_per_token / bytes_per_s;
@@ -232,9 +235,9 @@ impl Roofline {
                 let ring_factor = 2.0 * (t - 1.0) / t;
                 let gather_factor = (t - 1.0) / t;
                 (
-                    ALL_REDUCES_PER_LAYER * ring_factor * hidden * ACTIVATION_BYTES / link_bytes_per_s,
+                    ALL_REDUCES_PER_LAYER * ring_factor * hidden * act_bytes / link_bytes_per_s,
                     ALL_REDUCES_PER_LAYER * latency_s,
-                    gather_factor * vocab_padded as f64 * ACTIVATION_BYTES / link_bytes_per_s,
+                    gather_factor * vocab_padded as f64 * act_bytes / link_bytes_per_s,
                     latency_s,
                 )
             } else {
@@ -591,6 +594,22 @@ mod tests {
         // Memory-bound decode reads 1-byte weights and 2-byte activations:
         // (36,864 + 832·2) B × 2 layers / 8e9 = 9,632 ns.
         assert_eq!(roofline.decode_cost(1, 100).gemm_ns, 9_632 + 4_176);
+    }
+
+    #[test]
+    fn an_f32_model_moves_f32_activations_and_weights() {
+        let mut model = tiny_model();
+        model.weight_dtype = Dtype::Fp32;
+        let roofline = Roofline::new(&model, &tiny_gpu(), 1, &tiny_params());
+        let cost = roofline.decode_cost(1, 100);
+        // Twice the bf16 figures of `tiny_decode_is_memory_bound_and_matches_hand_computation`:
+        // elementwise 1 × (2·2176 + 512) B × 2 / 8e9; the layer GEMMs' weights and activations
+        // (2 × 75,392 B per layer) and the LM head's ((16,384 + 320) × 4 B) all double.
+        assert_eq!(cost.elementwise_ns, 2 * 608);
+        assert_eq!(cost.gemm_ns, 2 * (18_848 + 4_176));
+        // Attention reads Q and O in f32; the cache stays in its own dtype (2-byte here):
+        // 101 · 2·2·16·2 B + 2·4·16·4 B = 13,440 B per layer / 8e9 × 2 layers.
+        assert_eq!(cost.attention_ns, 3_360);
     }
 
     #[test]
