@@ -23,6 +23,10 @@ use servesim::engine::cpu::Gemm;
 use servesim::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelExecutor};
 use servesim::sched::batch::{Batch, SeqWork};
 
+/// As in the binary: weights and caches on transparent huge pages.
+#[global_allocator]
+static ALLOCATOR: servesim::engine::cpu::HugePageAlloc = servesim::engine::cpu::HugePageAlloc;
+
 const BATCH: usize = 32;
 const CONTEXT_TOKENS: usize = 128;
 const BLOCK_SIZE: usize = 16;

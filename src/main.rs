@@ -4,6 +4,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Large allocations (weights, KV caches, calibration operands) on transparent huge pages.
+#[global_allocator]
+static ALLOCATOR: servesim::engine::cpu::HugePageAlloc = servesim::engine::cpu::HugePageAlloc;
+
 fn main() -> ExitCode {
     let cli = servesim::cli::Cli::parse();
     match servesim::cli::run(cli) {

@@ -18,9 +18,8 @@
 //! prefill: [`prefill_attention`] over the new tokens' own keys ([`PackedKv`], no context);
 //! mixed: [`prefill_attention`] over the cache ([`PagedKv`], context + new tokens); decode:
 //! [`decode_attention`] over the cache. Caches use 16-token blocks handed out in a scrambled
-//! (seeded) order over twice the blocks the shape holds, as in a cache that has served many
-//! requests, and each run reads the next of several copies of the cache, as each layer of a step
-//! reads its own (see [`KvCopies`]).
+//! (seeded) order, as in a cache that has served many requests, and each run reads the next of
+//! several copies of the cache, as each layer of a step reads its own (see [`KV_COPIES`]).
 //!
 //! A GEMM that streams its weights (a decode step's) is timed among its layer's GEMMs, in order,
 //! over copies of the layer's weights (see [`GemmSequenceOp`]); a compute-bound one over copies
@@ -306,13 +305,13 @@ impl Backend for CpuBackend {
         let q_floats = layout.new_tokens * dims.num_heads * dims.head_dim;
         let kv_new_floats = layout.new_tokens * dims.num_kv_heads * dims.head_dim;
         let block_floats = CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
-        let cache_floats = layout.region_blocks * block_floats;
+        let cache_floats = layout.num_blocks * block_floats;
         let copies = (KV_COPIES_BYTES_MAX / (2 * 4 * cache_floats).max(1)).clamp(1, KV_COPIES);
         self.ensure_fits((2 * q_floats + 2 * kv_new_floats) as u64 + (2 * copies * cache_floats) as u64, "attention shape")?;
         let q = self.random(q_floats);
         let k_new = self.random(kv_new_floats);
         let v_new = self.random(kv_new_floats);
-        self.ensure_kv_copies(block_floats, layout.region_blocks, copies);
+        self.ensure_kv_copies(block_floats, layout.num_blocks, copies);
         let CpuBackend { pool, flush, threads, kv, .. } = self;
         Ok(Box::new(AttentionOp {
             pool,
@@ -334,18 +333,15 @@ impl Backend for CpuBackend {
 /// Fewest copies of an attention shape's paged cache, where they fit in
 /// [`KV_COPIES_BYTES_MAX`]; each run reads the next. An engine's step reads each layer's cache
 /// once, between other layers' work; one cache read run after run, even with the caches flushed
-/// between, comes back partly warm. On the development machine (1 thread, 100m model's heads,
-/// 16 sequences of 160 tokens) decode attention took 420 µs over one cache, 500 µs over copies,
-/// and 550–590 µs over copies whose blocks were scattered over 2–12 × the blocks used; inside
-/// the engine's steps, 470–560 µs.
+/// between, comes back partly warm. On the development machine (1 thread, huge pages, the 100m
+/// model's heads, 16 sequences of 160 tokens) decode attention took 370–380 µs over one cache
+/// and 415–445 µs over four copies, against 420 µs per layer in the engine's steps. (Blocks
+/// scattered over twice the blocks used cost another 5–7%; the engine's blocks are not: a prompt's
+/// come off its free list together.)
 const KV_COPIES: usize = 4;
 
 /// Most bytes of cache copies (K and V, all copies) an attention shape reads.
 const KV_COPIES_BYTES_MAX: usize = 512 << 20;
-
-/// Blocks of the cache a shape's blocks are scattered over, per block it holds: an engine's
-/// cache interleaves the blocks of the batch with those of requests that finished.
-const KV_SPREAD: usize = 2;
 
 /// Copies of a paged KV cache, kept between attention shapes and grown to the largest asked
 /// for: filling hundreds of megabytes per shape would take longer than timing it.
@@ -524,8 +520,8 @@ struct Layout {
     seq_lens: Vec<usize>,
     blocks: Vec<u32>,
     cu_blocks: Vec<usize>,
-    /// Blocks of the cache that `blocks` are drawn from: [`KV_SPREAD`] × the blocks used.
-    region_blocks: usize,
+    /// Blocks in the cache: as many as the sequences use.
+    num_blocks: usize,
     /// Cache slot of every new token.
     slots: Vec<usize>,
 }
@@ -540,13 +536,12 @@ impl Layout {
         let cached = shape.cached_lens();
         let seq_lens: Vec<usize> = cached.iter().map(|c| c + query_len).collect();
         let num_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum();
-        let region_blocks = KV_SPREAD * num_blocks;
-        if region_blocks > u32::MAX as usize {
+        if num_blocks > u32::MAX as usize {
             return Err(CalibrateError::Unsupported(format!("attention shape too large: {shape:?}")));
         }
-        // Physical blocks in a seeded random order (Fisher–Yates) over the region, so
-        // consecutive logical blocks are scattered in memory as in a long-running cache.
-        let mut ids: Vec<u32> = (0..region_blocks as u32).collect();
+        // Physical blocks in a seeded random order (Fisher–Yates), so consecutive logical
+        // blocks are scattered in memory as in a long-running cache.
+        let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
         let mut state = 0x5eed_u64;
         for i in (1..ids.len()).rev() {
             state = splitmix64(state);
@@ -560,14 +555,13 @@ impl Layout {
             slots.extend((c..len).map(|pos| table[pos / bs] as usize * bs + pos % bs));
             cu_blocks.push(cu_blocks[s] + table.len());
         }
-        ids.truncate(num_blocks);
         Ok(Layout {
             new_tokens: num_seqs * query_len,
             cu_seqlens: (0..=num_seqs).map(|s| s * query_len).collect(),
             seq_lens,
             blocks: ids,
             cu_blocks,
-            region_blocks,
+            num_blocks,
             slots,
         })
     }
@@ -585,7 +579,7 @@ struct AttentionOp<'a> {
     /// `[new_tokens, num_kv_heads, head_dim]`.
     k_new: Vec<f32>,
     v_new: Vec<f32>,
-    /// Copies of the paged cache, `(K, V)` each `[≥ region_blocks, 16, num_kv_heads,
+    /// Copies of the paged cache, `(K, V)` each `[≥ num_blocks, 16, num_kv_heads,
     /// head_dim]`; run `i` reads copy `i mod len`.
     caches: &'a mut [(Vec<f32>, Vec<f32>)],
     next: usize,
@@ -599,7 +593,7 @@ impl PreparedOp for AttentionOp<'_> {
         let scale = dims.default_scale();
         let (k_cache, v_cache) = &mut caches[*next % caches.len()];
         *next += 1;
-        let cache_floats = layout.region_blocks * CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
+        let cache_floats = layout.num_blocks * CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
         let (k_cache, v_cache) = (&mut k_cache[..cache_floats], &mut v_cache[..cache_floats]);
         Ok(pool.install(|| {
             let t = Instant::now();
@@ -863,7 +857,7 @@ mod tests {
             }
         }
         let block_floats = CALIBRATION_BLOCK_SIZE * 2 * 64;
-        let region = Layout::new(&small).unwrap().region_blocks * block_floats;
+        let region = Layout::new(&small).unwrap().num_blocks * block_floats;
         assert_eq!((b.kv.block_floats, b.kv.copies.len()), (block_floats, KV_COPIES));
         // Distinct allocations: each run reads memory of its own.
         let bases: std::collections::BTreeSet<usize> = b.kv.copies.iter().map(|(k, _)| k.as_ptr() as usize).collect();
@@ -876,7 +870,7 @@ mod tests {
         assert_eq!(b.kv.copies[0].0.as_ptr(), first_base);
         let large = attention(AttentionPhase::Decode, 16, 1, 400, (8, 2, 64));
         drop(b.prepare_attention(&large).expect("prepare"));
-        assert!(b.kv.copies[0].0.len() >= Layout::new(&large).unwrap().region_blocks * block_floats);
+        assert!(b.kv.copies[0].0.len() >= Layout::new(&large).unwrap().num_blocks * block_floats);
         drop(b.prepare_attention(&attention(AttentionPhase::Decode, 2, 1, 20, (4, 4, 16))).expect("prepare"));
         assert_eq!(b.kv.block_floats, CALIBRATION_BLOCK_SIZE * 4 * 16);
     }
@@ -890,16 +884,10 @@ mod tests {
         assert!(contexts.windows(2).all(|w| w[0] < w[1]), "spread, not equal: {contexts:?}");
         let mean = contexts.iter().sum::<usize>() as f64 / contexts.len() as f64;
         assert!((mean - 100.0).abs() <= 1.0, "mean context {mean}");
-        // Every block is used at most once across the tables, and they are scattered over the
-        // whole region, not packed at its start.
+        // Every block is used exactly once across the tables.
         let mut used = layout.blocks[..layout.cu_blocks[8]].to_vec();
         used.sort();
-        used.dedup();
-        let num_blocks = layout.cu_blocks[8];
-        assert_eq!(used.len(), num_blocks);
-        assert_eq!(layout.region_blocks, KV_SPREAD * num_blocks);
-        assert!(used.iter().all(|&b| (b as usize) < layout.region_blocks));
-        assert!(used.iter().any(|&b| b as usize >= num_blocks), "{used:?}");
+        assert_eq!(used, (0..layout.num_blocks as u32).collect::<Vec<_>>());
     }
 
     #[test]

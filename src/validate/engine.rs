@@ -235,7 +235,11 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
             let grid = Grid::new(options);
             log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
             let options = RunOptions { budget: config.calibration_budget, progress: false, timing: TimingOptions::quick() };
-            crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?
+            let started = std::time::Instant::now();
+            let profile =
+                crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?;
+            log(&format!("    {} in {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
+            profile
         }
     };
     let peak = Peak { flops_per_s: profile.provenance.peak.flops_per_s, memory_bytes_per_s: profile.provenance.peak.memory_bytes_per_s };

@@ -30,6 +30,7 @@ mod attention;
 mod decode;
 mod gemm;
 pub mod gemm_skinny;
+mod huge_pages;
 mod kv;
 mod norm;
 mod prefill;
@@ -43,6 +44,7 @@ mod reference;
 mod tests;
 
 pub use activation::silu_and_mul;
+pub use huge_pages::{HUGE_PAGE_BYTES, HugePageAlloc};
 pub use attention::AttentionDims;
 pub use decode::decode_attention;
 pub use gemm::{BLayout, Gemm, matmul};
@@ -59,6 +61,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("decode.rs", include_str!("decode.rs")),
     ("gemm.rs", include_str!("gemm.rs")),
     ("gemm_skinny.rs", include_str!("gemm_skinny.rs")),
+    ("huge_pages.rs", include_str!("huge_pages.rs")),
     ("kv.rs", include_str!("kv.rs")),
     ("mod.rs", include_str!("mod.rs")),
     ("norm.rs", include_str!("norm.rs")),
