@@ -91,10 +91,11 @@ pub struct EngineValidationArgs {
     /// or `calibrate --device cpu`) instead of calibrating.
     #[arg(long, value_name = "CSV")]
     pub profile: Option<PathBuf>,
-    /// With --engine: calibration grid (tiny, quick, full) and time budget in minutes.
+    /// With --engine: calibration grid (tiny, quick, full) and time budget in minutes (the
+    /// grid is measured in 3 passes while the budget lasts).
     #[arg(long, default_value = "tiny")]
     pub grid: String,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.5)]
     pub calibration_minutes: f64,
     /// With --engine: prompt and output tokens of every request.
     #[arg(long, default_value_t = 128)]
@@ -335,6 +336,10 @@ pub struct CalibrateArgs {
     /// CPU threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Times to measure the whole grid; each shape keeps the median of its passes' medians
+    /// (default: 3 on a CPU, whose kernels' times move over seconds; 1 on a GPU).
+    #[arg(long, value_name = "N")]
+    pub passes: Option<u32>,
 }
 
 /// A fully validated `simulate` invocation.
@@ -686,10 +691,14 @@ fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
         return Err(usage("--budget-minutes", &minutes.to_string(), "must be a positive number of minutes".into()));
     }
+    if args.passes == Some(0) {
+        return Err(usage("--passes", "0", "must be at least 1".into()));
+    }
     let run_options = RunOptions {
         budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
         progress: std::io::stderr().is_terminal(),
         timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
+        passes: args.passes.unwrap_or(if on_gpu { 1 } else { crate::calibrate::cpu::PASSES_DEFAULT }),
     };
     eprintln!("calibrating {} shapes on {} ({scale_name} grid)", grid.len(), args.device);
     let profile = crate::calibrate::run::calibrate(backend.as_mut(), &grid, &run_options)

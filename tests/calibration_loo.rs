@@ -58,7 +58,7 @@ fn leave_one_out_on_a_cpu_profile_measured_here_meets_the_thresholds() {
         stable_rel: 0.005,
         flush_cache: false,
     };
-    let options = RunOptions { budget: None, progress: false, timing };
+    let options = RunOptions { timing, ..RunOptions::default() };
     let mut figures = Vec::new();
     // Timings on a shared 2-core machine are noisy while other tests run beside this one: a
     // miss is measured again (up to three profiles) before it counts as a failure.

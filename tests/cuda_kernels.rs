@@ -751,7 +751,7 @@ fn tiny_calibration_runs_end_to_end() {
         ],
         allreduce: Vec::new(),
     };
-    let options = RunOptions { budget: None, progress: false, timing: TimingOptions::quick() };
+    let options = RunOptions { timing: TimingOptions::quick(), ..RunOptions::default() };
     let profile = calibrate(&mut backend, &grid, &options).unwrap();
     println!("{:#?}", profile.rows);
     assert_eq!(profile.rows.len(), 3, "{:?}", profile.provenance.run);

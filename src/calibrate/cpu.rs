@@ -52,6 +52,13 @@ pub use super::backend::CALIBRATION_BLOCK_SIZE;
 /// in]` at large m and 1.2–3.5× faster at decode-sized m (4–32 rows; measured on one core).
 pub const CALIBRATION_B_LAYOUT: BLayout = BLayout::RowMajor;
 
+/// Passes over the grid a CPU calibration makes by default (`RunOptions::passes`). On the
+/// development machine the same kernel's time moved by 10% over a few seconds, and a shape is
+/// timed in well under a second: one profile had the 100m model's LM head at 6.6 ms for m = 6
+/// (4.7 ms in another), and priced the engine's decode steps of 6 sequences 17% dear. With
+/// three passes a shape's median drops one disturbed pass.
+pub const PASSES_DEFAULT: u32 = 3;
+
 /// Assumed last-level cache when sysfs does not say (a common server L3 slice).
 const LLC_BYTES_DEFAULT: usize = 32 << 20;
 

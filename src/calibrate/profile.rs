@@ -209,19 +209,31 @@ pub struct RunSummary {
     pub failed: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_s: Option<f64>,
+    /// Passes over the grid that started (see `RunOptions::passes`); a pass the budget cut
+    /// short counts. Profiles written before passes existed made one.
+    #[serde(default = "one_pass")]
+    pub passes: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
 }
 
+fn one_pass() -> u32 {
+    1
+}
+
 impl std::fmt::Display for RunSummary {
     /// One line for the end of a run: `measured 120 of 130 shapes; 4 unsupported, 6 skipped
-    /// (budget spent), 0 failed`, with the first failure reasons on following lines.
+    /// (budget spent), 0 failed` (and `, in 3 passes` when more than one started), with the
+    /// first failure reasons on following lines.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
             "measured {} of {} shapes; {} unsupported, {} skipped (budget spent), {} failed",
             self.measured, self.shapes_in_grid, self.skipped_unsupported, self.skipped_budget, self.failed
         )?;
+        if self.passes > 1 {
+            write!(f, ", in {} passes", self.passes)?;
+        }
         for failure in &self.failures {
             write!(f, "\n  failed: {failure}")?;
         }
@@ -577,6 +589,7 @@ mod tests {
                     skipped_budget: 5,
                     failed: 0,
                     budget_s: Some(60.0),
+                    passes: 2,
                     failures: vec![],
                 },
             },
@@ -597,8 +610,14 @@ mod tests {
         assert_eq!(back.provenance.to_toml_string(), profile.provenance.to_toml_string());
         assert_eq!(
             back.provenance.run.to_string(),
-            "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed"
+            "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed, in 2 passes"
         );
+        // A provenance written before passes existed made one.
+        let text = profile.provenance.to_toml_string();
+        assert!(text.contains("passes = 2\n"), "{text}");
+        let old: Provenance = toml::from_str(&text.replace("passes = 2\n", "")).unwrap();
+        assert_eq!(old.run.passes, 1);
+        assert!(!old.run.to_string().contains("passes"));
     }
 
     #[test]

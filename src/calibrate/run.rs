@@ -15,21 +15,45 @@ use super::backend::{
 };
 use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
-use super::timing::{TimingOptions, measure};
+use super::timing::{Measurement, TimingOptions, measure_samples};
 use crate::scenario::model::Dtype;
 
 /// Failure reasons kept in the provenance, at most.
 const FAILURES_KEPT: usize = 10;
 
 /// How a calibration run behaves. The default: no budget, no progress bar, GPU timing
-/// ([`TimingOptions::default`]).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// ([`TimingOptions::default`]), one pass.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunOptions {
     /// Stop starting new shapes once this much wall time has passed; what was measured is kept.
     pub budget: Option<Duration>,
     /// Draw a progress bar with an ETA on standard error (the caller sets it only on a terminal).
     pub progress: bool,
     pub timing: TimingOptions,
+    /// Times the whole grid is measured, one pass after another (0 counts as 1). A shape's
+    /// median is the median of its passes' medians ([`Measurement::from_passes`]): on a shared
+    /// CPU a kernel's time moves by 10% or more over seconds, and a shape timed in one short
+    /// window can land in a slow one. Passes after the first run only while the budget lasts.
+    ///
+    /// [`Measurement::from_passes`]: super::timing::Measurement::from_passes
+    pub passes: u32,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1 }
+    }
+}
+
+/// What became of one shape over the passes.
+#[derive(Default)]
+struct ShapeOutcome {
+    /// The repeats of each pass that measured it.
+    passes: Vec<Vec<f64>>,
+    /// The backend cannot run it: no later pass tries.
+    unsupported: bool,
+    /// Why it failed, the first time it did: no later pass tries.
+    failure: Option<String>,
 }
 
 /// Measures every shape of `grid` on `backend`. The profile's rows are sorted by shape; its
@@ -48,11 +72,12 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     let device = backend.device_info();
     let shapes = grid.shapes_in_run_order();
 
+    let passes = options.passes.max(1);
     let bar = if options.progress {
-        let bar = ProgressBar::with_draw_target(Some(shapes.len() as u64), ProgressDrawTarget::stderr());
+        let bar = ProgressBar::with_draw_target(Some(shapes.len() as u64 * passes as u64), ProgressDrawTarget::stderr());
         bar.set_style(
             ProgressStyle::with_template(
-                "{spinner} calibrating [{bar:40}] {pos}/{len} shapes, {elapsed} elapsed, ETA {eta} {msg}",
+                "{spinner} calibrating [{bar:40}] {pos}/{len} shape runs, {elapsed} elapsed, ETA {eta} {msg}",
             )
             .expect("valid template")
             .progress_chars("=> "),
@@ -62,38 +87,58 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
         ProgressBar::hidden()
     };
 
+    let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
+    let mut passes_run = 0;
+    'passes: for _ in 0..passes {
+        if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
+            break;
+        }
+        passes_run += 1;
+        for (shape, outcome) in shapes.iter().zip(&mut outcomes) {
+            if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
+                break 'passes;
+            }
+            if outcome.unsupported || outcome.failure.is_some() {
+                bar.inc(1);
+                continue;
+            }
+            bar.set_message(describe(shape));
+            match measure_shape(backend, grid, shape, &options.timing) {
+                Ok(Some(samples)) => outcome.passes.push(samples),
+                Ok(None) | Err(CalibrateError::Unsupported(_)) => outcome.unsupported = true,
+                Err(e @ CalibrateError::Unavailable(_)) => {
+                    bar.abandon();
+                    return Err(e);
+                }
+                Err(CalibrateError::Failed(reason)) => outcome.failure = Some(reason),
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+
     let mut summary = RunSummary {
         shapes_in_grid: shapes.len() as u64,
         budget_s: options.budget.map(|b| b.as_secs_f64()),
+        passes: passes_run,
         ..RunSummary::default()
     };
     let mut rows = Vec::with_capacity(shapes.len());
-    for (i, shape) in shapes.iter().enumerate() {
-        if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
-            summary.skipped_budget = (shapes.len() - i) as u64;
-            break;
+    for (shape, outcome) in shapes.iter().zip(outcomes) {
+        if !outcome.passes.is_empty() {
+            rows.push(ProfileRow::new(*shape, Measurement::from_passes(&outcome.passes), &peak));
+            summary.measured += 1;
+        } else if outcome.unsupported {
+            summary.skipped_unsupported += 1;
+        } else if let Some(reason) = outcome.failure {
+            summary.failed += 1;
+            if summary.failures.len() < FAILURES_KEPT {
+                summary.failures.push(format!("{}: {reason}", describe(shape)));
+            }
+        } else {
+            summary.skipped_budget += 1;
         }
-        bar.set_message(describe(shape));
-        match measure_shape(backend, grid, shape, &options.timing) {
-            Ok(Some(measurement)) => {
-                rows.push(ProfileRow::new(*shape, measurement, &peak));
-                summary.measured += 1;
-            }
-            Ok(None) | Err(CalibrateError::Unsupported(_)) => summary.skipped_unsupported += 1,
-            Err(e @ CalibrateError::Unavailable(_)) => {
-                bar.abandon();
-                return Err(e);
-            }
-            Err(CalibrateError::Failed(reason)) => {
-                summary.failed += 1;
-                if summary.failures.len() < FAILURES_KEPT {
-                    summary.failures.push(format!("{}: {reason}", describe(shape)));
-                }
-            }
-        }
-        bar.inc(1);
     }
-    bar.finish_and_clear();
 
     if summary.measured == 0 && summary.failed > 0 {
         return Err(CalibrateError::Failed(format!(
@@ -122,13 +167,14 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     })
 }
 
-/// `Ok(None)`: the backend cannot run this kind of shape at all.
+/// The repeats of one measurement of `shape`; `Ok(None)`: the backend cannot run this kind of
+/// shape at all.
 fn measure_shape(
     backend: &mut dyn Backend,
     grid: &Grid,
     shape: &Shape,
     timing: &TimingOptions,
-) -> Result<Option<super::timing::Measurement>, CalibrateError> {
+) -> Result<Option<Vec<f64>>, CalibrateError> {
     if let Some(dtype) = shape.dtype()
         && !backend.supports(dtype)
     {
@@ -145,7 +191,7 @@ fn measure_shape(
             None => return Ok(None),
         },
     };
-    measure(op.as_mut(), timing).map(Some)
+    measure_samples(op.as_mut(), timing).map(Some)
 }
 
 /// A short label for progress and failure messages.
@@ -361,7 +407,7 @@ mod tests {
         let grid = tiny_grid(vec![Dtype::Bf16]);
         let mut backend = Slow(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
-        let options = RunOptions { budget: Some(Duration::from_millis(30)), progress: false, timing };
+        let options = RunOptions { budget: Some(Duration::from_millis(30)), progress: false, timing, passes: 2 };
         let profile = calibrate(&mut backend, &grid, &options).unwrap();
         let run = &profile.provenance.run;
         assert!(run.measured >= 1 && run.skipped_budget > 0, "{run:?}");
@@ -369,6 +415,73 @@ mod tests {
         assert_eq!(profile.rows.len() as u64, run.measured);
         // Coarse to fine: the measured GEMMs include m = 1 for several (n, k).
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
+    }
+
+    #[test]
+    fn a_pass_disturbed_throughout_drops_out_of_the_median() {
+        /// Every op takes 1 µs, except in the second pass over the grid, which runs 5× slow
+        /// (another process busy for a while); attention fails in the second pass.
+        struct Disturbed {
+            prepared: usize,
+            shapes: usize,
+        }
+        struct Op(f64);
+        impl PreparedOp for Op {
+            fn run_once(&mut self) -> Result<f64, CalibrateError> {
+                Ok(self.0)
+            }
+        }
+        impl Disturbed {
+            fn next(&mut self) -> (usize, f64) {
+                let pass = self.prepared / self.shapes;
+                self.prepared += 1;
+                (pass, if pass == 1 { 5000.0 } else { 1000.0 })
+            }
+        }
+        impl Backend for Disturbed {
+            fn device_info(&self) -> DeviceInfo {
+                DeviceInfo::default()
+            }
+            fn peak(&self) -> Peak {
+                gpu_peak()
+            }
+            fn supports(&self, _: Dtype) -> bool {
+                true
+            }
+            fn kernel_hashes(&self) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                Ok(Box::new(Op(self.next().1)))
+            }
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+                match self.next() {
+                    (1, _) => Err(CalibrateError::Failed("out of memory".into())),
+                    (_, ns) => Ok(Box::new(Op(ns))),
+                }
+            }
+        }
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let timing = TimingOptions { warmup: 0, min_repeats: 2, max_repeats: 2, ..TimingOptions::default() };
+        let mut backend = Disturbed { prepared: 0, shapes: grid.len() };
+        let options = RunOptions { timing, passes: 3, ..RunOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let run = &profile.provenance.run;
+        assert_eq!((run.passes, run.measured, run.failed), (3, grid.len() as u64, 0), "{run:?}");
+        for row in &profile.rows {
+            assert_eq!(row.measurement.median_ns, 1000.0, "{row:?}");
+            match row.shape {
+                // Three passes of two repeats; the slow pass shows in p90 only.
+                Shape::Gemm(_) => assert_eq!((row.measurement.repeats, row.measurement.p90_ns), (6, 5000.0)),
+                // The failure in pass 2 stops later passes: pass 1's repeats stand.
+                _ => assert_eq!(row.measurement.repeats, 2),
+            }
+        }
+        // One pass: what the grid measured first.
+        let mut backend = Disturbed { prepared: 0, shapes: grid.len() };
+        let profile = calibrate(&mut backend, &grid, &RunOptions { timing, ..RunOptions::default() }).unwrap();
+        assert_eq!(profile.provenance.run.passes, 1);
+        assert!(profile.rows.iter().all(|r| r.measurement.repeats == 2));
     }
 
     #[test]

@@ -88,6 +88,21 @@ impl Measurement {
             repeats: sorted.len() as u32,
         }
     }
+
+    /// Statistics of a shape measured in several passes, each a non-empty list of repeats: the
+    /// median is the median of the passes' medians, so one pass disturbed throughout (another
+    /// process busy for a few seconds) drops out of it instead of shifting it; p10, p90 and the
+    /// repeats count every repeat. One pass gives exactly [`Measurement::from_samples`].
+    pub fn from_passes(passes: &[Vec<f64>]) -> Measurement {
+        let all: Vec<f64> = passes.iter().flatten().copied().collect();
+        let pooled = Measurement::from_samples(&all);
+        if passes.len() < 2 {
+            return pooled;
+        }
+        let mut medians: Vec<f64> = passes.iter().map(|p| Measurement::from_samples(p).median_ns).collect();
+        medians.sort_by(f64::total_cmp);
+        Measurement { median_ns: percentile_sorted(&medians, 50.0), ..pooled }
+    }
 }
 
 /// numpy's default percentile (linear interpolation between closest ranks) of sorted values.
@@ -107,6 +122,11 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 
 /// Measures `op` under `options`.
 pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measurement, CalibrateError> {
+    measure_samples(op, options).map(|samples| Measurement::from_samples(&samples))
+}
+
+/// The timed repeats [`measure`] makes, nanoseconds each, in order (at least one).
+pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Vec<f64>, CalibrateError> {
     let start = Instant::now();
     let out_of_time = || start.elapsed() >= options.max_time;
 
@@ -143,7 +163,7 @@ pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measu
             }
         }
     }
-    Ok(Measurement::from_samples(&samples))
+    Ok(samples)
 }
 
 /// Whether each of the last `window` changes of the running median was below `rel` (relative).
@@ -220,6 +240,19 @@ mod tests {
         let m = measure(&mut Slow, &options).unwrap();
         assert_eq!(m.repeats, 1);
         assert_eq!(m.median_ns, 5e6);
+    }
+
+    #[test]
+    fn passes_combine_by_the_median_of_their_medians() {
+        let one = vec![3.0, 1.0, 2.0];
+        assert_eq!(Measurement::from_passes(std::slice::from_ref(&one)), Measurement::from_samples(&one));
+        // A pass that ran slow throughout does not move the median; it widens p90.
+        let passes = vec![vec![10.0, 11.0, 12.0], vec![30.0, 31.0, 32.0], vec![11.0, 12.0, 13.0]];
+        let m = Measurement::from_passes(&passes);
+        assert_eq!(m.median_ns, 12.0);
+        assert_eq!(m.repeats, 9);
+        assert_eq!(m.p10_ns, Measurement::from_samples(&passes.concat()).p10_ns);
+        assert!(m.p90_ns > 30.0, "{m:?}");
     }
 
     #[test]

@@ -883,7 +883,7 @@ mod tests {
         let grid = Grid::new(options);
         let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16, Dtype::Fp32]);
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
-        let profile = calibrate(&mut backend, &grid, &RunOptions { budget: None, progress: false, timing }).unwrap();
+        let profile = calibrate(&mut backend, &grid, &RunOptions { timing, ..RunOptions::default() }).unwrap();
         (profile, backend)
     }
 

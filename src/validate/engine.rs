@@ -234,11 +234,16 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
             options.extra_m = backend.gemm_m_breakpoints();
             let grid = Grid::new(options);
             log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
-            let options = RunOptions { budget: config.calibration_budget, progress: false, timing: TimingOptions::quick() };
+            let options = RunOptions {
+                budget: config.calibration_budget,
+                progress: false,
+                timing: TimingOptions::quick(),
+                passes: crate::calibrate::cpu::PASSES_DEFAULT,
+            };
             let started = std::time::Instant::now();
             let profile =
                 crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?;
-            log(&format!("    {} in {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
+            log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
             profile
         }
     };
