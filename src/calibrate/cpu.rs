@@ -375,10 +375,9 @@ impl CpuBackend {
         let room = if same_heads { 2 * held } else { 0 };
         let floats = floats.max(room.min(KV_COPIES_BYTES_MAX / (2 * 4 * copies)));
         self.kv.copies.clear(); // frees the old copies before the new are filled
+        // Cloned like a GEMM sequence's weights: each clone is an allocation of its own.
         let first = (self.random(floats), self.random(floats));
-        let mut all = vec![first.clone(); copies - 1];
-        all.push(first);
-        self.kv = KvCopies { block_floats, copies: all };
+        self.kv = KvCopies { block_floats, copies: vec![first; copies] };
     }
 }
 
@@ -436,9 +435,7 @@ impl CpuBackend {
                 // One random copy, cloned: the values do not change the timing, and a copy is
                 // a fresh allocation (a placement of its own) at memcpy speed.
                 let first: Vec<Vec<f32>> = gemms.iter().map(|g| self.random(g.k * g.n)).collect();
-                let mut all = vec![first.clone(); copies - 1];
-                all.push(first);
-                SequenceWeights { sequence: step.sequence.clone(), copies: all }
+                SequenceWeights { sequence: step.sequence.clone(), copies: vec![first; copies] }
             }
         };
         self.weights_kept.push(set);

@@ -87,15 +87,16 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
         ProgressBar::hidden()
     };
 
+    let spent = || options.budget.is_some_and(|budget| start.elapsed() >= budget);
     let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
     let mut passes_run = 0;
     'passes: for _ in 0..passes {
-        if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
+        if spent() {
             break;
         }
         passes_run += 1;
         for (shape, outcome) in shapes.iter().zip(&mut outcomes) {
-            if options.budget.is_some_and(|budget| start.elapsed() >= budget) {
+            if spent() {
                 break 'passes;
             }
             if outcome.unsupported || outcome.failure.is_some() {
