@@ -8,19 +8,34 @@
 //!
 //! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`], and [`Servesim`] (servesim's own engine).
 //!
+//! ```text
+//!   scheduler.rs ──► policy.rs, tgi.rs ──► state.rs ──► kv.rs, batch.rs, config.rs
+//!   (owns a state       (decide who runs:     (sequences, queues,
+//!    and a policy)       fill the batch)        KV blocks; knows no policy)
+//! ```
+//!
+//! A policy operates on a [`SchedulerState`]; the state never names a policy, so adding a policy
+//! touches only its own file and the place that picks it by name (`sim::cluster::policy_for`).
+//!
 //! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
 //! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
 //! the forward pass (simulated or real), then `finish_step()` (which advances every scheduled
 //! sequence and reports tokens and completions).
 
 pub mod batch;
+mod config;
 pub mod kv;
+mod outcome;
 mod policy;
 mod scheduler;
+mod state;
 mod tgi;
 
 pub use batch::{Batch, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
+pub use config::{SchedulerConfig, TgiConfig};
+pub use outcome::{Admission, Finished, Rejection, StepOutcome};
 pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
-pub use scheduler::{Admission, Finished, Rejection, Scheduler, SchedulerConfig, StepOutcome};
-pub use tgi::{Tgi, TgiConfig};
+pub use scheduler::Scheduler;
+pub use state::SchedulerState;
+pub use tgi::Tgi;

@@ -1,13 +1,14 @@
 //! Batching policies: how each engine forms a step from its waiting and running queues.
 
 use super::batch::{Batch, padded_capture_size};
-use super::scheduler::{Rejection, Scheduler};
+use super::outcome::Rejection;
+use super::state::SchedulerState;
 
 /// A batching policy. It reads and changes the scheduler's queues and KV allocations and fills
 /// `batch`; it must leave every scheduled sequence with KV blocks for its new tokens.
 pub trait SchedulingPolicy {
     fn name(&self) -> &'static str;
-    fn schedule(&mut self, state: &mut Scheduler, batch: &mut Batch);
+    fn schedule(&mut self, state: &mut SchedulerState, batch: &mut Batch);
     /// Whether the engine replays `batch` from a captured graph, and padded to what size.
     /// Engines capture graphs only for some batches; the rest launch kernels one by one, which
     /// costs CPU time per step. Default: always eager.
@@ -17,7 +18,7 @@ pub trait SchedulingPolicy {
     /// Whether the engine refuses a request on arrival, before queueing it (TGI's router:
     /// length limits and its concurrency limit). Default: it accepts every request; the
     /// scheduler still rejects one that could never fit in the KV cache.
-    fn refuse(&self, _state: &Scheduler, _prompt_tokens: u32, _max_tokens: u32) -> Option<Rejection> {
+    fn refuse(&self, _state: &SchedulerState, _prompt_tokens: u32, _max_tokens: u32) -> Option<Rejection> {
         None
     }
     /// Whether `max_num_batched_tokens` bounds decode tokens too (the scheduler's invariant
@@ -26,16 +27,6 @@ pub trait SchedulingPolicy {
     fn budget_bounds_decodes(&self) -> bool {
         true
     }
-}
-
-/// Placeholder held while the real policy is borrowed out during `schedule()`.
-pub(super) struct Idle;
-
-impl SchedulingPolicy for Idle {
-    fn name(&self) -> &'static str {
-        "idle"
-    }
-    fn schedule(&mut self, _: &mut Scheduler, _: &mut Batch) {}
 }
 
 /// vLLM V1 (≥ 0.8): one token budget shared by running and new requests; running requests
@@ -49,7 +40,7 @@ impl SchedulingPolicy for VllmV1 {
         "vllm-v1"
     }
 
-    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+    fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
         let chunked = s.config.enable_chunked_prefill;
         let preempted = schedule_running(s, batch, &mut budget, chunked);
@@ -74,7 +65,7 @@ impl SchedulingPolicy for Servesim {
         "servesim"
     }
 
-    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+    fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         VllmV1.schedule(s, batch);
     }
 }
@@ -113,7 +104,7 @@ impl SchedulingPolicy for VllmV0 {
         "vllm-v0"
     }
 
-    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+    fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
         if s.config.enable_chunked_prefill {
             let preempted = schedule_running(s, batch, &mut budget, true);
@@ -150,7 +141,7 @@ enum AdmitBlocks {
 /// Schedules running sequences in order under the budget, preempting the newest when KV runs
 /// out. KV grows with the tokens scheduled (both vLLM engines). Returns whether anything was
 /// preempted.
-fn schedule_running(s: &mut Scheduler, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
+fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
     let mut preempted = false;
     let mut i = 0;
     while i < s.running.len() && *budget > 0 {
@@ -182,7 +173,7 @@ fn schedule_running(s: &mut Scheduler, batch: &mut Batch, budget: &mut u32, chun
 
 /// Admits waiting sequences FCFS while budget, `max_num_seqs` and KV allow; stops at the first
 /// that does not fit (head-of-line, as both vLLM engines do).
-fn admit_waiting(s: &mut Scheduler, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
+fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
     let watermark_blocks = s.config.watermark_blocks();
     while let Some(&seq) = s.waiting.front() {
         if *budget == 0 || s.running.len() as u32 >= s.config.max_num_seqs {

@@ -40,82 +40,10 @@
 //! - HIP graphs replay only decodes of up to 32 requests, padded up to 1, 2, 4, 8, 16 or 32.
 
 use super::batch::{Batch, padded_capture_size};
+use super::config::{SchedulerConfig, TgiConfig};
+use super::outcome::Rejection;
 use super::policy::SchedulingPolicy;
-use super::scheduler::{Rejection, Scheduler, SchedulerConfig};
-
-/// TGI's limits, resolved (launcher and router flags, and what warm-up measured).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TgiConfig {
-    /// `--max-input-tokens`: a longer prompt is refused with HTTP 422.
-    pub max_input_tokens: u32,
-    /// `--max-total-tokens`: a request whose prompt + `max_new_tokens` exceeds it is refused with
-    /// HTTP 422. Also the longest sequence the engine serves.
-    pub max_total_tokens: u32,
-    /// `--max-batch-prefill-tokens`: prompt tokens in one prefill batch. `next_batch` pads it up to
-    /// whole KV blocks (see [`TgiConfig::prefill_budget_tokens`]).
-    pub max_batch_prefill_tokens: u32,
-    /// KV cache capacity in tokens (TGI's `max_batch_total_tokens`, measured at warm-up as whole
-    /// blocks). `next_batch` also requires the new requests' prompt + `max_new_tokens` to fit in
-    /// this minus the tokens of the blocks the running batch holds.
-    pub max_batch_total_tokens: u32,
-    /// `--waiting-served-ratio`: with B running, a prefill needs ⌊ratio × B⌋ requests that fit.
-    /// `f32`, as TGI computes `(batch_size as f32 * waiting_served_ratio).floor()`.
-    pub waiting_served_ratio: f32,
-    /// `--max-waiting-tokens`: after this many `waiting_tokens`, any one request may be prefilled.
-    pub max_waiting_tokens: u32,
-    /// `--max-concurrent-requests`: requests in flight (queued or running) beyond it get HTTP 429.
-    pub max_concurrent_requests: u32,
-}
-
-impl TgiConfig {
-    /// The prefill token budget as `next_batch` applies it: `max_batch_prefill_tokens` padded up
-    /// to a multiple of the block size ("Pad prefill_token_budget to be a multiple of block size").
-    pub fn prefill_budget_tokens(&self, block_size: u32) -> u32 {
-        let padded = (self.max_batch_prefill_tokens as u64).div_ceil(block_size as u64) * block_size as u64;
-        padded.min(u32::MAX as u64) as u32
-    }
-
-    /// TGI's start-up checks that the policy relies on, against a cache of `num_gpu_blocks` blocks
-    /// of `block_size` tokens. Each failure names the rule and where TGI enforces it.
-    pub fn check(&self, block_size: u32, num_gpu_blocks: u32) -> Result<(), String> {
-        let kv_tokens = num_gpu_blocks as u64 * block_size as u64;
-        if self.max_input_tokens == 0 {
-            return Err("max_input_tokens must be at least 1".into());
-        }
-        if self.max_input_tokens >= self.max_total_tokens {
-            return Err(format!(
-                "max_input_tokens ({}) must be < max_total_tokens ({}) (TGI launcher)",
-                self.max_input_tokens, self.max_total_tokens
-            ));
-        }
-        if self.max_batch_prefill_tokens < self.max_input_tokens {
-            return Err(format!(
-                "max_batch_prefill_tokens ({}) must be >= max_input_tokens ({}) (TGI launcher)",
-                self.max_batch_prefill_tokens, self.max_input_tokens
-            ));
-        }
-        if self.max_total_tokens > self.max_batch_total_tokens {
-            return Err(format!(
-                "max_total_tokens ({}) exceeds max_batch_total_tokens ({}): TGI's router refuses to start \
-                 (\"Not enough memory to handle max_total_tokens\")",
-                self.max_total_tokens, self.max_batch_total_tokens
-            ));
-        }
-        if self.max_batch_total_tokens as u64 > kv_tokens {
-            return Err(format!(
-                "max_batch_total_tokens ({}) exceeds the KV cache ({num_gpu_blocks} blocks × {block_size} = {kv_tokens} tokens)",
-                self.max_batch_total_tokens
-            ));
-        }
-        if !(self.waiting_served_ratio.is_finite() && self.waiting_served_ratio >= 0.0) {
-            return Err(format!("waiting_served_ratio ({}) must be a finite number ≥ 0", self.waiting_served_ratio));
-        }
-        if self.max_concurrent_requests == 0 {
-            return Err("max_concurrent_requests must be at least 1".into());
-        }
-        Ok(())
-    }
-}
+use super::state::SchedulerState;
 
 /// TGI's default `CUDA_GRAPHS` capture sizes (used for HIP graphs on ROCm too). Decodes of more
 /// requests, and every prefill, run eagerly (`FlashCausalLM.forward`: no graph when
@@ -162,7 +90,7 @@ impl Tgi {
 
     /// `next_batch`: how many waiting requests, from the head, form a prefill batch now; 0 when
     /// fewer than `min_size` (at least 1) fit. Reads only; O(requests admitted + 1).
-    fn fitting(&self, s: &Scheduler, min_size: u32) -> u32 {
+    fn fitting(&self, s: &SchedulerState, min_size: u32) -> u32 {
         let min_size = min_size.max(1);
         // `next_batch` returns early when the queue is shorter than the minimum.
         if (s.waiting.len() as u64) < min_size as u64 {
@@ -198,7 +126,7 @@ impl Tgi {
 
     /// Moves the first `count` waiting requests to running, reserving their KV, and schedules
     /// their whole prompts.
-    fn prefill(&mut self, s: &mut Scheduler, batch: &mut Batch, count: u32) {
+    fn prefill(&mut self, s: &mut SchedulerState, batch: &mut Batch, count: u32) {
         for _ in 0..count {
             let seq = s.waiting.pop_front().expect("fitting() counted it");
             let q = s.seqs[seq as usize];
@@ -211,7 +139,7 @@ impl Tgi {
     }
 
     /// One token for every running request.
-    fn decode(&mut self, s: &Scheduler, batch: &mut Batch) {
+    fn decode(&mut self, s: &SchedulerState, batch: &mut Batch) {
         for &seq in &s.running {
             let q = &s.seqs[seq as usize];
             // The up-front reservation covers every token a request can compute, so a decode
@@ -235,7 +163,7 @@ impl SchedulingPolicy for Tgi {
         "tgi"
     }
 
-    fn schedule(&mut self, s: &mut Scheduler, batch: &mut Batch) {
+    fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         if s.running.is_empty() {
             // The outer loop: `next_batch(None, ...)`, any number of requests.
             let count = self.fitting(s, 1);
@@ -275,7 +203,7 @@ impl SchedulingPolicy for Tgi {
 
     /// The router's checks, in its order: the concurrency semaphore in the HTTP handler first
     /// (429), then validation (422): total length, then input length.
-    fn refuse(&self, s: &Scheduler, prompt_tokens: u32, max_tokens: u32) -> Option<Rejection> {
+    fn refuse(&self, s: &SchedulerState, prompt_tokens: u32, max_tokens: u32) -> Option<Rejection> {
         let c = &self.config;
         let in_flight = (s.waiting.len() + s.running.len()) as u32;
         if in_flight >= c.max_concurrent_requests {
@@ -299,6 +227,7 @@ impl SchedulingPolicy for Tgi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sched::Scheduler;
     use crate::sched::Admission;
 
     const BLOCK: u32 = 16;
@@ -574,7 +503,7 @@ mod tests {
         assert_eq!((b.decode_tokens, b.graph_size), (40, None), "40 > 32 runs eagerly");
         s.finish_step();
 
-        let policy = Tgi::new(&scheduler().config);
+        let policy = Tgi::new(scheduler().config());
         let decode = |n: u32| {
             let mut b = Batch::default();
             for i in 0..n {

@@ -1,0 +1,98 @@
+//! The scheduler's configuration: knobs common to every policy, and TGI's own limits.
+
+/// Knobs common to every policy (vLLM's names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Token budget of one step. For TGI, which bounds only its prefill steps by tokens, the
+    /// prefill budget ([`TgiConfig::prefill_budget_tokens`]).
+    pub max_num_batched_tokens: u32,
+    /// For TGI, which has no cap on the batch, `u32::MAX`.
+    pub max_num_seqs: u32,
+    pub enable_chunked_prefill: bool,
+    pub block_size: u32,
+    pub num_gpu_blocks: u32,
+    /// Fraction of blocks that must stay free after admitting a prompt.
+    pub watermark: f64,
+    /// TGI's limits: `Some` exactly when the policy is TGI's.
+    pub tgi: Option<TgiConfig>,
+}
+
+impl SchedulerConfig {
+    pub fn watermark_blocks(&self) -> u32 {
+        (self.watermark * self.num_gpu_blocks as f64).floor() as u32
+    }
+}
+
+/// TGI's limits, resolved (launcher and router flags, and what warm-up measured).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TgiConfig {
+    /// `--max-input-tokens`: a longer prompt is refused with HTTP 422.
+    pub max_input_tokens: u32,
+    /// `--max-total-tokens`: a request whose prompt + `max_new_tokens` exceeds it is refused with
+    /// HTTP 422. Also the longest sequence the engine serves.
+    pub max_total_tokens: u32,
+    /// `--max-batch-prefill-tokens`: prompt tokens in one prefill batch. `next_batch` pads it up to
+    /// whole KV blocks (see [`TgiConfig::prefill_budget_tokens`]).
+    pub max_batch_prefill_tokens: u32,
+    /// KV cache capacity in tokens (TGI's `max_batch_total_tokens`, measured at warm-up as whole
+    /// blocks). `next_batch` also requires the new requests' prompt + `max_new_tokens` to fit in
+    /// this minus the tokens of the blocks the running batch holds.
+    pub max_batch_total_tokens: u32,
+    /// `--waiting-served-ratio`: with B running, a prefill needs ⌊ratio × B⌋ requests that fit.
+    /// `f32`, as TGI computes `(batch_size as f32 * waiting_served_ratio).floor()`.
+    pub waiting_served_ratio: f32,
+    /// `--max-waiting-tokens`: after this many `waiting_tokens`, any one request may be prefilled.
+    pub max_waiting_tokens: u32,
+    /// `--max-concurrent-requests`: requests in flight (queued or running) beyond it get HTTP 429.
+    pub max_concurrent_requests: u32,
+}
+
+impl TgiConfig {
+    /// The prefill token budget as `next_batch` applies it: `max_batch_prefill_tokens` padded up
+    /// to a multiple of the block size ("Pad prefill_token_budget to be a multiple of block size").
+    pub fn prefill_budget_tokens(&self, block_size: u32) -> u32 {
+        let padded = (self.max_batch_prefill_tokens as u64).div_ceil(block_size as u64) * block_size as u64;
+        padded.min(u32::MAX as u64) as u32
+    }
+
+    /// TGI's start-up checks that the policy relies on, against a cache of `num_gpu_blocks` blocks
+    /// of `block_size` tokens. Each failure names the rule and where TGI enforces it.
+    pub fn check(&self, block_size: u32, num_gpu_blocks: u32) -> Result<(), String> {
+        let kv_tokens = num_gpu_blocks as u64 * block_size as u64;
+        if self.max_input_tokens == 0 {
+            return Err("max_input_tokens must be at least 1".into());
+        }
+        if self.max_input_tokens >= self.max_total_tokens {
+            return Err(format!(
+                "max_input_tokens ({}) must be < max_total_tokens ({}) (TGI launcher)",
+                self.max_input_tokens, self.max_total_tokens
+            ));
+        }
+        if self.max_batch_prefill_tokens < self.max_input_tokens {
+            return Err(format!(
+                "max_batch_prefill_tokens ({}) must be >= max_input_tokens ({}) (TGI launcher)",
+                self.max_batch_prefill_tokens, self.max_input_tokens
+            ));
+        }
+        if self.max_total_tokens > self.max_batch_total_tokens {
+            return Err(format!(
+                "max_total_tokens ({}) exceeds max_batch_total_tokens ({}): TGI's router refuses to start \
+                 (\"Not enough memory to handle max_total_tokens\")",
+                self.max_total_tokens, self.max_batch_total_tokens
+            ));
+        }
+        if self.max_batch_total_tokens as u64 > kv_tokens {
+            return Err(format!(
+                "max_batch_total_tokens ({}) exceeds the KV cache ({num_gpu_blocks} blocks × {block_size} = {kv_tokens} tokens)",
+                self.max_batch_total_tokens
+            ));
+        }
+        if !(self.waiting_served_ratio.is_finite() && self.waiting_served_ratio >= 0.0) {
+            return Err(format!("waiting_served_ratio ({}) must be a finite number ≥ 0", self.waiting_served_ratio));
+        }
+        if self.max_concurrent_requests == 0 {
+            return Err("max_concurrent_requests must be at least 1".into());
+        }
+        Ok(())
+    }
+}

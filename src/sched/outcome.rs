@@ -1,0 +1,39 @@
+//! What the scheduler reports to whoever drives it: admissions, rejections, tokens and
+//! completions.
+
+/// Whether a request was accepted for scheduling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Queued { seq: u32 },
+    /// Refused on arrival; the client sees an error and counts the request as failed.
+    Rejected(Rejection),
+}
+
+/// Why a request was refused on arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// It can never fit in the KV cache, even alone; vLLM rejects such prompts too.
+    KvCapacity { blocks_needed: u32, blocks_usable: u32 },
+    /// TGI: HTTP 422, the prompt is longer than `max_input_tokens`.
+    InputTooLong { prompt_tokens: u32, max_input_tokens: u32 },
+    /// TGI: HTTP 422, prompt + `max_new_tokens` is more than `max_total_tokens`.
+    TotalTooLong { total_tokens: u64, max_total_tokens: u32 },
+    /// TGI: HTTP 429, `max_concurrent_requests` are already in flight.
+    Overloaded { in_flight: u32, max_concurrent_requests: u32 },
+}
+
+/// A request that finished in a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    pub request_id: u32,
+    pub output_tokens: u32,
+    pub preemptions: u32,
+}
+
+/// What a step produced. Buffers are owned by the scheduler and reused every step.
+#[derive(Clone, Debug, Default)]
+pub struct StepOutcome {
+    /// Requests that received one new token this step (including those that finished).
+    pub tokens: Vec<u32>,
+    pub finished: Vec<Finished>,
+}
