@@ -1,6 +1,6 @@
 //! Speed target (issue 5): the CPU engine decodes the ~100M model (`100m`) at batch 32 at
-//! ≥ 60% of this machine's measured GEMM roofline. The figures measured here are recorded in the
-//! README ("Engine speed").
+//! ≥ 60% of this machine's measured GEMM roofline. The figures measured here are recorded in
+//! docs/speed.md ("Engine speed").
 //!
 //! - `engine/gemm_roofline`: the engine's GEMM (`engine::cpu::Gemm`, the `gemm` crate) on a large
 //!   1024×4096×4096 f32 product, on the same threads as the engine. Throughput is in FLOP.

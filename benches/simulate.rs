@@ -1,6 +1,6 @@
 //! Speed target (issue 2): 100,000 ShareGPT-like requests, Llama-3.1-8B on 1×H100, Poisson
 //! arrivals near saturation, simulated in under 0.5 s on one core. The figure measured here is
-//! recorded in the README.
+//! recorded in docs/speed.md ("Simulator speed").
 
 use std::hint::black_box;
 use std::path::Path;

@@ -4,17 +4,19 @@
 #
 #   sh reports/regenerate-charts.sh
 #
-# The simulated runs go to target/report-runs/ (a fixed path, so index.html names the same run
-# directories every time); the reports are byte-identical from one regeneration to the next.
+# servesim runs through cargo, so the release binary is found wherever cargo builds it
+# (CARGO_TARGET_DIR and cargo's config included) and is rebuilt first if the sources changed.
+# The simulated runs go to target/report-runs/ in the repository, whatever the target directory:
+# index.html names its run directories, so their path must be the same every time for the
+# reports to be byte-identical from one regeneration to the next.
 set -eu
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-bin=target/release/servesim
+servesim() { cargo run --release --quiet -- "$@"; }
 runs=target/report-runs
 rm -rf "$runs"
 
-"$bin" simulate scenarios/quickstart.toml --out "$runs/quickstart" > /dev/null
-"$bin" report "$runs/quickstart" --out reports/quickstart
+servesim simulate scenarios/quickstart.toml --out "$runs/quickstart" > /dev/null
+servesim report "$runs/quickstart" --out reports/quickstart
 
-"$bin" simulate scenarios/recorded/run-002-vllm-80.toml --report-layout legacy --out "$runs/run-002-vllm-80" > /dev/null
-"$bin" report "$runs/run-002-vllm-80" --recorded tests/data/recorded/run-002-vllm-405b.txt --out reports/recorded-charts
+servesim simulate scenarios/recorded/run-002-vllm-80.toml --report-layout legacy --out "$runs/run-002-vllm-80" > /dev/null
+servesim report "$runs/run-002-vllm-80" --recorded tests/data/recorded/run-002-vllm-405b.txt --out reports/recorded-charts

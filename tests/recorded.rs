@@ -58,8 +58,8 @@ fn vllm_single_long_prompts_are_predicted_within_targets() {
 
 #[test]
 fn tgi_large_batches_are_predicted_within_targets_but_tpot_median() {
-    // Every target holds except the TPOT median, at 10.5% against 10% (see the README): the
-    // bound guards the present figure so that a regression shows.
+    // Every target holds except the TPOT median, at 10.5% against 10% (see
+    // docs/recorded-runs.md): the bound guards the present figure so that a regression shows.
     assert_targets_with_tpot_median(&held_out_stats("run-003-tgi-80.toml"), 0.11);
 }
 
