@@ -10,7 +10,7 @@
 //! decimal datasheet figure. For example an "80 GB" H100 reports 81,559 MiB = 85.52e9 B
 //! (79.6 GiB). vLLM reads the total from `torch.cuda.mem_get_info()`, which can be a few hundred
 //! MiB lower still (driver reservations); that remainder is absorbed by the fixed runtime part
-//! of the activation reserve (see `resolve.rs`).
+//! of the activation reserve (see `resolve/hardware.rs`).
 
 /// One accelerator's datasheet figures.
 #[derive(Clone, Debug, PartialEq)]

@@ -2,7 +2,7 @@
 //!
 //! These structs mirror the file one-to-one; nearly everything is optional here, because which
 //! fields are required, and their defaults, depend on other fields (a preset, the engine policy,
-//! the dataset kind). `resolve.rs` decides that and validates the values. Names are strings here,
+//! the dataset kind). `resolve/` decides that and validates the values. Names are strings here,
 //! not enums, so that an unknown preset, policy or kind is reported by the resolver as an invalid
 //! *field* with the list of known names, rather than as a serde "unknown variant".
 //!

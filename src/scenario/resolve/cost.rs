@@ -1,0 +1,76 @@
+//! `[cost]`: the cost model's parameters, from defaults, a fitted profile and the scenario's keys.
+
+use super::context::Cx;
+use crate::scenario::cost_params;
+use crate::scenario::schema::{RawCost, RawProfile};
+use crate::scenario::{CostParams, ScenarioError};
+use std::path::Path;
+
+/// The largest overhead or latency a scenario may set: no engine's CPU work per step or
+/// sequence comes near 10 s, and a larger value would only make runs of absurd length.
+pub const MAX_OVERHEAD_US: f64 = 1e7;
+
+/// `[cost]` defaults: roofline guesses to be replaced by calibration and fitting. They are
+/// typical of large GEMMs and of FlashAttention-class kernels on current GPUs, and of vLLM's
+/// per-step CPU work; none has been fitted yet.
+pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
+    gemm_efficiency: 0.7,
+    attention_efficiency: 0.5,
+    memory_bandwidth_efficiency: 0.8,
+    collective_latency_us: 10.0,
+    collective_bandwidth_efficiency: 0.7,
+    prefix_attention_efficiency: 0.5,
+    step_overhead_eager_us: 1000.0,
+    step_overhead_graph_us: 300.0,
+    prefill_step_overhead_us: 0.0,
+    prefill_seq_overhead_us: 0.0,
+    seq_overhead_us: 10.0,
+    // Zero: every request sent at an instant is in the scheduler's first step. Measured for
+    // servesim's own engine by `validate --engine`; not fitted for vLLM or TGI.
+    frontend_overhead_us: 0.0,
+};
+
+/// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
+/// by the keys given in the scenario.
+pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
+    // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
+    // from scenarios that normally load it.
+    let base = match raw.get("profile") {
+        None => DEFAULT_COST,
+        Some(toml::Value::String(path)) if path.is_empty() => DEFAULT_COST,
+        Some(toml::Value::String(path)) => load_profile(&cx.relative(path))?,
+        Some(other) => return Err(cx.invalid("cost.profile", other, "must be the path of a profile (a string)")),
+    };
+    resolve_cost_over(raw, base, cx)
+}
+
+/// Reads a profile written by `servesim fit`; errors name the profile file.
+fn load_profile(path: &Path) -> Result<CostParams, ScenarioError> {
+    let cx = Cx { file: path.to_path_buf() };
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
+    let profile: RawProfile = toml::from_str(&text).map_err(|e| cx.parse(e.to_string()))?;
+    if let Some(nested) = profile.cost.get("profile") {
+        return Err(cx.invalid("cost.profile", nested, "a profile cannot name another profile"));
+    }
+    resolve_cost_over(&profile.cost, DEFAULT_COST, &cx)
+}
+
+/// `base` with every named parameter of `raw` set, each checked against the registry's range.
+fn resolve_cost_over(raw: &RawCost, base: CostParams, cx: &Cx) -> Result<CostParams, ScenarioError> {
+    let mut params = base;
+    for (key, value) in raw.iter().filter(|(key, _)| key.as_str() != "profile") {
+        let field = format!("cost.{key}");
+        let spec = cost_params::find(key).ok_or_else(|| {
+            cx.invalid(&field, value, format!("unknown cost parameter; known: profile, {}", cost_params::known_names()))
+        })?;
+        let number = value.as_float().or_else(|| value.as_integer().map(|i| i as f64));
+        let number = number.ok_or_else(|| cx.invalid(&field, value, "must be a number"))?;
+        spec.kind.check(number).map_err(|reason| cx.invalid(&field, number, reason))?;
+        spec.set(&mut params, number);
+    }
+    Ok(params)
+}
+
+#[cfg(test)]
+#[path = "cost_tests.rs"]
+mod tests;

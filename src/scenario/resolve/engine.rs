@@ -1,0 +1,398 @@
+//! `[engine]`: each policy's defaults, as the modelled engine and version fill them in, and the
+//! start-up checks it makes. The KV capacity is left to `hardware`, which needs the GPU.
+
+use super::context::{Cx, quote, reject_unused_fields};
+use super::hardware::check_tp;
+use crate::scenario::model::ModelSpec;
+use crate::scenario::schema::RawEngine;
+use crate::scenario::{EngineConfig, Policy, Router, ScenarioError, TgiConfig};
+
+/// vLLM (both engines): `--block-size` 16, `--gpu-memory-utilization` 0.90, `--max-num-seqs` 256,
+/// `--tensor-parallel-size` 1.
+const DEFAULT_BLOCK_SIZE: u32 = 16;
+const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.90;
+const DEFAULT_MAX_NUM_SEQS: u32 = 256;
+
+/// vLLM 0.8.x `vllm serve` with the V1 engine: chunked prefill always on, and
+/// `max_num_batched_tokens` defaults to 2048 for the OpenAI server (usage context
+/// `OPENAI_API_SERVER`). Later releases raise both defaults on large-memory GPUs; pin
+/// `max_num_batched_tokens` / `max_num_seqs` to model those.
+const V1_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
+/// vLLM V1's KV cache manager admits a request whenever its blocks fit: no watermark.
+const V1_WATERMARK: f64 = 0.0;
+
+/// vLLM 0.6.3 (V0 engine, `EngineArgs.create_engine_config`): when `--enable-chunked-prefill` is
+/// not given, it is turned on for long-context models, `max_model_len > 32768` (ENGINES.md),
+/// and the step token budget is then 512.
+const V0_LONG_CONTEXT_THRESHOLD: u32 = 32768;
+const V0_CHUNKED_MAX_NUM_BATCHED_TOKENS: u32 = 512;
+/// vLLM 0.6.3 `SchedulerConfig` without chunked prefill: `max(max_model_len, 2048)`.
+const V0_MIN_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
+/// vLLM 0.6.3 `BlockSpaceManager` watermark: 1% of blocks kept free when admitting a prompt.
+const V0_WATERMARK: f64 = 0.01;
+
+/// TGI 2.3 launcher (`launcher/src/main.rs`): without `--max-input-tokens` / `--max-total-tokens`,
+/// they default to the model's `max_position_embeddings` − 1 and `max_position_embeddings`, but a
+/// larger `max_position_embeddings` is first capped at 4096 ("to save VRAM by refusing large
+/// prompts in order to allow more users on the same hardware").
+const TGI_MAX_POSITIONS_DEFAULT: u32 = 4096;
+/// TGI 2.3 launcher: `max_batch_prefill_tokens` defaults to `max_input_tokens` + 50 ("some edge
+/// in order to account for potential block_size alignment issue").
+const TGI_PREFILL_MARGIN_TOKENS: u32 = 50;
+/// TGI 2.3 launcher defaults of `--waiting-served-ratio`, `--max-waiting-tokens` and
+/// `--max-concurrent-requests`.
+const TGI_WAITING_SERVED_RATIO: f64 = 0.3;
+const TGI_MAX_WAITING_TOKENS: u32 = 20;
+const TGI_MAX_CONCURRENT_REQUESTS: u32 = 128;
+/// TGI's shards read `CUDA_MEMORY_FRACTION` (default 1.0): the share of GPU memory they may use,
+/// our `gpu_memory_utilization` for policy "tgi".
+const TGI_MEMORY_FRACTION: f64 = 1.0;
+
+pub(super) fn resolve_engine(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    cx: &Cx,
+) -> Result<EngineConfig, ScenarioError> {
+    let policy = match raw.policy.as_deref() {
+        None => Policy::VllmV1,
+        Some(p) => match p.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "vllm-v1" => Policy::VllmV1,
+            "vllm-v0" => Policy::VllmV0,
+            "tgi" => Policy::Tgi,
+            "servesim" => Policy::Servesim,
+            _ => {
+                return Err(cx.invalid(
+                    "engine.policy",
+                    quote(p),
+                    "unknown policy; known: vllm-v1, vllm-v0, tgi, servesim",
+                ));
+            }
+        },
+    };
+    let router = match raw.router.as_deref() {
+        None => Router::RoundRobin,
+        Some(r) => match r.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "round-robin" => Router::RoundRobin,
+            "least-outstanding" | "least-outstanding-requests" => Router::LeastOutstanding,
+            _ => {
+                return Err(cx.invalid(
+                    "engine.router",
+                    quote(r),
+                    "unknown router; known: round-robin, least-outstanding",
+                ));
+            }
+        },
+    };
+    let positive = |field: &str, v: Option<u32>, default: u32| -> Result<u32, ScenarioError> {
+        match v {
+            Some(0) => Err(cx.invalid(&format!("engine.{field}"), 0, "must be at least 1")),
+            Some(x) => Ok(x),
+            None => Ok(default),
+        }
+    };
+
+    let tp = positive("tensor_parallel", raw.tensor_parallel, 1)?;
+    check_tp(model, tp).map_err(|reason| cx.invalid("engine.tensor_parallel", tp, reason))?;
+    let replicas = positive("replicas", raw.replicas, 1)?;
+    let block_size = positive("block_size", raw.block_size, DEFAULT_BLOCK_SIZE)?;
+    reject_other_policy_fields(raw, policy, cx)?;
+    if policy == Policy::Tgi {
+        let common = EngineConfig {
+            policy,
+            tensor_parallel: tp,
+            replicas,
+            router,
+            block_size,
+            // The rest is TGI's, filled in by `resolve_tgi` and `size_memory`.
+            max_num_batched_tokens: 0,
+            max_num_seqs: 0,
+            enable_chunked_prefill: false,
+            gpu_memory_utilization: 0.0,
+            max_model_len: 0,
+            num_gpu_blocks: 0,
+            watermark: 0.0,
+            activation_reserve_bytes: 0,
+            tgi: None,
+        };
+        return resolve_tgi(raw, model, common, cx);
+    }
+    let max_num_seqs = positive("max_num_seqs", raw.max_num_seqs, DEFAULT_MAX_NUM_SEQS)?;
+    let max_model_len = positive(
+        "max_model_len",
+        raw.max_model_len,
+        model.max_position_embeddings,
+    )?;
+    if max_model_len > model.max_position_embeddings {
+        return Err(cx.invalid(
+            "engine.max_model_len",
+            max_model_len,
+            format!(
+                "exceeds the model's max_position_embeddings ({}); vLLM refuses this unless \
+                 VLLM_ALLOW_LONG_MAX_MODEL_LEN is set",
+                model.max_position_embeddings
+            ),
+        ));
+    }
+    let gpu_memory_utilization = raw
+        .gpu_memory_utilization
+        .unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+    if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
+        return Err(cx.invalid(
+            "engine.gpu_memory_utilization",
+            gpu_memory_utilization,
+            "must be in (0, 1]",
+        ));
+    }
+
+    let (enable_chunked_prefill, default_budget, default_watermark) = match policy {
+        Policy::VllmV1 | Policy::Servesim => {
+            if raw.enable_chunked_prefill == Some(false) {
+                return Err(cx.invalid(
+                    "engine.enable_chunked_prefill",
+                    false,
+                    "the vLLM V1 scheduler always chunks prefills (vLLM 0.8 falls back to the V0 engine \
+                     when it is disabled); use policy = \"vllm-v0\" to model that",
+                ));
+            }
+            (true, V1_MAX_NUM_BATCHED_TOKENS, V1_WATERMARK)
+        }
+        Policy::VllmV0 => {
+            let chunked = raw
+                .enable_chunked_prefill
+                .unwrap_or(max_model_len > V0_LONG_CONTEXT_THRESHOLD);
+            let budget = if chunked {
+                V0_CHUNKED_MAX_NUM_BATCHED_TOKENS
+            } else {
+                max_model_len.max(V0_MIN_MAX_NUM_BATCHED_TOKENS)
+            };
+            (chunked, budget, V0_WATERMARK)
+        }
+        Policy::Tgi => unreachable!("resolved by resolve_tgi"),
+    };
+    let max_num_batched_tokens = positive(
+        "max_num_batched_tokens",
+        raw.max_num_batched_tokens,
+        default_budget,
+    )?;
+    if !enable_chunked_prefill && max_num_batched_tokens < max_model_len {
+        // vLLM's SchedulerConfig check, in its words.
+        return Err(cx.invalid(
+            "engine.max_num_batched_tokens",
+            max_num_batched_tokens,
+            format!(
+                "smaller than max_model_len ({max_model_len}) with chunked prefill off: this would limit the \
+                 maximum sequence length to max_num_batched_tokens; increase max_num_batched_tokens, decrease \
+                 max_model_len or enable chunked prefill"
+            ),
+        ));
+    }
+    if max_num_batched_tokens < max_num_seqs {
+        // Also vLLM's SchedulerConfig check.
+        return Err(cx.invalid(
+            "engine.max_num_batched_tokens",
+            max_num_batched_tokens,
+            format!("must be at least max_num_seqs ({max_num_seqs})"),
+        ));
+    }
+    let watermark = raw.watermark.unwrap_or(default_watermark);
+    if !(0.0..1.0).contains(&watermark) {
+        return Err(cx.invalid("engine.watermark", watermark, "must be in [0, 1)"));
+    }
+
+    Ok(EngineConfig {
+        policy,
+        tensor_parallel: tp,
+        replicas,
+        router,
+        max_num_batched_tokens,
+        max_num_seqs,
+        enable_chunked_prefill,
+        block_size,
+        gpu_memory_utilization,
+        max_model_len,
+        // Filled in by `size_memory`.
+        num_gpu_blocks: 0,
+        watermark,
+        activation_reserve_bytes: 0,
+        tgi: None,
+    })
+}
+
+/// Engine keys that every policy takes; the others belong to one kind of engine.
+const ENGINE_COMMON_FIELDS: [&str; 8] = [
+    "policy",
+    "tensor_parallel",
+    "replicas",
+    "router",
+    "block_size",
+    "gpu_memory_utilization",
+    "num_gpu_blocks",
+    "activation_reserve_gib",
+];
+const ENGINE_VLLM_FIELDS: [&str; 5] =
+    ["max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "max_model_len", "watermark"];
+const ENGINE_TGI_FIELDS: [&str; 7] = [
+    "max_input_tokens",
+    "max_total_tokens",
+    "max_batch_prefill_tokens",
+    "max_batch_total_tokens",
+    "waiting_served_ratio",
+    "max_waiting_tokens",
+    "max_concurrent_requests",
+];
+
+/// vLLM's keys with policy "tgi", or TGI's with a vLLM policy, are errors: each engine has its
+/// own names for its limits, and a key the chosen engine does not read would be silently ignored.
+fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Result<(), ScenarioError> {
+    let show = |v: Option<u32>| v.map(|v| v.to_string());
+    let present: [(&str, Option<String>); 12] = [
+        ("max_num_batched_tokens", show(raw.max_num_batched_tokens)),
+        ("max_num_seqs", show(raw.max_num_seqs)),
+        ("enable_chunked_prefill", raw.enable_chunked_prefill.map(|v| v.to_string())),
+        ("max_model_len", show(raw.max_model_len)),
+        ("watermark", raw.watermark.map(|v| v.to_string())),
+        ("max_input_tokens", show(raw.max_input_tokens)),
+        ("max_total_tokens", show(raw.max_total_tokens)),
+        ("max_batch_prefill_tokens", show(raw.max_batch_prefill_tokens)),
+        ("max_batch_total_tokens", show(raw.max_batch_total_tokens)),
+        ("waiting_served_ratio", raw.waiting_served_ratio.map(|v| v.to_string())),
+        ("max_waiting_tokens", show(raw.max_waiting_tokens)),
+        ("max_concurrent_requests", show(raw.max_concurrent_requests)),
+    ];
+    let own: &[&str] = match policy {
+        Policy::VllmV1 | Policy::VllmV0 | Policy::Servesim => &ENGINE_VLLM_FIELDS,
+        Policy::Tgi => &ENGINE_TGI_FIELDS,
+    };
+    let allowed: Vec<&str> = ENGINE_COMMON_FIELDS.iter().chain(own).copied().collect();
+    reject_unused_fields(cx, "engine", &present, &allowed, &format!("policy {:?}", policy.name()))
+}
+
+/// `[engine]` for policy "tgi": TGI 2.3's launcher defaults and start-up checks. The KV capacity
+/// (`max_batch_total_tokens`) comes later, from `size_memory`, as TGI measures it at warm-up.
+fn resolve_tgi(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    mut engine: EngineConfig,
+    cx: &Cx,
+) -> Result<EngineConfig, ScenarioError> {
+    let positive = |field: &str, v: Option<u32>, default: u32| -> Result<u32, ScenarioError> {
+        match v {
+            Some(0) => Err(cx.invalid(&format!("engine.{field}"), 0, "must be at least 1")),
+            Some(x) => Ok(x),
+            None => Ok(default),
+        }
+    };
+    let positions = model.max_position_embeddings.min(TGI_MAX_POSITIONS_DEFAULT);
+    let max_total_tokens = positive("max_total_tokens", raw.max_total_tokens, positions)?;
+    let max_input_tokens = positive("max_input_tokens", raw.max_input_tokens, positions.saturating_sub(1))?;
+    if max_input_tokens == 0 {
+        return Err(cx.invalid(
+            "model.max_position_embeddings",
+            model.max_position_embeddings,
+            "leaves TGI's default max_input_tokens (max_position_embeddings − 1) at 0; set engine.max_input_tokens",
+        ));
+    }
+    if max_input_tokens >= max_total_tokens {
+        // TGI's launcher: "`max_input_tokens` must be < `max_total_tokens`". Blame the key given.
+        let (field, value) = if raw.max_input_tokens.is_some() || raw.max_total_tokens.is_none() {
+            ("engine.max_input_tokens", max_input_tokens)
+        } else {
+            ("engine.max_total_tokens", max_total_tokens)
+        };
+        return Err(cx.invalid(
+            field,
+            value,
+            format!(
+                "max_input_tokens ({max_input_tokens}) must be < max_total_tokens ({max_total_tokens}), as TGI's \
+                 launcher requires (defaults: max_position_embeddings capped at {TGI_MAX_POSITIONS_DEFAULT}, minus 1 \
+                 for max_input_tokens)"
+            ),
+        ));
+    }
+    let max_batch_prefill_tokens = positive(
+        "max_batch_prefill_tokens",
+        raw.max_batch_prefill_tokens,
+        max_input_tokens.saturating_add(TGI_PREFILL_MARGIN_TOKENS),
+    )?;
+    if max_batch_prefill_tokens < max_input_tokens {
+        return Err(cx.invalid(
+            "engine.max_batch_prefill_tokens",
+            max_batch_prefill_tokens,
+            format!("must be >= max_input_tokens ({max_input_tokens}), as TGI's launcher requires"),
+        ));
+    }
+    if let Some(total) = raw.max_batch_total_tokens {
+        let field = "engine.max_batch_total_tokens";
+        if raw.num_gpu_blocks.is_some() {
+            return Err(cx.invalid(
+                field,
+                total,
+                "pins the KV capacity, as engine.num_gpu_blocks does; give one of them",
+            ));
+        }
+        if total == 0 || !total.is_multiple_of(engine.block_size) {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be a positive multiple of block_size ({}): TGI's KV cache is whole blocks", engine.block_size),
+            ));
+        }
+        // TGI's launcher checks these two when the flag is given.
+        if total < max_batch_prefill_tokens {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be >= max_batch_prefill_tokens ({max_batch_prefill_tokens}), as TGI's launcher requires"),
+            ));
+        }
+        if total < max_total_tokens {
+            return Err(cx.invalid(
+                field,
+                total,
+                format!("must be >= max_total_tokens ({max_total_tokens}), as TGI's launcher requires"),
+            ));
+        }
+    }
+    let waiting_served_ratio = raw.waiting_served_ratio.unwrap_or(TGI_WAITING_SERVED_RATIO);
+    if !(waiting_served_ratio >= 0.0 && (waiting_served_ratio as f32).is_finite()) {
+        return Err(cx.invalid(
+            "engine.waiting_served_ratio",
+            waiting_served_ratio,
+            "must be a finite number ≥ 0 (waiting requests needed per running request to start a prefill)",
+        ));
+    }
+    let max_concurrent_requests =
+        positive("max_concurrent_requests", raw.max_concurrent_requests, TGI_MAX_CONCURRENT_REQUESTS)?;
+    let gpu_memory_utilization = raw.gpu_memory_utilization.unwrap_or(TGI_MEMORY_FRACTION);
+    if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
+        return Err(cx.invalid(
+            "engine.gpu_memory_utilization",
+            gpu_memory_utilization,
+            "must be in (0, 1] (TGI's CUDA_MEMORY_FRACTION)",
+        ));
+    }
+    let tgi = TgiConfig {
+        max_input_tokens,
+        max_total_tokens,
+        max_batch_prefill_tokens,
+        // Measured (or pinned) by `size_memory`.
+        max_batch_total_tokens: raw.max_batch_total_tokens.unwrap_or(0),
+        waiting_served_ratio: waiting_served_ratio as f32,
+        max_waiting_tokens: raw.max_waiting_tokens.unwrap_or(TGI_MAX_WAITING_TOKENS),
+        max_concurrent_requests,
+    };
+    // The scheduler's generic knobs, made to say what TGI does: the token budget is the
+    // prefill budget, there is no cap on the batch, no chunking and no watermark.
+    engine.max_num_batched_tokens = tgi.prefill_budget_tokens(engine.block_size);
+    engine.max_num_seqs = u32::MAX;
+    engine.enable_chunked_prefill = false;
+    engine.gpu_memory_utilization = gpu_memory_utilization;
+    engine.max_model_len = max_total_tokens;
+    engine.watermark = 0.0;
+    engine.tgi = Some(tgi);
+    Ok(engine)
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

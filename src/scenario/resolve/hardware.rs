@@ -1,0 +1,354 @@
+//! `[hardware]` and what it must hold: the GPU, the GPU count, the tensor-parallel split, and the
+//! memory left for KV blocks after weights and activations, as vLLM and TGI size it at start-up.
+
+use super::context::{Cx, GIB, gib, quote};
+use crate::scenario::hardware::GpuSpec;
+use crate::scenario::model::{Dtype, ModelSpec};
+use crate::scenario::schema::{RawEngine, RawHardware};
+use crate::scenario::{EngineConfig, ScenarioError};
+
+/// TGI's warm-up sizes the KV cache to 95% of the memory left free (`FlashCausalLM.warmup`:
+/// "Leave 5% for some wiggle room").
+const TGI_WIGGLE_ROOM: f64 = 0.95;
+/// TGI's warm-up requests ask for prefill log-probs (`prefill_logprobs: true` in the router's
+/// `warmup`), so the LM head runs on every prompt token: the all-gathered logits and their
+/// `log_softmax`, two `[tokens, vocab]` tensors in the activation dtype, are part of the peak that
+/// the KV cache is sized after. *Unconfirmed* reading; `activation_reserve_gib` overrides it.
+const TGI_WARMUP_LOGITS_COPIES: u64 = 2;
+
+/// Memory per GPU outside PyTorch's activation peak that still is not available for the KV cache:
+/// CUDA context, cuBLAS/NCCL workspaces and buffers, CUDA-graph pools, and the gap between the
+/// device total we use and what `cudaMemGetInfo` reports. An *estimate*, not a measurement.
+const RUNTIME_RESERVE_BYTES: u64 = 1 << 30;
+
+pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, ScenarioError> {
+    let base = match &raw.gpu {
+        Some(g) => Some(GpuSpec::preset(g).ok_or_else(|| {
+            cx.invalid(
+                "hardware.gpu",
+                quote(g),
+                format!(
+                    "unknown GPU preset; known: {} (or leave out `gpu` and give name, peak_tflops_16bit, \
+                     memory_gib, memory_bandwidth_gbps and interconnect_gbps)",
+                    GpuSpec::preset_names().join(", ")
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let b = base.as_ref();
+    let missing = |field: &str| {
+        cx.invalid(
+            &format!("hardware.{field}"),
+            "(missing)",
+            "required when hardware.gpu (a preset) is not given",
+        )
+    };
+    // A positive, finite figure in the file's unit, scaled to SI units.
+    let figure = |field: &str,
+                  v: Option<f64>,
+                  scale: f64,
+                  from_base: Option<f64>|
+     -> Result<f64, ScenarioError> {
+        match v {
+            Some(x) if x.is_finite() && x > 0.0 => Ok(x * scale),
+            Some(x) => Err(cx.invalid(
+                &format!("hardware.{field}"),
+                x,
+                "must be a positive, finite number",
+            )),
+            None => from_base.ok_or_else(|| missing(field)),
+        }
+    };
+    let name = match (&raw.name, b) {
+        (Some(n), _) => n.clone(),
+        (None, Some(g)) => g.name.clone(),
+        (None, None) => return Err(missing("name")),
+    };
+    let peak_flops_16bit = figure(
+        "peak_tflops_16bit",
+        raw.peak_tflops_16bit,
+        1e12,
+        b.map(|g| g.peak_flops_16bit),
+    )?;
+    // FP8 is optional even for an explicit GPU: absent or 0 means no FP8 tensor cores (FP8 then
+    // runs at the 16-bit rate, no error).
+    let peak_flops_fp8 = match raw.peak_tflops_fp8 {
+        Some(0.0) => None,
+        Some(x) if x.is_finite() && x > 0.0 => Some(x * 1e12),
+        Some(x) => {
+            return Err(cx.invalid(
+                "hardware.peak_tflops_fp8",
+                x,
+                "must be a positive, finite number (0 = no FP8)",
+            ));
+        }
+        None => b.and_then(|g| g.peak_flops_fp8),
+    };
+    let memory_bytes = figure(
+        "memory_gib",
+        raw.memory_gib,
+        GIB,
+        b.map(|g| g.memory_bytes as f64),
+    )?
+    .round() as u64;
+    let memory_bandwidth_bytes_per_s = figure(
+        "memory_bandwidth_gbps",
+        raw.memory_bandwidth_gbps,
+        1e9,
+        b.map(|g| g.memory_bandwidth_bytes_per_s),
+    )?;
+    let interconnect_bandwidth_bytes_per_s = figure(
+        "interconnect_gbps",
+        raw.interconnect_gbps,
+        1e9,
+        b.map(|g| g.interconnect_bandwidth_bytes_per_s),
+    )?;
+    Ok(GpuSpec {
+        name,
+        peak_flops_16bit,
+        peak_flops_fp8,
+        memory_bytes,
+        memory_bandwidth_bytes_per_s,
+        interconnect_bandwidth_bytes_per_s,
+    })
+}
+
+pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -> Result<u32, ScenarioError> {
+    let needed = engine.tensor_parallel as u64 * engine.replicas as u64;
+    let needed_u32 = u32::try_from(needed).map_err(|_| {
+        cx.invalid(
+            "engine.replicas",
+            engine.replicas,
+            "tensor_parallel × replicas is too large",
+        )
+    })?;
+    match raw.count {
+        None => Ok(needed_u32),
+        Some(c) if (c as u64) < needed => Err(cx.invalid(
+            "hardware.count",
+            c,
+            format!(
+                "fewer than tensor_parallel × replicas = {} × {} = {needed} GPUs",
+                engine.tensor_parallel, engine.replicas
+            ),
+        )),
+        Some(c) => Ok(c),
+    }
+}
+
+/// vLLM's sharding rules: TP divides the query heads; the KV heads are either split evenly
+/// (`kv % tp == 0`) or replicated (`tp % kv == 0`).
+pub(super) fn check_tp(model: &ModelSpec, tp: u32) -> Result<(), String> {
+    if !model.num_heads.is_multiple_of(tp) {
+        return Err(format!("must divide model.num_heads ({})", model.num_heads));
+    }
+    let kv = model.num_kv_heads;
+    if (tp >= kv && !tp.is_multiple_of(kv)) || (tp < kv && !kv.is_multiple_of(tp)) {
+        return Err(format!(
+            "model.num_kv_heads ({kv}) must be divisible by tensor_parallel or divide it"
+        ));
+    }
+    Ok(())
+}
+
+/// Weights fit check, activation reserve and KV blocks, as the engine computes them at start-up:
+/// `floor((memory × utilization − weights − activation reserve) / (block_size × KV bytes per token))`
+/// per GPU (every GPU of a replica holds the same share, so the minimum over them is this).
+pub(super) fn size_memory(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    gpu: &GpuSpec,
+    engine: &mut EngineConfig,
+    cx: &Cx,
+) -> Result<(), ScenarioError> {
+    let tp = engine.tensor_parallel;
+    let usable = gpu.memory_bytes as f64 * engine.gpu_memory_utilization;
+    let weights = model.weight_bytes_per_gpu(tp) as f64;
+    if weights > usable {
+        let why = format!(
+            "model weights need {} per GPU but only {} usable (memory {} × utilization {}); short by {}",
+            gib(weights),
+            gib(usable),
+            gib(gpu.memory_bytes as f64),
+            engine.gpu_memory_utilization,
+            gib(weights - usable)
+        );
+        // Suggest the smallest larger tensor-parallel degree that fits, if there is one.
+        let fits = (tp + 1..=model.num_heads).find(|&t| {
+            check_tp(model, t).is_ok() && model.weight_bytes_per_gpu(t) as f64 <= usable
+        });
+        return Err(match fits {
+            Some(t) => cx.invalid(
+                "engine.tensor_parallel",
+                tp,
+                format!("{why}; tensor_parallel = {t} would fit"),
+            ),
+            None => cx.invalid(
+                "hardware",
+                quote(&gpu.name),
+                format!("{why}; no tensor_parallel fits on this GPU"),
+            ),
+        });
+    }
+
+    if engine.tgi.is_some() {
+        return size_tgi_memory(raw, model, usable, weights, engine, cx);
+    }
+
+    let activation_reserve_bytes = match raw.activation_reserve_gib {
+        Some(g) if g.is_finite() && g >= 0.0 => (g * GIB).round() as u64,
+        Some(g) => {
+            return Err(cx.invalid(
+                "engine.activation_reserve_gib",
+                g,
+                "must be a finite number ≥ 0",
+            ));
+        }
+        None => {
+            model.profile_activation_bytes_per_gpu(
+                tp,
+                engine.max_num_batched_tokens,
+                engine.max_num_seqs,
+            ) + RUNTIME_RESERVE_BYTES
+        }
+    };
+    engine.activation_reserve_bytes = activation_reserve_bytes;
+
+    let block_bytes = engine.block_size as u64 * model.kv_bytes_per_token_per_gpu(tp);
+    engine.num_gpu_blocks = match raw.num_gpu_blocks {
+        Some(0) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
+        Some(n) => n,
+        None => {
+            let left = usable - weights - activation_reserve_bytes as f64;
+            let blocks = if left > 0.0 {
+                (left / block_bytes as f64).floor()
+            } else {
+                0.0
+            };
+            if blocks < 1.0 {
+                // vLLM: "No available memory for the cache blocks. Try increasing
+                // `gpu_memory_utilization` when initializing the engine."
+                return Err(cx.invalid(
+                    "engine.gpu_memory_utilization",
+                    engine.gpu_memory_utilization,
+                    format!(
+                        "no memory left for the KV cache: usable {} − weights {} − activation reserve {} = {} \
+                         per GPU, less than one block ({} B)",
+                        gib(usable),
+                        gib(weights),
+                        gib(activation_reserve_bytes as f64),
+                        gib(left),
+                        block_bytes
+                    ),
+                ));
+            }
+            blocks.min(u32::MAX as f64) as u32
+        }
+    };
+    let kv_tokens = engine.num_gpu_blocks as u64 * engine.block_size as u64;
+    if kv_tokens < engine.max_model_len as u64 {
+        return Err(cx.invalid(
+            "engine.max_model_len",
+            engine.max_model_len,
+            format!(
+                "the KV cache holds only {kv_tokens} tokens per replica ({} blocks × {}), fewer than one \
+                 max_model_len sequence; lower max_model_len to at most {kv_tokens} or give the KV cache more \
+                 memory",
+                engine.num_gpu_blocks, engine.block_size
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// TGI's warm-up (`FlashCausalLM.warmup`, after the router's `warmup` request): a prefill of
+/// `max_batch_prefill_tokens` tokens in requests of at most `max_input_tokens`, each with
+/// `max_new_tokens` = `max_total_tokens` − its prompt, so each holds the KV blocks of
+/// `max_total_tokens` − 1 tokens. Then, with that batch's blocks and the forward's activation peak
+/// still allocated, KV blocks = ⌊0.95 × free memory / block bytes⌋ + the warm-up batch's blocks,
+/// and `max_batch_total_tokens` = blocks × block size. `CUDA_MEMORY_FRACTION` (our
+/// `gpu_memory_utilization`) bounds the memory it may use. The router then refuses to start if
+/// `max_total_tokens` exceeds it.
+fn size_tgi_memory(
+    raw: &RawEngine,
+    model: &ModelSpec,
+    usable: f64,
+    weights: f64,
+    engine: &mut EngineConfig,
+    cx: &Cx,
+) -> Result<(), ScenarioError> {
+    let mut tgi = engine.tgi.expect("policy tgi");
+    let tp = engine.tensor_parallel;
+    let block_size = engine.block_size as u64;
+    let block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp);
+    let prefill_tokens = tgi.max_batch_prefill_tokens as u64;
+    let warmup_requests = prefill_tokens.div_ceil(tgi.max_input_tokens as u64);
+    let warmup_blocks = warmup_requests * (tgi.max_total_tokens as u64 - 1).div_ceil(block_size);
+
+    engine.activation_reserve_bytes = match raw.activation_reserve_gib {
+        Some(g) if g.is_finite() && g >= 0.0 => (g * GIB).round() as u64,
+        Some(g) => {
+            return Err(cx.invalid("engine.activation_reserve_gib", g, "must be a finite number ≥ 0"));
+        }
+        None => {
+            // Per-token activations of the warm-up prefill (no sampled rows: its logits follow).
+            let per_token = model.profile_activation_bytes_per_gpu(tp, tgi.max_batch_prefill_tokens, 0);
+            let act_bytes = if model.weight_dtype == Dtype::Fp32 { 4 } else { 2 };
+            let logits = TGI_WARMUP_LOGITS_COPIES * prefill_tokens * model.vocab_size as u64 * act_bytes;
+            per_token + logits + RUNTIME_RESERVE_BYTES
+        }
+    };
+
+    let blocks: u64 = match (raw.num_gpu_blocks, raw.max_batch_total_tokens) {
+        (Some(0), _) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
+        (Some(n), _) => n as u64,
+        (None, Some(total)) => total as u64 / block_size,
+        (None, None) => {
+            let warmup_kv_bytes = (warmup_blocks * block_bytes) as f64;
+            let free = usable - weights - engine.activation_reserve_bytes as f64 - warmup_kv_bytes;
+            if free < 0.0 {
+                // TGI: "Not enough memory to handle {n} prefill tokens. You need to decrease
+                // `--max-batch-prefill-tokens`".
+                return Err(cx.invalid(
+                    "engine.max_batch_prefill_tokens",
+                    tgi.max_batch_prefill_tokens,
+                    format!(
+                        "TGI's warm-up runs out of memory: usable {} − weights {} − activations {} − the warm-up \
+                         batch's KV ({warmup_blocks} blocks, {}) = {} per GPU; decrease max_batch_prefill_tokens or \
+                         max_total_tokens",
+                        gib(usable),
+                        gib(weights),
+                        gib(engine.activation_reserve_bytes as f64),
+                        gib(warmup_kv_bytes),
+                        gib(free)
+                    ),
+                ));
+            }
+            (free * TGI_WIGGLE_ROOM / block_bytes as f64).floor() as u64 + warmup_blocks
+        }
+    };
+    engine.num_gpu_blocks = blocks.min(u32::MAX as u64 / block_size) as u32;
+    let kv_tokens = engine.num_gpu_blocks as u64 * block_size;
+    tgi.max_batch_total_tokens = raw.max_batch_total_tokens.unwrap_or(kv_tokens as u32);
+    if tgi.max_total_tokens > tgi.max_batch_total_tokens {
+        // TGI's router: "Not enough memory to handle `max_total_tokens={max_total_tokens}`".
+        return Err(cx.invalid(
+            "engine.max_total_tokens",
+            tgi.max_total_tokens,
+            format!(
+                "more than the KV cache holds ({} tokens: {} blocks × {block_size}), so TGI refuses to start \
+                 (\"Not enough memory to handle max_total_tokens\"); lower max_total_tokens or give the KV cache \
+                 more memory",
+                tgi.max_batch_total_tokens, engine.num_gpu_blocks
+            ),
+        ));
+    }
+    debug_assert_eq!(tgi.check(engine.block_size, engine.num_gpu_blocks), Ok(()));
+    engine.tgi = Some(tgi);
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "hardware_tests.rs"]
+mod tests;

@@ -1,0 +1,212 @@
+//! Loading a whole scenario: defaults end to end, `--set` overrides, and errors from reading and parsing.
+
+use crate::scenario::resolve::test_support::{FILE, good, good_text, invalid, load_text};
+use crate::scenario::{Dataset, Dtype, LengthDist, Policy, Router, Scenario, ScenarioError};
+use std::path::Path;
+
+#[test]
+fn good_scenario_resolves_with_v1_defaults() {
+    let s = good(&[]);
+    assert_eq!(s.name, "test");
+    assert_eq!(s.path, Path::new(FILE));
+    assert_eq!(s.model.name, "Llama-3.1-8B");
+    assert_eq!(
+        (s.model.weight_dtype, s.model.kv_dtype),
+        (Dtype::Bf16, Dtype::Bf16)
+    );
+    assert_eq!(s.hardware.gpu.name, "H100-SXM");
+    assert_eq!(s.hardware.count, 1);
+    let e = &s.engine;
+    assert_eq!(e.policy, Policy::VllmV1);
+    assert_eq!(
+        (e.tensor_parallel, e.replicas, e.router),
+        (1, 1, Router::RoundRobin)
+    );
+    assert!(e.enable_chunked_prefill);
+    assert_eq!(
+        (e.max_num_batched_tokens, e.max_num_seqs, e.block_size),
+        (2048, 256, 16)
+    );
+    assert_eq!((e.gpu_memory_utilization, e.watermark), (0.9, 0.0));
+    assert_eq!(e.max_model_len, 131072);
+    // 2048 tokens × (4·4096 + 48·128 + 3·14336) × 2 B + 256 × 128256 × 4 B × 3 + 1 GiB.
+    assert_eq!(
+        e.activation_reserve_bytes,
+        268_435_456 + 394_002_432 + (1 << 30)
+    );
+    // floor((85,520,809,984 × 0.9 − 16,060,522,496 − 1,736,179,712) / (16 × 131,072)) = 28,215:
+    // 451,440 tokens (vLLM 0.8 logs ~450k tokens for this model on one H100).
+    assert_eq!(e.num_gpu_blocks, 28_215);
+    let c = &s.cost;
+    assert_eq!(
+        (
+            c.gemm_efficiency,
+            c.attention_efficiency,
+            c.memory_bandwidth_efficiency
+        ),
+        (0.7, 0.5, 0.8)
+    );
+    let w = &s.workload;
+    assert_eq!(w.num_prompts, vec![10, 20]);
+    assert_eq!(
+        (w.request_rate, w.burstiness, w.max_concurrency, w.seed),
+        (4.0, 1.0, None, 0)
+    );
+    assert_eq!(
+        w.dataset,
+        Dataset::ShareGpt {
+            input: LengthDist::LogNormal {
+                mean: 220.0,
+                std: 250.0,
+                min: 4,
+                max: 2048
+            },
+            output: LengthDist::LogNormal {
+                mean: 200.0,
+                std: 200.0,
+                min: 1,
+                max: 1024
+            },
+        }
+    );
+}
+
+#[test]
+fn name_defaults_to_file_stem_and_engine_section_is_optional() {
+    let text = good_text()
+        .replace("name = \"test\"", "")
+        .replace("[engine]\npolicy = \"vllm-v1\"", "");
+    let s = load_text(&text, &[]).unwrap();
+    assert_eq!(s.name, "t");
+    assert_eq!(s.engine.policy, Policy::VllmV1);
+}
+
+#[test]
+fn set_overrides() {
+    let s = good(&["engine.max_num_seqs=128"]);
+    assert_eq!(s.engine.max_num_seqs, 128);
+    let s = good(&["workload.num_prompts=[1,2]"]);
+    assert_eq!(s.workload.num_prompts, vec![1, 2]);
+    let s = good(&["workload.num_prompts=7"]);
+    assert_eq!(s.workload.num_prompts, vec![7]);
+    let s = good(&["workload.request_rate=inf"]);
+    assert_eq!(s.workload.request_rate, f64::INFINITY);
+    // Not TOML, so taken as a string.
+    let s = good(&["model.preset=Llama-3.2-1B"]);
+    assert_eq!(s.model.name, "Llama-3.2-1B");
+    // Creates missing tables.
+    let s = good(&[
+        "cost.gemm_efficiency=0.5",
+        "workload.seed=42",
+        " engine.router = least-outstanding ",
+    ]);
+    assert_eq!((s.cost.gemm_efficiency, s.workload.seed), (0.5, 42));
+    assert_eq!(s.engine.router, Router::LeastOutstanding);
+    let s = good(&["workload.dataset.output={ dist = \"fixed\", value = 5 }"]);
+    assert!(matches!(
+        s.workload.dataset,
+        Dataset::ShareGpt {
+            output: LengthDist::Fixed { value: 5 },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn missing_file_is_an_io_error_naming_it() {
+    let err = Scenario::load(Path::new("/nonexistent/x.toml"), &[]).unwrap_err();
+    assert!(matches!(err, ScenarioError::Io { .. }));
+    assert!(err.to_string().contains("/nonexistent/x.toml"), "{err}");
+}
+
+#[test]
+fn unknown_key_is_a_parse_error_naming_key_and_line() {
+    let text = good_text().replacen("[workload]", "[workload]\nbogus_knob = 1", 1);
+    let err = load_text(&text, &[]).unwrap_err();
+    assert!(matches!(err, ScenarioError::Parse { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(FILE) && msg.contains("bogus_knob") && msg.contains("line"),
+        "{msg}"
+    );
+
+    // Through --set: the error names the dotted table instead of a line.
+    let msg = load_text(&good_text(), &["engine.bogus=1"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains(FILE) && msg.contains("bogus") && msg.contains("engine"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn wrong_type_is_a_parse_error_naming_key_and_value() {
+    let text = good_text().replace(
+        "policy = \"vllm-v1\"",
+        "policy = \"vllm-v1\"\nmax_num_seqs = \"many\"",
+    );
+    let msg = load_text(&text, &[]).unwrap_err().to_string();
+    assert!(
+        msg.contains(FILE) && msg.contains("max_num_seqs") && msg.contains("many"),
+        "{msg}"
+    );
+    let msg = load_text(&good_text(), &["engine.max_num_seqs=-4"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("engine.max_num_seqs") && msg.contains("-4"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn malformed_override() {
+    invalid(&["engine.max_num_seqs"], "--set", "\"engine.max_num_seqs\"");
+    invalid(&["engine..x=1"], "--set", "\"engine..x=1\"");
+    let msg = invalid(&["name.x=1"], "--set", "\"name.x=1\"");
+    assert!(msg.contains("`name` is not a table"), "{msg}");
+}
+
+#[test]
+fn unknown_names() {
+    let msg = invalid(&["model.preset=GPT-5"], "model.preset", "\"GPT-5\"");
+    assert!(
+        msg.contains("Llama-3.1-8B") && msg.contains("Mistral-7B"),
+        "{msg}"
+    );
+    let msg = invalid(&["hardware.gpu=TPU-v5"], "hardware.gpu", "\"TPU-v5\"");
+    assert!(msg.contains("H100-SXM") && msg.contains("B200"), "{msg}");
+    invalid(&["engine.policy=sglang"], "engine.policy", "\"sglang\"");
+    invalid(&["engine.router=random"], "engine.router", "\"random\"");
+    invalid(&["model.dtype=int4"], "model.dtype", "\"int4\"");
+    invalid(
+        &["model.kv_cache_dtype=int2"],
+        "model.kv_cache_dtype",
+        "\"int2\"",
+    );
+    invalid(
+        &["workload.dataset.kind=alpaca"],
+        "workload.dataset.kind",
+        "\"alpaca\"",
+    );
+    invalid(
+        &["workload.dataset.output={ dist = \"zipf\", max = 5 }"],
+        "workload.dataset.output.dist",
+        "\"zipf\"",
+    );
+    invalid(
+        &["model.hf_config=x/config.json"],
+        "model.hf_config",
+        "\"x/config.json\"",
+    );
+}
+
+#[test]
+fn quickstart_scenario_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.toml");
+    let s = Scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.name, "quickstart");
+    assert_eq!(s.workload.num_prompts, vec![200, 1000]);
+    assert_eq!(s.engine.num_gpu_blocks, 28_215);
+}
