@@ -761,7 +761,7 @@ fn bench(args: BenchArgs) -> Result<(), Error> {
         },
         "trace" => {
             let path = args.dataset_path.clone().ok_or_else(|| usage("--dataset-path", "", "needed with --dataset-name trace"))?;
-            let rows = crate::workload::trace::read_trace(&path).map_err(|e| usage("--dataset-path", &path.display().to_string(), &e.to_string()))?;
+            let rows = crate::scenario::trace::read_trace(&path).map_err(|e| usage("--dataset-path", &path.display().to_string(), &e.to_string()))?;
             if let Some(&n) = num_prompts.iter().find(|&&n| n as usize > rows.len()) {
                 return Err(usage("--num-prompts", &n.to_string(), "more prompts than the trace has rows"));
             }

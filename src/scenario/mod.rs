@@ -11,6 +11,7 @@ pub mod error;
 pub mod hardware;
 pub mod model;
 pub mod schema;
+pub mod trace;
 mod resolve;
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ pub use error::ScenarioError;
 pub use resolve::MAX_OVERHEAD_US;
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
+pub use trace::TraceRow;
 pub use crate::sched::TgiConfig;
 
 /// A validated scenario. Every field is in force; nothing is left to defaults downstream.
@@ -230,14 +232,6 @@ pub enum Dataset {
     /// A recorded trace: rows of (arrival seconds, input tokens, output tokens). Arrival times
     /// come from the trace, not from `request_rate`.
     Trace { path: PathBuf, rows: Vec<TraceRow> },
-}
-
-/// One row of a trace file.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TraceRow {
-    pub arrival_s: f64,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
 }
 
 /// A distribution of token counts, always clamped to `[min, max]` and at least 1.

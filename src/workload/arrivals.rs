@@ -19,7 +19,7 @@
 use rand_distr::{Distribution, Gamma};
 
 use super::rng::{Stream, stream};
-use super::trace;
+use crate::scenario::trace;
 use crate::scenario::{Dataset, WorkloadConfig};
 
 /// Intended send time of each of the first `num_prompts` requests, nanoseconds since the benchmark

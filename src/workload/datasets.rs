@@ -10,7 +10,7 @@ use rand::distr::Uniform;
 use rand_distr::{Distribution, LogNormal, Normal};
 
 use super::rng::{Stream, stream};
-use super::trace;
+use crate::scenario::trace;
 use crate::scenario::{Dataset, LengthDist};
 
 /// `(input_tokens, output_tokens)` for each of the first `num_prompts` requests of `dataset`.

@@ -8,14 +8,14 @@
 //!
 //! Randomness comes from one master seed split into independent ChaCha streams, one per purpose
 //! ([`rng::Stream`]), so changing how output lengths are drawn never perturbs arrival times.
-//! Trace files are read and validated by [`trace::read_trace`].
+//! Trace files are read and validated when the scenario is loaded
+//! ([`crate::scenario::trace::read_trace`]); a trace dataset arrives here as rows.
 
 pub mod arrivals;
 pub mod datasets;
 pub mod rng;
 pub mod sharegpt;
 pub mod totals;
-pub mod trace;
 
 use crate::scenario::{SweepPoint, WorkloadConfig};
 

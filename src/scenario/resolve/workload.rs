@@ -3,7 +3,7 @@
 
 use super::context::{Cx, positive_count, quote, reject_unused_fields};
 use crate::scenario::schema::{NumPrompts, RawDataset, RawLengthDist, RawWorkload, RequestRate};
-use crate::scenario::{Dataset, EngineConfig, LengthDist, ScenarioError, WorkloadConfig};
+use crate::scenario::{Dataset, EngineConfig, LengthDist, ScenarioError, WorkloadConfig, trace};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
 /// no concurrency cap. The random dataset: input 1024, output 128, range ratio 0, no prefix. The
@@ -315,7 +315,7 @@ fn resolve_dataset(
                 ));
             };
             let path = cx.relative(p);
-            let rows = crate::workload::trace::read_trace(&path)
+            let rows = trace::read_trace(&path)
                 .map_err(|e| cx.invalid("workload.dataset.path", quote(p), e.to_string()))?;
             if let Some((i, row)) = rows.iter().enumerate().find(|(_, r)| {
                 r.input_tokens as u64 + r.output_tokens as u64 > max_model_len as u64

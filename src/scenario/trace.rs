@@ -16,7 +16,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::scenario::TraceRow;
+/// One row of a trace file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceRow {
+    pub arrival_s: f64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+}
 
 /// The only header accepted, column by column.
 pub const HEADER: [&str; 3] = ["arrival_s", "input_tokens", "output_tokens"];
