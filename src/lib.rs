@@ -25,6 +25,7 @@ pub mod run;
 pub mod scenario;
 pub mod sched;
 pub mod sim;
+pub mod timeline;
 pub mod validate;
 pub mod workload;
 

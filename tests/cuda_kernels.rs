@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
-use servesim::calibrate::backend::{AttentionPhase, AttentionShape, Backend, CalibrateError, GemmShape};
+use servesim::calibrate::backend::{AttentionPhase, AttentionShape, Backend, DeviceError, GemmShape};
 use servesim::calibrate::cuda::CudaBackend;
 use servesim::calibrate::grid::{Grid, GridOptions, GridScale};
 use servesim::calibrate::run::{RunOptions, calibrate};
@@ -120,10 +120,10 @@ fn gpu(test: &str) -> Option<Gpu> {
         }
         Err(e) => {
             assert!(
-                !env_flag("SERVESIM_REQUIRE_GPU") || !matches!(e, CalibrateError::Unavailable(_)),
+                !env_flag("SERVESIM_REQUIRE_GPU") || !matches!(e, DeviceError::Unavailable(_)),
                 "SERVESIM_REQUIRE_GPU=1 but no GPU: {e}"
             );
-            assert!(matches!(e, CalibrateError::Unavailable(_)), "{test}: the GPU is there but failed: {e}");
+            assert!(matches!(e, DeviceError::Unavailable(_)), "{test}: the GPU is there but failed: {e}");
             println!("SKIPPED {test}: {e}");
             None
         }
@@ -687,7 +687,7 @@ fn cublaslt_gemm_matches_reference() {
         check(&format!("cuBLASLt GEMM {m}x{n}x{k} fp8 e4m3"), &g.down(&y), &gemm_reference(&xh, &wh, m, n, k));
     } else {
         println!("fp8 GEMM not checked: compute capability {:?} < 8.9", g.device.compute_capability());
-        assert!(matches!(blas.plan(16, 16, 16, GemmDtype::Fp8E4m3), Err(CalibrateError::Unsupported(_))));
+        assert!(matches!(blas.plan(16, 16, 16, GemmDtype::Fp8E4m3), Err(DeviceError::Unsupported(_))));
     }
 }
 
@@ -700,7 +700,7 @@ fn tiny_calibration_runs_end_to_end() {
         Ok(b) => b,
         Err(e) => {
             assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but the CUDA backend is unavailable: {e}");
-            assert!(matches!(e, CalibrateError::Unavailable(_)), "expected Unavailable without a GPU: {e}");
+            assert!(matches!(e, DeviceError::Unavailable(_)), "expected Unavailable without a GPU: {e}");
             println!("SKIPPED tiny_calibration_runs_end_to_end: {e}");
             return;
         }

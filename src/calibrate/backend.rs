@@ -4,6 +4,7 @@
 //! The harness owns the timing policy (warm-up, repeats until the median is stable, statistics);
 //! a backend only knows how to run its kernels once and how long that took.
 
+pub use crate::engine::DeviceError;
 use crate::scenario::Dtype;
 
 /// A GEMM `[m × k] · [k × n]`, as the engine runs its projections.
@@ -61,12 +62,12 @@ impl AttentionShape {
 
     /// A shape no backend can run: no sequences or no query tokens, or a decode of more than
     /// one token per sequence.
-    pub fn check(&self) -> Result<(), CalibrateError> {
+    pub fn check(&self) -> Result<(), DeviceError> {
         if self.batch == 0 || self.query_len == 0 {
-            return Err(CalibrateError::Failed(format!("empty attention shape {self:?}")));
+            return Err(DeviceError::Failed(format!("empty attention shape {self:?}")));
         }
         if self.phase == AttentionPhase::Decode && self.query_len != 1 {
-            return Err(CalibrateError::Failed(format!("decode shapes have query_len 1: {self:?}")));
+            return Err(DeviceError::Failed(format!("decode shapes have query_len 1: {self:?}")));
         }
         Ok(())
     }
@@ -118,27 +119,14 @@ pub struct Peak {
     pub memory_bytes_per_s: f64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum CalibrateError {
-    /// The device or a library it needs is not there (no driver, no CUDA libraries).
-    #[error("{0}")]
-    Unavailable(String),
-    /// The backend cannot run this shape or dtype (e.g. fp8 on a GPU without it).
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    /// A kernel launch, compilation or allocation failed.
-    #[error("{0}")]
-    Failed(String),
-}
-
 /// One prepared kernel invocation: inputs allocated and filled, ready to run repeatedly.
 pub trait PreparedOp {
     /// Runs the op once; returns its duration in nanoseconds as the backend measures it (CUDA
     /// events around the launch on a GPU, a monotonic clock on a CPU).
-    fn run_once(&mut self) -> Result<f64, CalibrateError>;
+    fn run_once(&mut self) -> Result<f64, DeviceError>;
     /// Evicts caches between repeats where that matters (a GPU's L2 for memory-bound ops), so
     /// each repeat reads its operands from memory as in a real step.
-    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+    fn flush_cache(&mut self) -> Result<(), DeviceError> {
         Ok(())
     }
 }
@@ -158,7 +146,7 @@ pub trait Backend {
     fn gemm_m_breakpoints(&self) -> Vec<u32> {
         Vec::new()
     }
-    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError>;
     /// `shape` timed among the GEMMs a step runs around it. The default times it alone, as
     /// [`Backend::prepare_gemm`] does: the CUDA backend keeps it (its neighbours' effect is not
     /// measured); the CPU backend, whose memory-bound GEMMs depend on what streamed before
@@ -167,12 +155,12 @@ pub trait Backend {
         &mut self,
         shape: &GemmShape,
         _step: &StepGemms,
-    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    ) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         self.prepare_gemm(shape)
     }
-    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError>;
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError>;
     /// `None` when the backend has no collective (one device, or a CPU).
-    fn prepare_allreduce(&mut self, _shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {
+    fn prepare_allreduce(&mut self, _shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
         Ok(None)
     }
 }

@@ -35,7 +35,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::backend::{
-    AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp, StepGemms,
+    AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, StepGemms,
 };
 use super::grid::gemm_work;
 use crate::engine::cpu::{
@@ -102,15 +102,15 @@ impl CpuBackend {
     /// Builds a pool of `threads` workers and measures [`Peak`] on it (about 0.1–0.5 s).
     ///
     /// Errors: `Failed` when `threads` is 0 or the pool cannot be built.
-    pub fn new(threads: usize) -> Result<CpuBackend, CalibrateError> {
+    pub fn new(threads: usize) -> Result<CpuBackend, DeviceError> {
         if threads == 0 {
-            return Err(CalibrateError::Failed("the CPU backend needs at least 1 thread".to_string()));
+            return Err(DeviceError::Failed("the CPU backend needs at least 1 thread".to_string()));
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("servesim-cpu-{i}"))
             .build()
-            .map_err(|e| CalibrateError::Failed(format!("building a pool of {threads} threads: {e}")))?;
+            .map_err(|e| DeviceError::Failed(format!("building a pool of {threads} threads: {e}")))?;
         let llc = llc_bytes();
         // Operands of a shape may take half of what is free now; the rest is the system's.
         let bytes_max = mem_available_bytes().map_or(4 << 30, |b| b / 2);
@@ -204,10 +204,10 @@ impl CpuBackend {
 
     /// Refuses operands larger than [`CpuBackend::bytes_max`], so a too-large shape is
     /// "unsupported here" rather than an allocation failure that aborts the process.
-    fn ensure_fits(&self, floats: u64, what: &str) -> Result<(), CalibrateError> {
+    fn ensure_fits(&self, floats: u64, what: &str) -> Result<(), DeviceError> {
         let bytes = floats.saturating_mul(4);
         if bytes > self.bytes_max {
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "{what} needs {:.2} GiB; this backend allows {:.2} GiB per shape",
                 bytes as f64 / (1u64 << 30) as f64,
                 self.bytes_max as f64 / (1u64 << 30) as f64
@@ -270,7 +270,7 @@ impl Backend for CpuBackend {
         m.iter().map(|&m| m as u32).collect()
     }
 
-    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         self.prepare_gemm_sequence(shape, &StepGemms { sequence: vec![(shape.n, shape.k)], timed: 0 }, 1)
     }
 
@@ -287,14 +287,14 @@ impl Backend for CpuBackend {
         &mut self,
         shape: &GemmShape,
         step: &StepGemms,
-    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    ) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         const BALANCE_FACTOR: f64 = 2.0;
         let work = gemm_work(shape);
         let streams_weights = work.flops * self.peak.memory_bytes_per_s < BALANCE_FACTOR * work.bytes * self.peak.flops_per_s;
         if streams_weights { self.prepare_gemm_sequence(shape, step, PLACEMENTS_MIN) } else { self.prepare_gemm(shape) }
     }
 
-    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         self.check_dtype(shape.dtype)?;
         let layout = Layout::new(shape)?;
         let dims = AttentionDims {
@@ -304,7 +304,7 @@ impl Backend for CpuBackend {
         };
         if dims.num_heads == 0 || dims.num_kv_heads == 0 || dims.head_dim == 0 || !dims.num_heads.is_multiple_of(dims.num_kv_heads)
         {
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "attention with {} heads over {} KV heads of {}",
                 dims.num_heads, dims.num_kv_heads, dims.head_dim
             )));
@@ -392,14 +392,14 @@ impl CpuBackend {
         shape: &GemmShape,
         step: &StepGemms,
         placements: usize,
-    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    ) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         self.check_dtype(shape.dtype)?;
         let m = shape.m as usize;
         if m == 0 || shape.n == 0 || shape.k == 0 || step.sequence.iter().any(|&(n, k)| n == 0 || k == 0) {
-            return Err(CalibrateError::Failed(format!("empty GEMM in {}×{}×{} or its step {:?}", m, shape.n, shape.k, step.sequence)));
+            return Err(DeviceError::Failed(format!("empty GEMM in {}×{}×{} or its step {:?}", m, shape.n, shape.k, step.sequence)));
         }
         if step.sequence.get(step.timed) != Some(&(shape.n, shape.k)) {
-            return Err(CalibrateError::Failed(format!(
+            return Err(DeviceError::Failed(format!(
                 "GEMM {}×{}×{} is not entry {} of its step {:?}",
                 m, shape.n, shape.k, step.timed, step.sequence
             )));
@@ -444,11 +444,11 @@ impl CpuBackend {
         Ok(Box::new(GemmSequenceOp { backend: this, gemms, timed: step.timed, a, weights, c }))
     }
 
-    fn check_dtype(&self, dtype: Dtype) -> Result<(), CalibrateError> {
+    fn check_dtype(&self, dtype: Dtype) -> Result<(), DeviceError> {
         if self.supports(dtype) {
             Ok(())
         } else {
-            Err(CalibrateError::Unsupported(format!("the CPU engine computes in f32, not {}", dtype.name())))
+            Err(DeviceError::Unsupported(format!("the CPU engine computes in f32, not {}", dtype.name())))
         }
     }
 }
@@ -487,7 +487,7 @@ const PLACEMENTS_BYTES_MAX: usize = 512 << 20;
 const B_COPIES_MAX: usize = 64;
 
 impl PreparedOp for GemmSequenceOp<'_> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         let GemmSequenceOp { backend, gemms, timed, a, weights, c } = self;
         // Timed inside the pool: the cost of entering it from outside is not the kernel's (an
         // engine step enters once for all its kernels).
@@ -509,7 +509,7 @@ impl PreparedOp for GemmSequenceOp<'_> {
         }))
     }
 
-    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+    fn flush_cache(&mut self) -> Result<(), DeviceError> {
         self.backend.flush_caches();
         Ok(())
     }
@@ -531,7 +531,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(shape: &AttentionShape) -> Result<Layout, CalibrateError> {
+    fn new(shape: &AttentionShape) -> Result<Layout, DeviceError> {
         let bs = CALIBRATION_BLOCK_SIZE;
         shape.check()?;
         let num_seqs = shape.batch as usize;
@@ -541,7 +541,7 @@ impl Layout {
         let seq_lens: Vec<usize> = cached.iter().map(|c| c + query_len).collect();
         let num_blocks: usize = seq_lens.iter().map(|l| l.div_ceil(bs)).sum();
         if num_blocks > u32::MAX as usize {
-            return Err(CalibrateError::Unsupported(format!("attention shape too large: {shape:?}")));
+            return Err(DeviceError::Unsupported(format!("attention shape too large: {shape:?}")));
         }
         // Physical blocks in a seeded random order (Fisher–Yates), so consecutive logical
         // blocks are scattered in memory as in a long-running cache.
@@ -591,7 +591,7 @@ struct AttentionOp<'a> {
 }
 
 impl PreparedOp for AttentionOp<'_> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         let AttentionOp { pool, phase, dims, layout, q, k_new, v_new, caches, next, out, .. } = self;
         let (phase, dims) = (*phase, *dims);
         let scale = dims.default_scale();
@@ -629,7 +629,7 @@ impl PreparedOp for AttentionOp<'_> {
         }))
     }
 
-    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+    fn flush_cache(&mut self) -> Result<(), DeviceError> {
         evict_caches(self.pool, self.flush, self.threads);
         Ok(())
     }
@@ -789,7 +789,7 @@ mod tests {
         drop(op);
         let elsewhere = StepGemms { timed: 0, ..step };
         let e = b.prepare_gemm_in_step(&shape, &elsewhere).err().expect("the shape is not entry 0");
-        assert!(matches!(e, CalibrateError::Failed(ref r) if r.contains("not entry 0")), "{e}");
+        assert!(matches!(e, DeviceError::Failed(ref r) if r.contains("not entry 0")), "{e}");
     }
 
     #[test]
@@ -799,9 +799,9 @@ mod tests {
         for dtype in [Dtype::Bf16, Dtype::Fp16, Dtype::Fp8] {
             assert!(!b.supports(dtype));
             let gemm = GemmShape { m: 4, n: 4, k: 4, dtype };
-            assert!(matches!(b.prepare_gemm(&gemm), Err(CalibrateError::Unsupported(_))), "{dtype:?} GEMM");
+            assert!(matches!(b.prepare_gemm(&gemm), Err(DeviceError::Unsupported(_))), "{dtype:?} GEMM");
             let attn = AttentionShape { dtype, ..attention(AttentionPhase::Decode, 2, 1, 10, (4, 2, 16)) };
-            assert!(matches!(b.prepare_attention(&attn), Err(CalibrateError::Unsupported(_))), "{dtype:?} attention");
+            assert!(matches!(b.prepare_attention(&attn), Err(DeviceError::Unsupported(_))), "{dtype:?} attention");
         }
     }
 
@@ -898,16 +898,16 @@ mod tests {
     fn malformed_shapes_are_errors_not_panics() {
         let mut b = backend();
         let uneven_groups = attention(AttentionPhase::Prefill, 1, 8, 0, (6, 4, 16));
-        assert!(matches!(b.prepare_attention(&uneven_groups), Err(CalibrateError::Unsupported(_))));
+        assert!(matches!(b.prepare_attention(&uneven_groups), Err(DeviceError::Unsupported(_))));
         let long_decode = attention(AttentionPhase::Decode, 1, 4, 8, (4, 4, 16));
-        assert!(matches!(b.prepare_attention(&long_decode), Err(CalibrateError::Failed(_))));
+        assert!(matches!(b.prepare_attention(&long_decode), Err(DeviceError::Failed(_))));
         let huge = GemmShape { m: 1 << 20, n: 1 << 20, k: 1 << 20, dtype: Dtype::Fp32 };
-        assert!(matches!(b.prepare_gemm(&huge), Err(CalibrateError::Unsupported(_))));
+        assert!(matches!(b.prepare_gemm(&huge), Err(DeviceError::Unsupported(_))));
     }
 
     #[test]
     fn zero_threads_is_an_error() {
-        assert!(matches!(CpuBackend::new(0), Err(CalibrateError::Failed(_))));
+        assert!(matches!(CpuBackend::new(0), Err(DeviceError::Failed(_))));
     }
 
     /// Prints each kernel's achieved throughput against the measured peak, for tuning:

@@ -14,7 +14,7 @@
 //! its reduction). Caches use 16-token blocks laid out in a scrambled (but deterministic) order,
 //! as a cache that has served many requests is.
 //!
-//! Without a driver, [`CudaBackend::new`] returns [`CalibrateError::Unavailable`]; it never
+//! Without a driver, [`CudaBackend::new`] returns [`DeviceError::Unavailable`]; it never
 //! panics.
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
 use super::backend::{
-    AllReduceShape, AttentionPhase, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak,
+    AllReduceShape, AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak,
     PreparedOp,
 };
 use crate::engine::cuda::compile::{kernel_hashes, nvrtc_version};
@@ -126,7 +126,7 @@ pub struct CudaBackend {
 impl CudaBackend {
     /// Opens `cuda:ordinal`, compiles and loads the kernels, creates the cuBLASLt handle and
     /// settles the peak. `Unavailable` when the driver, a GPU, NVRTC or cuBLASLt is missing.
-    pub fn new(ordinal: usize) -> Result<Self, CalibrateError> {
+    pub fn new(ordinal: usize) -> Result<Self, DeviceError> {
         // Check every library before touching any: a clear message names all that is missing.
         let missing: Vec<String> = [
             crate::engine::cuda::device::check_driver(),
@@ -137,7 +137,7 @@ impl CudaBackend {
         .filter_map(|r| r.err().map(|e| e.to_string()))
         .collect();
         if !missing.is_empty() {
-            return Err(CalibrateError::Unavailable(format!("cuda:{ordinal} is unavailable: {}", missing.join("; "))));
+            return Err(DeviceError::Unavailable(format!("cuda:{ordinal} is unavailable: {}", missing.join("; "))));
         }
         let device = CudaDevice::new(ordinal)?;
         let kernels = CudaKernels::load(&device)?;
@@ -200,7 +200,7 @@ impl CudaBackend {
     }
 
     /// Nanoseconds between events recorded before and after `launch` on the device's stream.
-    fn time(&self, launch: impl FnOnce() -> Result<(), CalibrateError>) -> Result<f64, CalibrateError> {
+    fn time(&self, launch: impl FnOnce() -> Result<(), DeviceError>) -> Result<f64, DeviceError> {
         let stream = self.stream();
         self.start.record(stream).map_err(|e| driver_error("cuEventRecord", e))?;
         launch()?;
@@ -209,7 +209,7 @@ impl CudaBackend {
         Ok(f64::from(ms) * 1e6)
     }
 
-    fn flush_l2(&self) -> Result<(), CalibrateError> {
+    fn flush_l2(&self) -> Result<(), DeviceError> {
         let stream = self.stream();
         self.device.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let (ptr, _guard) = self.flush.device_ptr(stream);
@@ -220,11 +220,11 @@ impl CudaBackend {
 
     /// Refuses shapes whose operands would not fit in free device memory (with 10% headroom), so
     /// that a too-large shape is "unsupported here" rather than a failed allocation.
-    fn ensure_fits(&self, bytes: u64, what: &str) -> Result<(), CalibrateError> {
+    fn ensure_fits(&self, bytes: u64, what: &str) -> Result<(), DeviceError> {
         let (free, _total) =
             self.device.context().mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         if bytes as f64 > 0.9 * free as f64 {
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "{what} needs {:.2} GiB; {:.2} GiB free on {}",
                 bytes as f64 / (1u64 << 30) as f64,
                 free as f64 / (1u64 << 30) as f64,
@@ -237,19 +237,19 @@ impl CudaBackend {
     fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
         &self,
         n: usize,
-    ) -> Result<CudaSlice<T>, CalibrateError> {
+    ) -> Result<CudaSlice<T>, DeviceError> {
         self.stream()
             .alloc_zeros::<T>(n.max(1))
-            .map_err(|e| CalibrateError::Failed(format!("allocating {n} elements on {}: {e:?}", self.device.label())))
+            .map_err(|e| DeviceError::Failed(format!("allocating {n} elements on {}: {e:?}", self.device.label())))
     }
 
-    fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, CalibrateError> {
+    fn upload<T: cudarc::driver::DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, DeviceError> {
         self.stream().clone_htod(host).map_err(|e| driver_error("host-to-device copy", e))
     }
 
     /// Peak of an unknown GPU: a large bf16 GEMM (best of several runs) for FLOP/s; the memory
     /// clock × bus width for bandwidth, or a 1 GiB device-to-device copy when not reported.
-    fn measure_peak(&mut self) -> Result<Peak, CalibrateError> {
+    fn measure_peak(&mut self) -> Result<Peak, DeviceError> {
         let n = 8192;
         let mut op = self.prepare_gemm_typed::<half::bf16>(n, n, n, GemmDtype::Bf16)?;
         let mut best_ns = f64::INFINITY;
@@ -285,7 +285,7 @@ impl CudaBackend {
         n: usize,
         k: usize,
         dtype: GemmDtype,
-    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    ) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         let bytes = ((m * k + n * k) * dtype.input_bytes() + m * n * dtype.output_bytes()) as u64;
         self.ensure_fits(bytes, &format!("GEMM {m}x{n}x{k}"))?;
         let plan = self.blas.plan(m, n, k, dtype)?;
@@ -314,7 +314,7 @@ impl CudaBackend {
     fn prepare_attention_typed<T: KernelFloat>(
         &mut self,
         shape: &AttentionShape,
-    ) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    ) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         let layout = AttentionLayout::new(shape)?;
         let h = shape.num_heads as usize;
         let kv = shape.num_kv_heads as usize;
@@ -391,7 +391,7 @@ pub struct AttentionLayout {
 
 
 impl AttentionLayout {
-    pub fn new(shape: &AttentionShape) -> Result<Self, CalibrateError> {
+    pub fn new(shape: &AttentionShape) -> Result<Self, DeviceError> {
         let bs = CALIBRATION_BLOCK_SIZE;
         shape.check()?;
         let num_seqs = shape.batch as usize;
@@ -428,7 +428,7 @@ impl AttentionLayout {
         };
         let max_kernel_context = kernel_context_lens.iter().copied().max().unwrap_or(0) as usize;
         if num_blocks * bs > i32::MAX as usize {
-            return Err(CalibrateError::Unsupported(format!("attention shape too large: {shape:?}")));
+            return Err(DeviceError::Unsupported(format!("attention shape too large: {shape:?}")));
         }
         Ok(Self {
             num_seqs,
@@ -487,7 +487,7 @@ struct GemmOp<'a, T> {
 }
 
 impl<T: KernelFloat> PreparedOp for GemmOp<'_, T> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         let b = self.backend;
         let stream = b.stream();
         let (x, w) = (self.x.ptr(stream), self.w.ptr(stream));
@@ -496,7 +496,7 @@ impl<T: KernelFloat> PreparedOp for GemmOp<'_, T> {
         b.time(|| unsafe { b.blas.matmul_raw(&self.plan, x, w, y) })
     }
 
-    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+    fn flush_cache(&mut self) -> Result<(), DeviceError> {
         self.backend.flush_l2()
     }
 }
@@ -522,7 +522,7 @@ struct AttentionOp<'a, T> {
 }
 
 impl<T: KernelFloat> AttentionOp<'_, T> {
-    fn launch(&mut self) -> Result<(), CalibrateError> {
+    fn launch(&mut self) -> Result<(), DeviceError> {
         let kernels = &self.backend.kernels;
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         kernels.reshape_and_cache(
@@ -583,7 +583,7 @@ impl<T: KernelFloat> AttentionOp<'_, T> {
 }
 
 impl<T: KernelFloat> PreparedOp for AttentionOp<'_, T> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         let backend = self.backend;
         let stream = backend.stream();
         backend.start.record(stream).map_err(|e| driver_error("cuEventRecord", e))?;
@@ -593,7 +593,7 @@ impl<T: KernelFloat> PreparedOp for AttentionOp<'_, T> {
         Ok(f64::from(ms) * 1e6)
     }
 
-    fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+    fn flush_cache(&mut self) -> Result<(), DeviceError> {
         self.backend.flush_l2()
     }
 }
@@ -604,10 +604,10 @@ struct AllReduceOp<'a> {
 }
 
 impl PreparedOp for AllReduceOp<'_> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         use cudarc::nccl::{ReduceOp, group_end, group_start};
         let g = self.group;
-        let nccl_err = |what: &str, e: cudarc::nccl::result::NcclError| CalibrateError::Failed(format!("{what}: {e:?}"));
+        let nccl_err = |what: &str, e: cudarc::nccl::result::NcclError| DeviceError::Failed(format!("{what}: {e:?}"));
         for (comm, start) in g.comms.iter().zip(&g.starts) {
             start.record(&comm.stream()).map_err(|e| driver_error("cuEventRecord", e))?;
         }
@@ -657,9 +657,9 @@ impl Backend for CudaBackend {
         hashes
     }
 
-    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         let dtype = GemmDtype::from_dtype(shape.dtype)
-            .ok_or_else(|| CalibrateError::Unsupported(format!("{} GEMMs are not calibrated on CUDA", shape.dtype.name())))?;
+            .ok_or_else(|| DeviceError::Unsupported(format!("{} GEMMs are not calibrated on CUDA", shape.dtype.name())))?;
         let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
         match dtype {
             GemmDtype::F16 => self.prepare_gemm_typed::<half::f16>(m, n, k, dtype),
@@ -668,18 +668,18 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         match shape.dtype {
             Dtype::Bf16 => self.prepare_attention_typed::<half::bf16>(shape),
             Dtype::Fp16 => self.prepare_attention_typed::<half::f16>(shape),
-            other => Err(CalibrateError::Unsupported(format!(
+            other => Err(DeviceError::Unsupported(format!(
                 "attention kernels take bf16 or fp16, not {}",
                 other.name()
             ))),
         }
     }
 
-    fn prepare_allreduce(&mut self, shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {
+    fn prepare_allreduce(&mut self, shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
         let gpus = shape.gpus as usize;
         if gpus < 2 || !nccl_present() {
             return Ok(None);
@@ -689,7 +689,7 @@ impl Backend for CudaBackend {
             return Ok(None);
         }
         if gpus > available {
-            return Err(CalibrateError::Unsupported(format!("all-reduce over {gpus} GPUs; {available} present")));
+            return Err(DeviceError::Unsupported(format!("all-reduce over {gpus} GPUs; {available} present")));
         }
         if !self.nccl.contains_key(&shape.gpus) {
             let group = self.nccl_group(gpus)?;
@@ -711,7 +711,7 @@ impl Backend for CudaBackend {
 
 impl CudaBackend {
     /// Communicators over this device and the next `gpus − 1` ordinals (wrapping around).
-    fn nccl_group(&self, gpus: usize) -> Result<NcclGroup, CalibrateError> {
+    fn nccl_group(&self, gpus: usize) -> Result<NcclGroup, DeviceError> {
         let total = device_count()?;
         let mut streams = Vec::with_capacity(gpus);
         for i in 0..gpus {
@@ -732,7 +732,7 @@ impl CudaBackend {
         let ends = streams.iter().map(event).collect::<Result<Vec<_>, _>>()?;
         let comms = crate::engine::cuda::device::no_panic("NCCL", || {
             cudarc::nccl::Comm::from_devices(streams)
-                .map_err(|e| CalibrateError::Failed(format!("ncclCommInitAll: {e:?}")))
+                .map_err(|e| DeviceError::Failed(format!("ncclCommInitAll: {e:?}")))
         })?;
         Ok(NcclGroup { comms, starts, ends })
     }
@@ -823,7 +823,7 @@ mod tests {
             return; // a GPU machine: covered by tests/cuda_kernels.rs
         }
         match CudaBackend::new(0) {
-            Err(CalibrateError::Unavailable(msg)) => assert!(msg.contains("driver"), "{msg}"),
+            Err(DeviceError::Unavailable(msg)) => assert!(msg.contains("driver"), "{msg}"),
             Err(other) => panic!("expected Unavailable, got {other:?}"),
             Ok(_) => panic!("a backend without a driver"),
         }

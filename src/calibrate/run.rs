@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::backend::{
-    AllReduceShape, AttentionShape, Backend, CalibrateError, DeviceInfo, GemmShape, Peak, PreparedOp,
+    AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp,
 };
 use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
@@ -60,14 +60,14 @@ struct ShapeOutcome {
 /// provenance records the device, peak, kernel hashes, grid, timing policy and what was skipped
 /// (see [`RunSummary`]).
 ///
-/// Errors: [`CalibrateError::Unavailable`] from the backend ends the run; so does a run in which
+/// Errors: [`DeviceError::Unavailable`] from the backend ends the run; so does a run in which
 /// every attempted shape failed (a broken backend, not a too-large shape).
-pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -> Result<Profile, CalibrateError> {
+pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -> Result<Profile, DeviceError> {
     let start = Instant::now();
     let peak = backend.peak();
     let positive = |x: f64| x.is_finite() && x > 0.0;
     if !positive(peak.flops_per_s) || !positive(peak.memory_bytes_per_s) {
-        return Err(CalibrateError::Failed(format!("backend reports a non-positive peak: {peak:?}")));
+        return Err(DeviceError::Failed(format!("backend reports a non-positive peak: {peak:?}")));
     }
     let device = backend.device_info();
     let shapes = grid.shapes_in_run_order();
@@ -106,12 +106,12 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             bar.set_message(describe(shape));
             match measure_shape(backend, grid, shape, &options.timing) {
                 Ok(Some(samples)) => outcome.passes.push(samples),
-                Ok(None) | Err(CalibrateError::Unsupported(_)) => outcome.unsupported = true,
-                Err(e @ CalibrateError::Unavailable(_)) => {
+                Ok(None) | Err(DeviceError::Unsupported(_)) => outcome.unsupported = true,
+                Err(e @ DeviceError::Unavailable(_)) => {
                     bar.abandon();
                     return Err(e);
                 }
-                Err(CalibrateError::Failed(reason)) => outcome.failure = Some(reason),
+                Err(DeviceError::Failed(reason)) => outcome.failure = Some(reason),
             }
             bar.inc(1);
         }
@@ -142,7 +142,7 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     }
 
     if summary.measured == 0 && summary.failed > 0 {
-        return Err(CalibrateError::Failed(format!(
+        return Err(DeviceError::Failed(format!(
             "every shape failed ({} of them); first: {}",
             summary.failed,
             summary.failures.first().map_or("", String::as_str)
@@ -175,7 +175,7 @@ fn measure_shape(
     grid: &Grid,
     shape: &Shape,
     timing: &TimingOptions,
-) -> Result<Option<Vec<f64>>, CalibrateError> {
+) -> Result<Option<Vec<f64>>, DeviceError> {
     if let Some(dtype) = shape.dtype()
         && !backend.supports(dtype)
     {
@@ -284,7 +284,7 @@ struct SyntheticOp<'a> {
 }
 
 impl PreparedOp for SyntheticOp<'_> {
-    fn run_once(&mut self) -> Result<f64, CalibrateError> {
+    fn run_once(&mut self) -> Result<f64, DeviceError> {
         Ok(self.backend.jittered(self.ns))
     }
 }
@@ -306,12 +306,12 @@ impl Backend for SyntheticBackend {
         vec![("synthetic".into(), "0".into())]
     }
 
-    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         let ns = self.gemm_ns(shape);
         Ok(Box::new(SyntheticOp { backend: self, ns }))
     }
 
-    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+    fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
         let ns = self.attention_ns(shape);
         Ok(Box::new(SyntheticOp { backend: self, ns }))
     }
@@ -319,7 +319,7 @@ impl Backend for SyntheticBackend {
     fn prepare_allreduce(
         &mut self,
         shape: &AllReduceShape,
-    ) -> Result<Option<Box<dyn PreparedOp + '_>>, CalibrateError> {
+    ) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
         let ns = self.allreduce_ns(shape);
         Ok(Some(Box::new(SyntheticOp { backend: self, ns })))
     }
@@ -380,7 +380,7 @@ mod tests {
         struct Slow(SyntheticBackend);
         struct SlowOp;
         impl PreparedOp for SlowOp {
-            fn run_once(&mut self) -> Result<f64, CalibrateError> {
+            fn run_once(&mut self) -> Result<f64, DeviceError> {
                 std::thread::sleep(Duration::from_millis(2));
                 Ok(2e6)
             }
@@ -398,11 +398,11 @@ mod tests {
             fn kernel_hashes(&self) -> Vec<(String, String)> {
                 vec![]
             }
-            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
                 Ok(Box::new(SlowOp))
             }
-            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
-                Err(CalibrateError::Failed("out of memory".into()))
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                Err(DeviceError::Failed("out of memory".into()))
             }
         }
         let grid = tiny_grid(vec![Dtype::Bf16]);
@@ -428,7 +428,7 @@ mod tests {
         }
         struct Op(f64);
         impl PreparedOp for Op {
-            fn run_once(&mut self) -> Result<f64, CalibrateError> {
+            fn run_once(&mut self) -> Result<f64, DeviceError> {
                 Ok(self.0)
             }
         }
@@ -452,12 +452,12 @@ mod tests {
             fn kernel_hashes(&self) -> Vec<(String, String)> {
                 vec![]
             }
-            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
                 Ok(Box::new(Op(self.next().1)))
             }
-            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
                 match self.next() {
-                    (1, _) => Err(CalibrateError::Failed("out of memory".into())),
+                    (1, _) => Err(DeviceError::Failed("out of memory".into())),
                     (_, ns) => Ok(Box::new(Op(ns))),
                 }
             }
@@ -501,22 +501,22 @@ mod tests {
             fn kernel_hashes(&self) -> Vec<(String, String)> {
                 vec![]
             }
-            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
+            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
                 Err(if self.0 {
-                    CalibrateError::Unavailable("no driver".into())
+                    DeviceError::Unavailable("no driver".into())
                 } else {
-                    CalibrateError::Failed("boom".into())
+                    DeviceError::Failed("boom".into())
                 })
             }
-            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, CalibrateError> {
-                Err(CalibrateError::Failed("boom".into()))
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                Err(DeviceError::Failed("boom".into()))
             }
         }
         let grid = tiny_grid(vec![Dtype::Bf16]);
         let e = calibrate(&mut Broken(false), &grid, &RunOptions::default()).unwrap_err();
         assert!(e.to_string().contains("every shape failed") && e.to_string().contains("boom"), "{e}");
         let e = calibrate(&mut Broken(true), &grid, &RunOptions::default()).unwrap_err();
-        assert!(matches!(e, CalibrateError::Unavailable(_)), "{e}");
+        assert!(matches!(e, DeviceError::Unavailable(_)), "{e}");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::backend::{CalibrateError, PreparedOp};
+use super::backend::{DeviceError, PreparedOp};
 
 /// How one shape is measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,12 +121,12 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Measures `op` under `options`.
-pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measurement, CalibrateError> {
+pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measurement, DeviceError> {
     measure_samples(op, options).map(|samples| Measurement::from_samples(&samples))
 }
 
 /// The timed repeats [`measure`] makes, nanoseconds each, in order (at least one).
-pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Vec<f64>, CalibrateError> {
+pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Vec<f64>, DeviceError> {
     let start = Instant::now();
     let out_of_time = || start.elapsed() >= options.max_time;
 
@@ -147,7 +147,7 @@ pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Resu
         }
         let ns = op.run_once()?;
         if !(ns.is_finite() && ns >= 0.0) {
-            return Err(CalibrateError::Failed(format!("backend reported a duration of {ns} ns")));
+            return Err(DeviceError::Failed(format!("backend reported a duration of {ns} ns")));
         }
         samples.push(ns);
         if samples.len() >= max_repeats || out_of_time() {
@@ -191,12 +191,12 @@ mod tests {
     }
 
     impl PreparedOp for Scripted {
-        fn run_once(&mut self) -> Result<f64, CalibrateError> {
+        fn run_once(&mut self) -> Result<f64, DeviceError> {
             let t = self.times[self.runs % self.times.len()];
             self.runs += 1;
             Ok(t)
         }
-        fn flush_cache(&mut self) -> Result<(), CalibrateError> {
+        fn flush_cache(&mut self) -> Result<(), DeviceError> {
             self.flushes += 1;
             Ok(())
         }
@@ -231,7 +231,7 @@ mod tests {
     fn time_cap_wins_but_one_repeat_is_made() {
         struct Slow;
         impl PreparedOp for Slow {
-            fn run_once(&mut self) -> Result<f64, CalibrateError> {
+            fn run_once(&mut self) -> Result<f64, DeviceError> {
                 std::thread::sleep(Duration::from_millis(5));
                 Ok(5e6)
             }
@@ -266,6 +266,6 @@ mod tests {
     #[test]
     fn bad_duration_is_an_error() {
         let mut op = Scripted { times: vec![f64::NAN], runs: 0, flushes: 0 };
-        assert!(matches!(measure(&mut op, &TimingOptions::quick()), Err(CalibrateError::Failed(_))));
+        assert!(matches!(measure(&mut op, &TimingOptions::quick()), Err(DeviceError::Failed(_))));
     }
 }

@@ -21,7 +21,7 @@ use crate::Error;
 use crate::metrics::format::{ReportOptions, insert_request_arrays, to_json};
 use crate::scenario::Scenario;
 use crate::metrics::RequestRecord;
-use crate::sim::StepRow;
+use crate::timeline::StepRow;
 
 /// `ns` as seconds with all nine decimals.
 pub fn seconds(ns: u64) -> String {

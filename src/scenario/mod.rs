@@ -21,7 +21,7 @@ pub use resolve::MAX_OVERHEAD_US;
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
 pub use trace::TraceRow;
-pub use crate::sched::TgiConfig;
+pub use crate::sched::{Policy, TgiConfig};
 
 /// A validated scenario. Every field is in force; nothing is left to defaults downstream.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,31 +63,6 @@ pub const DEFAULT_VALIDATION_METRICS: [&str; 8] = [
     "mean_itl_ms",
     "median_itl_ms",
 ];
-
-/// Batching policy of the engine being modelled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    /// vLLM V1 scheduler: one token budget shared by prefill chunks and decodes.
-    VllmV1,
-    /// vLLM V0 scheduler: prefills before decodes; mixes them only with chunked prefill.
-    VllmV0,
-    /// Text Generation Inference 2.3: whole-prompt prefill steps that pause the decodes, the
-    /// `waiting_served_ratio` / `max_waiting_tokens` rules, KV reserved up front, no preemption.
-    Tgi,
-    /// servesim's own engine (`servesim serve`): vLLM V1's scheduling without graphs.
-    Servesim,
-}
-
-impl Policy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::VllmV1 => "vllm-v1",
-            Policy::VllmV0 => "vllm-v0",
-            Policy::Tgi => "tgi",
-            Policy::Servesim => "servesim",
-        }
-    }
-}
 
 /// How a cluster of replicas spreads requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

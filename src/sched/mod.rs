@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A policy operates on a [`SchedulerState`]; the state never names a policy, so adding a policy
-//! touches only its own file and the place that picks it by name (`sim::cluster::policy_for`).
+//! touches only its own file and the place that picks it by name ([`Policy::build`]).
 //!
 //! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
 //! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
@@ -28,6 +28,7 @@ pub mod kv;
 mod outcome;
 mod policy;
 mod scheduler;
+mod select;
 mod state;
 mod tgi;
 
@@ -37,5 +38,6 @@ pub use config::{SchedulerConfig, TgiConfig};
 pub use outcome::{Admission, Finished, Rejection, StepOutcome};
 pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
 pub use scheduler::Scheduler;
+pub use select::Policy;
 pub use state::SchedulerState;
 pub use tgi::Tgi;

@@ -2,19 +2,7 @@
 
 use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
-use crate::sched::{Scheduler, SchedulerConfig, SchedulingPolicy, Servesim, Tgi, VllmV0, VllmV1};
-
-/// The policy object for a scenario's policy name. TGI's takes its limits from `config.tgi`,
-/// which must be set exactly for it.
-pub fn policy_for(policy: Policy, config: &SchedulerConfig) -> Box<dyn SchedulingPolicy> {
-    assert_eq!(policy == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
-    match policy {
-        Policy::VllmV1 => Box::new(VllmV1),
-        Policy::VllmV0 => Box::new(VllmV0),
-        Policy::Tgi => Box::new(Tgi::new(config)),
-        Policy::Servesim => Box::new(Servesim),
-    }
-}
+use crate::sched::{Scheduler, SchedulerConfig};
 
 /// One engine instance (a tensor-parallel group of GPUs) with its own scheduler and KV cache.
 pub struct Replica {
@@ -43,7 +31,7 @@ impl Cluster {
         assert!(replicas > 0);
         let replicas = (0..replicas)
             .map(|_| Replica {
-                scheduler: Scheduler::new(config.clone(), policy_for(policy, config)),
+                scheduler: Scheduler::new(config.clone(), policy.build(config)),
                 busy: false,
                 start_queued: false,
                 outstanding: 0,

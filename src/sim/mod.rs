@@ -19,10 +19,11 @@
 pub mod cluster;
 pub mod queue;
 
-use crate::cost::{CostModel, StepCost};
+use crate::cost::CostModel;
 use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
 use crate::scenario::{Policy, Router};
 use crate::sched::{Admission, Finished, SchedulerConfig};
+use crate::timeline::StepRow;
 use crate::workload::RequestSpec;
 use cluster::Cluster;
 use queue::EventQueue;
@@ -37,21 +38,6 @@ pub struct SimConfig {
     pub max_concurrency: Option<u32>,
     /// The front end's time per request, before the scheduler sees it (see the module doc).
     pub frontend_overhead_ns: u64,
-}
-
-/// One engine step, for `timeline.csv`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StepRow {
-    pub start_ns: u64,
-    pub replica: u32,
-    /// Sequences running and waiting after the step was scheduled.
-    pub running: u32,
-    pub waiting: u32,
-    pub kv_blocks_used: u32,
-    pub batch_seqs: u32,
-    pub prefill_tokens: u32,
-    pub decode_tokens: u32,
-    pub cost: StepCost,
 }
 
 /// Per-request facts beyond what the metrics need, for `requests.csv`.

@@ -36,7 +36,7 @@ use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
 use crate::scenario::{Dtype, Scenario};
-use crate::sim::StepRow;
+use crate::timeline::StepRow;
 
 /// The metrics compared, with the error targets: ≤ 10% on output throughput and mean
 /// TPOT, ≤ 20% on mean TTFT (TTFT is a few steps at most, so one mis-priced prefill weighs more).

@@ -8,7 +8,7 @@
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 
 use super::device::{check_nvrtc, no_panic};
-use crate::calibrate::backend::CalibrateError;
+use crate::engine::DeviceError;
 
 /// The prelude prepended to every kernel source.
 pub const PRELUDE: &str = include_str!("../../../kernels/common.cuh");
@@ -112,14 +112,14 @@ pub const CI_ARCHES: &[&str] = &["compute_80", "compute_90"];
 /// The PTX virtual architecture to compile for on a device of compute capability `cc`. PTX is
 /// forward compatible (the driver JIT-compiles it for newer GPUs), so the newest of these that the
 /// device has is used.
-pub fn arch_for(cc: (i32, i32)) -> Result<&'static str, CalibrateError> {
+pub fn arch_for(cc: (i32, i32)) -> Result<&'static str, DeviceError> {
     match cc {
         (m, _) if m >= 9 => Ok("compute_90"),
         (8, n) if n >= 9 => Ok("compute_89"),
         (8, _) => Ok("compute_80"),
         (7, n) if n >= 5 => Ok("compute_75"),
         (7, _) => Ok("compute_70"),
-        (m, n) => Err(CalibrateError::Unsupported(format!(
+        (m, n) => Err(DeviceError::Unsupported(format!(
             "compute capability {m}.{n}: servesim's kernels need 7.0 or newer"
         ))),
     }
@@ -133,14 +133,14 @@ pub fn nvrtc_version() -> Option<(i32, i32)> {
         // SAFETY: writes two ints.
         unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
             .result()
-            .map_err(|e| CalibrateError::Failed(format!("nvrtcVersion: {e:?}")))?;
+            .map_err(|e| DeviceError::Failed(format!("nvrtcVersion: {e:?}")))?;
         Ok((major, minor))
     })
     .ok()
 }
 
 /// Compiles one kernel source to PTX for `arch` (e.g. "compute_80"). Errors carry NVRTC's log.
-pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx, CalibrateError> {
+pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx, DeviceError> {
     check_nvrtc()?;
     let source = kernel.full_source();
     let opts = CompileOptions {
@@ -152,18 +152,18 @@ pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx, Calibra
     };
     no_panic("NVRTC", || {
         cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
-            CompileError::CompileError { nvrtc, log, .. } => CalibrateError::Failed(format!(
+            CompileError::CompileError { nvrtc, log, .. } => DeviceError::Failed(format!(
                 "NVRTC failed to compile kernels/{} for {arch} ({nvrtc:?}):\n{}",
                 kernel.file,
                 log.to_string_lossy()
             )),
-            other => CalibrateError::Failed(format!("NVRTC error on kernels/{} for {arch}: {other:?}", kernel.file)),
+            other => DeviceError::Failed(format!("NVRTC error on kernels/{} for {arch}: {other:?}", kernel.file)),
         })
     })
 }
 
 /// Compiles every kernel for `arch`, in [`KERNELS`] order.
-pub fn compile_all(arch: &'static str) -> Result<Vec<(&'static KernelSource, Ptx)>, CalibrateError> {
+pub fn compile_all(arch: &'static str) -> Result<Vec<(&'static KernelSource, Ptx)>, DeviceError> {
     KERNELS.iter().map(|k| compile(k, arch).map(|ptx| (k, ptx))).collect()
 }
 

@@ -3,7 +3,7 @@
 //! cudarc loads `libcuda`, `libnvrtc` and `libcublasLt` lazily and *panics* when one is missing.
 //! Every entry point here first asks cudarc whether the library can be loaded
 //! (`cudarc::<lib>::sys::is_culib_present()`) and turns "not there" into
-//! [`CalibrateError::Unavailable`] with a message that says what to install; the remaining
+//! [`DeviceError::Unavailable`] with a message that says what to install; the remaining
 //! panics cudarc can raise (a symbol missing from an old driver) are caught at construction.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -12,28 +12,28 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 
-use crate::calibrate::backend::CalibrateError;
+use crate::engine::DeviceError;
 
 /// Why no CUDA driver was found, for error messages and test skip reasons.
 const NO_DRIVER: &str = "no CUDA driver: libcuda.so could not be loaded (no NVIDIA GPU or driver on this machine)";
 
 /// `Ok` when the CUDA driver library (`libcuda.so`) can be loaded.
-pub fn check_driver() -> Result<(), CalibrateError> {
+pub fn check_driver() -> Result<(), DeviceError> {
     // SAFETY: only tries to dlopen the library by its usual names.
     if unsafe { cudarc::driver::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(CalibrateError::Unavailable(NO_DRIVER.to_string()))
+        Err(DeviceError::Unavailable(NO_DRIVER.to_string()))
     }
 }
 
 /// `Ok` when NVRTC (`libnvrtc.so.12`) can be loaded. NVRTC needs no GPU.
-pub fn check_nvrtc() -> Result<(), CalibrateError> {
+pub fn check_nvrtc() -> Result<(), DeviceError> {
     // SAFETY: only tries to dlopen the library by its usual names.
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(CalibrateError::Unavailable(
+        Err(DeviceError::Unavailable(
             "NVRTC not found: libnvrtc.so could not be loaded; `pip install nvidia-cuda-nvrtc-cu12` and put \
              its site-packages/nvidia/cuda_nvrtc/lib directory on LD_LIBRARY_PATH, or install the CUDA toolkit"
                 .to_string(),
@@ -42,12 +42,12 @@ pub fn check_nvrtc() -> Result<(), CalibrateError> {
 }
 
 /// `Ok` when cuBLASLt (`libcublasLt.so.12`) can be loaded.
-pub fn check_cublaslt() -> Result<(), CalibrateError> {
+pub fn check_cublaslt() -> Result<(), DeviceError> {
     // SAFETY: only tries to dlopen the library by its usual names.
     if unsafe { cudarc::cublaslt::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err(CalibrateError::Unavailable(
+        Err(DeviceError::Unavailable(
             "cuBLASLt not found: libcublasLt.so could not be loaded; `pip install nvidia-cublas-cu12` and put \
              its site-packages/nvidia/cublas/lib directory on LD_LIBRARY_PATH, or install the CUDA toolkit"
                 .to_string(),
@@ -62,12 +62,12 @@ pub fn nccl_present() -> bool {
 }
 
 /// Renders a driver error with its CUDA name and description.
-pub fn driver_error(context: &str, err: DriverError) -> CalibrateError {
-    CalibrateError::Failed(format!("{context}: {err:?}"))
+pub fn driver_error(context: &str, err: DriverError) -> DeviceError {
+    DeviceError::Failed(format!("{context}: {err:?}"))
 }
 
 /// Runs `f`, turning a cudarc panic (e.g. a symbol missing from an old driver) into an error.
-pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T, CalibrateError>) -> Result<T, CalibrateError> {
+pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T, DeviceError>) -> Result<T, DeviceError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => {
@@ -76,17 +76,17 @@ pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T, CalibrateError>) ->
                 .cloned()
                 .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".to_string());
-            Err(CalibrateError::Unavailable(format!("{what}: the CUDA libraries failed: {message}")))
+            Err(DeviceError::Unavailable(format!("{what}: the CUDA libraries failed: {message}")))
         }
     }
 }
 
 /// Number of CUDA devices; an error when there is no driver (or it reports no device).
-pub fn device_count() -> Result<usize, CalibrateError> {
+pub fn device_count() -> Result<usize, DeviceError> {
     check_driver()?;
     no_panic("counting CUDA devices", || {
         cudarc::driver::result::init()
-            .map_err(|e| CalibrateError::Unavailable(format!("the CUDA driver failed to initialise: {e:?}")))?;
+            .map_err(|e| DeviceError::Unavailable(format!("the CUDA driver failed to initialise: {e:?}")))?;
         let n = CudaContext::device_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
         Ok(n.max(0) as usize)
     })
@@ -115,22 +115,22 @@ pub struct CudaDevice {
 impl CudaDevice {
     /// Opens `cuda:ordinal`. `Unavailable` when there is no driver, no such device, or the driver
     /// cannot be initialised; never panics.
-    pub fn new(ordinal: usize) -> Result<Self, CalibrateError> {
+    pub fn new(ordinal: usize) -> Result<Self, DeviceError> {
         check_driver()?;
         no_panic("opening the CUDA device", || Self::open(ordinal))
     }
 
-    fn open(ordinal: usize) -> Result<Self, CalibrateError> {
+    fn open(ordinal: usize) -> Result<Self, DeviceError> {
         cudarc::driver::result::init()
-            .map_err(|e| CalibrateError::Unavailable(format!("the CUDA driver failed to initialise: {e:?}")))?;
+            .map_err(|e| DeviceError::Unavailable(format!("the CUDA driver failed to initialise: {e:?}")))?;
         let count = CudaContext::device_count().map_err(|e| driver_error("cuDeviceGetCount", e))?.max(0) as usize;
         if ordinal >= count {
-            return Err(CalibrateError::Unavailable(format!(
+            return Err(DeviceError::Unavailable(format!(
                 "cuda:{ordinal} does not exist: the driver reports {count} CUDA device(s)"
             )));
         }
         let ctx = CudaContext::new(ordinal)
-            .map_err(|e| CalibrateError::Unavailable(format!("cannot create a context on cuda:{ordinal}: {e:?}")))?;
+            .map_err(|e| DeviceError::Unavailable(format!("cannot create a context on cuda:{ordinal}: {e:?}")))?;
         // servesim runs all work for a device on one stream, in order, so cudarc's per-buffer
         // read/write events (cross-stream synchronisation) are pure overhead: turn them off before
         // any buffer exists.
@@ -246,7 +246,7 @@ impl CudaDevice {
     }
 
     /// Waits for all work on this device's stream.
-    pub fn synchronize(&self) -> Result<(), CalibrateError> {
+    pub fn synchronize(&self) -> Result<(), DeviceError> {
         self.stream.synchronize().map_err(|e| driver_error("cuStreamSynchronize", e))
     }
 }

@@ -59,7 +59,7 @@ use super::kernels::{
     CudaKernels, DecodeParams, DecodeWorkspace, MAX_HEAD_DIM, PagedKvCache, PrefillParams, RotaryParams,
     rotary_cos_sin_cache,
 };
-use crate::calibrate::backend::CalibrateError;
+use crate::engine::DeviceError;
 use crate::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelError, RowOrder, StepPlan};
 use crate::sched::batch::Batch;
 
@@ -209,7 +209,7 @@ pub struct CudaModelExecutor {
 }
 
 /// A CUDA-layer error as a model error naming the device (once: some messages already do).
-fn step_error(device: &str, e: CalibrateError) -> ModelError {
+fn step_error(device: &str, e: DeviceError) -> ModelError {
     let message = e.to_string();
     if message.starts_with(device) { ModelError::Device(message) } else { ModelError::Device(format!("{device}: {message}")) }
 }
@@ -256,12 +256,12 @@ impl CudaModelExecutor {
             .map_err(|e| step_error(&label, e))
     }
 
-    fn open(weights: &LlamaWeights, num_blocks: usize, block_size: usize, ordinal: usize) -> Result<Self, CalibrateError> {
+    fn open(weights: &LlamaWeights, num_blocks: usize, block_size: usize, ordinal: usize) -> Result<Self, DeviceError> {
         let c = &weights.config;
         let device = CudaDevice::new(ordinal)?;
         if !GemmDtype::Bf16.supported_on(device.compute_capability()) {
             let (major, minor) = device.compute_capability();
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "{} has compute capability {major}.{minor}; bf16 GEMMs need 8.0 or newer",
                 device.name()
             )));
@@ -367,7 +367,7 @@ impl CudaModelExecutor {
     }
 
     /// Runs the planned step (`self.plan`) and leaves the logits in `self.logits`.
-    fn run_step(&mut self) -> Result<(), CalibrateError> {
+    fn run_step(&mut self) -> Result<(), DeviceError> {
         let Self {
             config: c, device, kernels, blas, weights: w, cos_sin, k_cache, v_cache, block_size, plan, gemms, act, index, decode,
             logits_bf16, logits, ..
@@ -381,7 +381,7 @@ impl CudaModelExecutor {
         let eps = c.rms_norm_eps;
         let scale = 1.0 / (head_dim as f32).sqrt();
         if plan.decode_row0() != 0 {
-            return Err(CalibrateError::Failed("the CUDA executor needs decode rows first".into()));
+            return Err(DeviceError::Failed("the CUDA executor needs decode rows first".into()));
         }
 
         act.ensure(&stream, c, t, s)?;
@@ -440,7 +440,7 @@ impl CudaModelExecutor {
                 let cache = paged(&index.decode_tables, &index.decode_lens, layout.decode_max_blocks);
                 let params =
                     DecodeParams { num_seqs: nd, num_heads: heads, scale, q_stride: qd, max_context_len: layout.decode_max_len };
-                let scratch = decode.as_mut().ok_or_else(|| CalibrateError::Failed("decode scratch missing".into()))?;
+                let scratch = decode.as_mut().ok_or_else(|| DeviceError::Failed("decode scratch missing".into()))?;
                 kernels.attention_decode(&mut act.attn, &act.q, &cache, &mut scratch.workspace, &params)?;
             }
             if np > 0 {
@@ -496,7 +496,7 @@ fn gemm(
     m: usize,
     n: usize,
     k: usize,
-) -> Result<(), CalibrateError> {
+) -> Result<(), DeviceError> {
     if !plans.contains_key(&(m, n, k)) {
         if plans.len() >= GEMM_PLANS_MAX {
             plans.clear();
@@ -508,7 +508,7 @@ fn gemm(
 }
 
 impl Activations {
-    fn new(stream: &std::sync::Arc<CudaStream>, c: &LlamaConfig, tokens: usize, samples: usize) -> Result<Self, CalibrateError> {
+    fn new(stream: &std::sync::Arc<CudaStream>, c: &LlamaConfig, tokens: usize, samples: usize) -> Result<Self, DeviceError> {
         let (h, qd, kvd, f, vocab) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
         let alloc = |what: &str, len: usize| {
             stream.alloc_zeros::<bf16>(len.max(1)).map_err(|e| driver_error(&format!("allocating activations ({what})"), e))
@@ -536,7 +536,7 @@ impl Activations {
         c: &LlamaConfig,
         tokens: usize,
         samples: usize,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         if tokens > self.tokens || samples > self.samples {
             let tokens = self.tokens.max(tokens.next_power_of_two());
             let samples = self.samples.max(samples.next_power_of_two());
@@ -549,7 +549,7 @@ impl Activations {
 }
 
 impl StepIndex {
-    fn new(stream: &std::sync::Arc<CudaStream>) -> Result<Self, CalibrateError> {
+    fn new(stream: &std::sync::Arc<CudaStream>) -> Result<Self, DeviceError> {
         let one = || stream.alloc_zeros::<i32>(1).map_err(|e| driver_error("allocating step indices", e));
         Ok(Self {
             token_ids: one()?,
@@ -566,10 +566,10 @@ impl StepIndex {
     }
 
     /// Uploads the plan's indexing as int32 (see [`HostIndex`]).
-    fn upload(&mut self, stream: &std::sync::Arc<CudaStream>, plan: &StepPlan) -> Result<IndexLayout, CalibrateError> {
+    fn upload(&mut self, stream: &std::sync::Arc<CudaStream>, plan: &StepPlan) -> Result<IndexLayout, DeviceError> {
         let h = &mut self.host;
         h.build(plan);
-        let put = |dst: &mut CudaSlice<i32>, host: &[i32], what: &str| -> Result<(), CalibrateError> {
+        let put = |dst: &mut CudaSlice<i32>, host: &[i32], what: &str| -> Result<(), DeviceError> {
             if host.is_empty() {
                 return Ok(());
             }

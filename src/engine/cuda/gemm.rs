@@ -22,7 +22,7 @@ use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use super::device::{CudaDevice, check_cublaslt, driver_error, no_panic};
-use crate::calibrate::backend::CalibrateError;
+use crate::engine::DeviceError;
 use crate::scenario::Dtype;
 
 /// Element types of a cuBLASLt GEMM.
@@ -83,12 +83,12 @@ impl GemmDtype {
     }
 }
 
-fn blas_error(context: &str, e: lt::CublasError) -> CalibrateError {
+fn blas_error(context: &str, e: lt::CublasError) -> DeviceError {
     match e.0 {
         sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED => {
-            CalibrateError::Unsupported(format!("{context}: cuBLASLt does not support this GEMM ({e:?})"))
+            DeviceError::Unsupported(format!("{context}: cuBLASLt does not support this GEMM ({e:?})"))
         }
-        _ => CalibrateError::Failed(format!("{context}: {e:?}")),
+        _ => DeviceError::Failed(format!("{context}: {e:?}")),
     }
 }
 
@@ -108,7 +108,7 @@ unsafe impl Send for CublasLt {}
 impl CublasLt {
     /// Creates a handle on the device's stream with NVIDIA's recommended workspace (32 MiB on
     /// Hopper and later, 4 MiB before).
-    pub fn new(device: &CudaDevice) -> Result<Self, CalibrateError> {
+    pub fn new(device: &CudaDevice) -> Result<Self, DeviceError> {
         check_cublaslt()?;
         no_panic("creating a cuBLASLt handle", || {
             device.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
@@ -132,18 +132,18 @@ impl CublasLt {
     /// Plans `Y [m × n] = X [m × k] · W [n × k]ᵀ`: creates the descriptors and asks the heuristic
     /// for the best algorithm that fits the workspace. `Unsupported` when the device or cuBLASLt
     /// cannot run the shape in this dtype.
-    pub fn plan(&self, m: usize, n: usize, k: usize, dtype: GemmDtype) -> Result<GemmPlan, CalibrateError> {
+    pub fn plan(&self, m: usize, n: usize, k: usize, dtype: GemmDtype) -> Result<GemmPlan, DeviceError> {
         if !dtype.supported_on(self.compute_capability) {
             let (major, minor) = self.compute_capability;
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "{dtype:?} GEMM needs a newer GPU than compute capability {major}.{minor}"
             )));
         }
         if m == 0 || n == 0 || k == 0 {
-            return Err(CalibrateError::Failed(format!("empty GEMM {m}x{n}x{k}")));
+            return Err(DeviceError::Failed(format!("empty GEMM {m}x{n}x{k}")));
         }
         if dtype == GemmDtype::Fp8E4m3 && (!k.is_multiple_of(16) || !n.is_multiple_of(16)) {
-            return Err(CalibrateError::Unsupported(format!(
+            return Err(DeviceError::Unsupported(format!(
                 "fp8 GEMM needs k and n to be multiples of 16 (got n={n}, k={k})"
             )));
         }
@@ -200,8 +200,8 @@ impl CublasLt {
     /// # Safety
     /// `x`, `w` and `y` must point to at least `m·k`, `n·k` and `m·n` elements of the plan's types
     /// on this handle's device, live until the stream has run the GEMM.
-    pub unsafe fn matmul_raw(&self, plan: &GemmPlan, x: u64, w: u64, y: u64) -> Result<(), CalibrateError> {
-        let algo = plan.algo.as_ref().ok_or_else(|| CalibrateError::Failed("GEMM plan has no algorithm".into()))?;
+    pub unsafe fn matmul_raw(&self, plan: &GemmPlan, x: u64, w: u64, y: u64) -> Result<(), DeviceError> {
+        let algo = plan.algo.as_ref().ok_or_else(|| DeviceError::Failed("GEMM plan has no algorithm".into()))?;
         // cuBLASLt runs in the calling thread's current context.
         self.stream.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let alpha: f32 = 1.0;
@@ -232,14 +232,14 @@ impl CublasLt {
     }
 
     /// Runs a planned GEMM: `y = x · wᵀ`. Checks buffer sizes in bytes against the plan.
-    pub fn matmul<I, O>(&self, plan: &GemmPlan, x: &CudaSlice<I>, w: &CudaSlice<I>, y: &mut CudaSlice<O>) -> Result<(), CalibrateError> {
+    pub fn matmul<I, O>(&self, plan: &GemmPlan, x: &CudaSlice<I>, w: &CudaSlice<I>, y: &mut CudaSlice<O>) -> Result<(), DeviceError> {
         let ib = plan.dtype.input_bytes();
         let ob = plan.dtype.output_bytes();
         if std::mem::size_of::<I>() != ib || std::mem::size_of::<O>() != ob {
-            return Err(CalibrateError::Failed(format!("GEMM element sizes do not match {:?}", plan.dtype)));
+            return Err(DeviceError::Failed(format!("GEMM element sizes do not match {:?}", plan.dtype)));
         }
         if x.len() < plan.m * plan.k || w.len() < plan.n * plan.k || y.len() < plan.m * plan.n {
-            return Err(CalibrateError::Failed(format!("GEMM buffers too short for {}x{}x{}", plan.m, plan.n, plan.k)));
+            return Err(DeviceError::Failed(format!("GEMM buffers too short for {}x{}x{}", plan.m, plan.n, plan.k)));
         }
         let (xp, _gx) = x.device_ptr(&self.stream);
         let (wp, _gw) = w.device_ptr(&self.stream);

@@ -18,7 +18,7 @@ use cudarc::driver::{
 
 use super::compile::{KERNELS, arch_for, compile};
 use super::device::{CudaDevice, driver_error};
-use crate::calibrate::backend::CalibrateError;
+use crate::engine::DeviceError;
 
 /// Query rows per prefill thread block (`PF_BM` in attention_prefill.cu).
 pub const PREFILL_BLOCK_ROWS: usize = 32;
@@ -79,7 +79,7 @@ pub struct PagedKvCache<'a, T> {
 }
 
 impl<T> PagedKvCache<'_, T> {
-    fn check(&self, num_seqs: usize) -> Result<(), CalibrateError> {
+    fn check(&self, num_seqs: usize) -> Result<(), DeviceError> {
         let row = self.block_size * self.num_kv_heads * self.head_dim;
         ensure(self.block_size > 0, "block_size must be positive")?;
         ensure(row > 0, "empty KV cache rows")?;
@@ -191,14 +191,14 @@ pub struct CudaKernels {
 
 impl CudaKernels {
     /// Compiles every kernel with NVRTC for the device's architecture and loads it.
-    pub fn load(device: &CudaDevice) -> Result<Self, CalibrateError> {
+    pub fn load(device: &CudaDevice) -> Result<Self, DeviceError> {
         let arch = arch_for(device.compute_capability())?;
         let ctx = device.context();
         let mut functions = BTreeMap::new();
         for kernel in KERNELS {
             let ptx = compile(kernel, arch)?;
             let module = ctx.load_module(ptx).map_err(|e| {
-                CalibrateError::Failed(format!(
+                DeviceError::Failed(format!(
                     "loading the PTX of kernels/{} failed: {e:?} (CUDA_ERROR_UNSUPPORTED_PTX_VERSION means the \
                      driver ({}) is older than NVRTC; use an NVRTC no newer than the driver)",
                     kernel.file,
@@ -240,10 +240,10 @@ impl CudaKernels {
         &self.stream
     }
 
-    fn function(&self, name: &str) -> Result<&CudaFunction, CalibrateError> {
+    fn function(&self, name: &str) -> Result<&CudaFunction, DeviceError> {
         self.functions
             .get(name)
-            .ok_or_else(|| CalibrateError::Failed(format!("kernel entry point {name} is not loaded")))
+            .ok_or_else(|| DeviceError::Failed(format!("kernel entry point {name} is not loaded")))
     }
 
     /// `out = rmsnorm(x) * weight` over rows of `hidden`.
@@ -255,7 +255,7 @@ impl CudaKernels {
         num_tokens: usize,
         hidden: usize,
         eps: f32,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         let rows = x.len().min(out.len());
         let Some((f, cfg, hidden_i)) = self.norm_launch::<T>("rmsnorm", rows, weight.len(), num_tokens, hidden)? else {
             return Ok(());
@@ -275,7 +275,7 @@ impl CudaKernels {
         num_tokens: usize,
         hidden: usize,
         eps: f32,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         let rows = x.len().min(residual.len());
         let Some((f, cfg, hidden_i)) =
             self.norm_launch::<T>("fused_add_rmsnorm", rows, weight.len(), num_tokens, hidden)?
@@ -297,7 +297,7 @@ impl CudaKernels {
         weight_len: usize,
         num_tokens: usize,
         hidden: usize,
-    ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>, CalibrateError> {
+    ) -> Result<Option<(&CudaFunction, LaunchConfig, i32)>, DeviceError> {
         ensure(hidden > 0, "hidden must be positive")?;
         ensure(buffer_len >= num_tokens * hidden, &format!("{entry} buffers too short"))?;
         ensure(weight_len >= hidden, &format!("{entry} weight shorter than hidden"))?;
@@ -317,7 +317,7 @@ impl CudaKernels {
         x: &CudaSlice<T>,
         num_tokens: usize,
         d: usize,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         ensure(x.len() >= num_tokens * 2 * d && out.len() >= num_tokens * d, "silu_mul buffers too short")?;
         if num_tokens == 0 || d == 0 {
             return Ok(());
@@ -345,7 +345,7 @@ impl CudaKernels {
         positions: &CudaSlice<i32>,
         cos_sin: &CudaSlice<f32>,
         p: &RotaryParams,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         ensure(p.rot_dim.is_multiple_of(2) && p.rot_dim > 0 && p.rot_dim <= p.head_dim, "rot_dim must be even, positive and <= head_dim")?;
         ensure(p.q_stride >= p.num_heads * p.head_dim && p.k_stride >= p.num_kv_heads * p.head_dim, "rotary strides too small")?;
         if p.num_tokens == 0 {
@@ -388,7 +388,7 @@ impl CudaKernels {
         num_kv_heads: usize,
         head_dim: usize,
         kv_stride: usize,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         let row = num_kv_heads * head_dim;
         ensure(row > 0 && kv_stride >= row, "reshape_and_cache: bad row or stride")?;
         if num_tokens == 0 {
@@ -421,7 +421,7 @@ impl CudaKernels {
         cache: &PagedKvCache<'_, T>,
         cu_seqlens_q: &CudaSlice<i32>,
         p: &PrefillParams,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         let d = cache.head_dim;
         check_heads(p.num_heads, cache.num_kv_heads, d)?;
         cache.check(p.num_seqs)?;
@@ -437,7 +437,7 @@ impl CudaKernels {
         ensure(p.num_heads <= 65_535 && p.num_seqs <= 65_535, "prefill: at most 65535 heads and sequences")?;
         fits_i32(q.len().max(k.len()).max(out.len()), "prefill tensor elements")?;
         let bucket = prefill_head_dim_bucket(d)
-            .ok_or_else(|| CalibrateError::Unsupported(format!("head_dim {d} > {MAX_HEAD_DIM}")))?;
+            .ok_or_else(|| DeviceError::Unsupported(format!("head_dim {d} > {MAX_HEAD_DIM}")))?;
         let smem = attention_prefill_smem_bytes(d);
         ensure_unsupported(
             smem <= self.max_smem_optin.max(48 << 10),
@@ -471,7 +471,7 @@ impl CudaKernels {
         num_heads: usize,
         head_dim: usize,
         max_context_len: usize,
-    ) -> Result<DecodeWorkspace, CalibrateError> {
+    ) -> Result<DecodeWorkspace, DeviceError> {
         let max_partitions = max_context_len.div_ceil(DECODE_PARTITION_TOKENS).max(1);
         let heads = num_seqs.max(1) * num_heads.max(1);
         // With one partition the kernel writes `out` directly; keep the scratch tiny.
@@ -499,7 +499,7 @@ impl CudaKernels {
         cache: &PagedKvCache<'_, T>,
         workspace: &mut DecodeWorkspace,
         p: &DecodeParams,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         let d = cache.head_dim;
         check_heads(p.num_heads, cache.num_kv_heads, d)?;
         cache.check(p.num_seqs)?;
@@ -572,7 +572,7 @@ impl CudaKernels {
         indices: &CudaSlice<i32>,
         num_rows: usize,
         row_len: usize,
-    ) -> Result<(), CalibrateError> {
+    ) -> Result<(), DeviceError> {
         ensure(row_len > 0, "gather_rows: row_len must be positive")?;
         ensure(out.len() >= num_rows * row_len, "gather_rows: out shorter than num_rows x row_len")?;
         ensure(indices.len() >= num_rows, "gather_rows: indices shorter than num_rows")?;
@@ -591,7 +591,7 @@ impl CudaKernels {
     }
 
     /// Fills `x` with deterministic pseudo-random values uniform in [−amplitude, amplitude).
-    pub fn fill_uniform<T: KernelFloat>(&self, x: &mut CudaSlice<T>, seed: u32, amplitude: f32) -> Result<(), CalibrateError> {
+    pub fn fill_uniform<T: KernelFloat>(&self, x: &mut CudaSlice<T>, seed: u32, amplitude: f32) -> Result<(), DeviceError> {
         let f = self.function(&format!("fill_uniform_{}", T::SUFFIX))?;
         let n = x.len() as u64;
         if n == 0 {
@@ -605,7 +605,7 @@ impl CudaKernels {
     }
 
     /// Fills `x` with deterministic pseudo-random finite fp8 e4m3 values.
-    pub fn fill_e4m3(&self, x: &mut CudaSlice<u8>, seed: u32) -> Result<(), CalibrateError> {
+    pub fn fill_e4m3(&self, x: &mut CudaSlice<u8>, seed: u32) -> Result<(), DeviceError> {
         let f = self.function("fill_e4m3")?;
         let n = x.len() as u64;
         if n == 0 {
@@ -623,30 +623,30 @@ fn fill_config(n: u64) -> LaunchConfig {
     LaunchConfig { grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn check_heads(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> Result<(), CalibrateError> {
+fn check_heads(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> Result<(), DeviceError> {
     ensure(num_heads > 0 && num_kv_heads > 0, "head counts must be positive")?;
     ensure(num_heads.is_multiple_of(num_kv_heads), "num_heads must be a multiple of num_kv_heads")?;
     ensure_unsupported(head_dim > 0 && head_dim.is_multiple_of(2) && head_dim <= MAX_HEAD_DIM, &format!("head_dim {head_dim}: must be even and at most {MAX_HEAD_DIM}"))
 }
 
-fn ensure(ok: bool, message: &str) -> Result<(), CalibrateError> {
-    if ok { Ok(()) } else { Err(CalibrateError::Failed(format!("kernel arguments: {message}"))) }
+fn ensure(ok: bool, message: &str) -> Result<(), DeviceError> {
+    if ok { Ok(()) } else { Err(DeviceError::Failed(format!("kernel arguments: {message}"))) }
 }
 
-fn ensure_unsupported(ok: bool, message: &str) -> Result<(), CalibrateError> {
-    if ok { Ok(()) } else { Err(CalibrateError::Unsupported(message.to_string())) }
+fn ensure_unsupported(ok: bool, message: &str) -> Result<(), DeviceError> {
+    if ok { Ok(()) } else { Err(DeviceError::Unsupported(message.to_string())) }
 }
 
 /// The kernels index with 32-bit ints where a value is a count of elements in one dimension.
-fn fits_i32(value: usize, what: &str) -> Result<i32, CalibrateError> {
-    i32::try_from(value).map_err(|_| CalibrateError::Unsupported(format!("{what} = {value} exceeds 2^31 - 1")))
+fn fits_i32(value: usize, what: &str) -> Result<i32, DeviceError> {
+    i32::try_from(value).map_err(|_| DeviceError::Unsupported(format!("{what} = {value} exceeds 2^31 - 1")))
 }
 
-fn grid_x(blocks: usize) -> Result<u32, CalibrateError> {
+fn grid_x(blocks: usize) -> Result<u32, DeviceError> {
     u32::try_from(blocks)
         .ok()
         .filter(|&b| b < (1u32 << 31))
-        .ok_or_else(|| CalibrateError::Unsupported(format!("grid of {blocks} blocks is too large")))
+        .ok_or_else(|| DeviceError::Unsupported(format!("grid of {blocks} blocks is too large")))
 }
 
 #[cfg(test)]

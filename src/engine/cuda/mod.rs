@@ -1,6 +1,6 @@
 //! The engine on NVIDIA GPUs, through `cudarc` with dynamic loading: nothing here needs a CUDA
 //! toolkit at build time, and with no driver every entry point returns
-//! [`CalibrateError::Unavailable`](crate::calibrate::backend::CalibrateError) instead of panicking.
+//! [`DeviceError::Unavailable`](crate::engine::DeviceError) instead of panicking.
 //!
 //! ```text
 //!  kernels/*.cu ──NVRTC (compile.rs)──► PTX ──load (kernels.rs)──► typed launchers

@@ -17,12 +17,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cost::StepCost;
 use crate::engine::model::OpTimes;
 use crate::scenario::Policy;
 use crate::sched::{Admission, Batch, Rejection, Scheduler, SchedulerConfig};
-use crate::sim::StepRow;
-use crate::sim::cluster::policy_for;
+use crate::timeline::{StepCost, StepRow};
 
 /// What the forward pass computes for one [`crate::sched::SeqWork`] of a batch.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -235,7 +233,7 @@ impl EngineHandle {
             .name("servesim-engine".into())
             .spawn(move || {
                 // Built here: the policy is not `Send`.
-                let scheduler = Scheduler::new(config.clone(), policy_for(policy, &config));
+                let scheduler = Scheduler::new(config.clone(), policy.build(&config));
                 EngineLoop::new(executor, scheduler, max_waiting, thread_shared).run(rx)
             })
             .expect("spawn the engine thread");

@@ -4,7 +4,7 @@
 //!   axum routes (http.rs) ──submit/cancel──► engine thread (engine.rs)
 //!     /v1/completions, /v1/models             Scheduler (src/sched, the simulator's own)
 //!     /generate, /generate_stream             + Executor::forward (model executor or a fake)
-//!     /health, /metrics          ◄──tokens──  per-step trace in the simulator's StepRow format
+//!     /health, /metrics          ◄──tokens──  per-step trace as timeline.csv rows (crate::timeline)
 //! ```
 //!
 //! Text is tokenized by the handle's [`Tokenizer`] (a Hugging Face `tokenizer.json`; one token per
