@@ -32,7 +32,7 @@ fn stat<'a>(stats: &'a [ErrorStats], key: &str) -> &'a ErrorStats {
     stats.iter().find(|s| s.key == key).unwrap_or_else(|| panic!("no {key} in the comparison"))
 }
 
-/// The targets on held-out points: median ≤ 10% on output throughput and mean TPOT,
+/// The accuracy targets on held-out points (docs/recorded-runs.md): median ≤ 10% on output throughput and mean TPOT,
 /// ≤ 15% on mean TTFT, and every point within 30%.
 fn assert_targets(stats: &[ErrorStats]) {
     assert_targets_with_tpot_median(stats, 0.10);

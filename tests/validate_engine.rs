@@ -1,8 +1,8 @@
 //! `servesim validate --engine`: the whole loop (calibrate → serve → bench → simulate → compare)
 //! on this machine, kept small: the `small` model, short requests, a short calibration.
 //!
-//! The error figures are printed, not asserted against the targets: on a shared 2-core
-//! machine running the dev profile they move with the load. What is asserted is that the loop
+//! The error figures are printed, not asserted against the accuracy targets (docs/engine.md):
+//! on a shared 2-core machine running the dev profile they move with the load. What is asserted is that the loop
 //! runs end to end, that every request succeeds, and that the two sides agree on everything
 //! that does not depend on timing.
 

@@ -1,5 +1,5 @@
 //! Per-request records → benchmark summary, following vLLM `benchmark_serving.py`'s
-//! `calculate_metrics` (see DESIGN.md, "Metric definitions").
+//! `calculate_metrics` (see docs/design.md, "Metric definitions").
 //!
 //! Only successful requests contribute to token totals, latencies and the peak lines; failed
 //! requests are only counted. Latencies are kept in ns while computing and stored in ms (f64),

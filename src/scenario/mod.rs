@@ -51,8 +51,8 @@ pub struct ValidationSpec {
     pub fit_blocks: Vec<usize>,
 }
 
-/// Metrics compared when a scenario does not name its own: what the targets are set on,
-/// plus the figures users read first.
+/// Metrics compared when a scenario does not name its own: what the accuracy targets are set on
+/// (docs/recorded-runs.md), plus the figures users read first.
 pub const DEFAULT_VALIDATION_METRICS: [&str; 8] = [
     "output_throughput",
     "request_throughput",

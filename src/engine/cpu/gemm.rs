@@ -1,6 +1,6 @@
 //! Matrix multiplication, `C[m×n] = A[m×k] · B[k×n]` in f32, through the `gemm` crate: packed,
 //! cache-blocked, SIMD-dispatched at run time and multi-threaded on rayon. It is the one kernel
-//! the CPU engine does not write itself: a naive loop is ~10× slower (DESIGN.md). Except at
+//! the CPU engine does not write itself: a naive loop is ~10× slower (docs/design.md). Except at
 //! decode sizes (few rows, B `[k × n]`, AVX-512): there `gemm_skinny.rs` streams B unpacked.
 
 use gemm::Parallelism;
