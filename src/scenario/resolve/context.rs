@@ -65,6 +65,15 @@ pub(super) fn positive_count(
     }
 }
 
+/// A count that takes `default` when absent and must be at least 1 when given.
+pub(super) fn positive_or(cx: &Cx, field: &str, value: Option<u32>, default: u32) -> Result<u32, ScenarioError> {
+    match value {
+        Some(0) => Err(cx.invalid(field, 0, "must be at least 1")),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
+}
+
 /// A field given that the chosen variant (`owner`) does not use is an error, not silently ignored.
 pub(super) fn reject_unused_fields(
     cx: &Cx,

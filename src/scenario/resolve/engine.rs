@@ -1,7 +1,7 @@
 //! `[engine]`: each policy's defaults, as the modelled engine and version fill them in, and the
 //! start-up checks it makes. The KV capacity is left to `hardware`, which needs the GPU.
 
-use super::context::{Cx, quote, reject_unused_fields};
+use super::context::{Cx, positive_or, quote, reject_unused_fields};
 use super::hardware::check_tp;
 use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::RawEngine;
@@ -83,13 +83,7 @@ pub(super) fn resolve_engine(
             }
         },
     };
-    let positive = |field: &str, v: Option<u32>, default: u32| -> Result<u32, ScenarioError> {
-        match v {
-            Some(0) => Err(cx.invalid(&format!("engine.{field}"), 0, "must be at least 1")),
-            Some(x) => Ok(x),
-            None => Ok(default),
-        }
-    };
+    let positive = |field: &str, v: Option<u32>, default: u32| positive_or(cx, &format!("engine.{field}"), v, default);
 
     let tp = positive("tensor_parallel", raw.tensor_parallel, 1)?;
     check_tp(model, tp).map_err(|reason| cx.invalid("engine.tensor_parallel", tp, reason))?;
@@ -275,13 +269,7 @@ fn resolve_tgi(
     mut engine: EngineConfig,
     cx: &Cx,
 ) -> Result<EngineConfig, ScenarioError> {
-    let positive = |field: &str, v: Option<u32>, default: u32| -> Result<u32, ScenarioError> {
-        match v {
-            Some(0) => Err(cx.invalid(&format!("engine.{field}"), 0, "must be at least 1")),
-            Some(x) => Ok(x),
-            None => Ok(default),
-        }
-    };
+    let positive = |field: &str, v: Option<u32>, default: u32| positive_or(cx, &format!("engine.{field}"), v, default);
     let positions = model.max_position_embeddings.min(TGI_MAX_POSITIONS_DEFAULT);
     let max_total_tokens = positive("max_total_tokens", raw.max_total_tokens, positions)?;
     let max_input_tokens = positive("max_input_tokens", raw.max_input_tokens, positions.saturating_sub(1))?;

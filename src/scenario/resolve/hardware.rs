@@ -196,15 +196,8 @@ pub(super) fn size_memory(
         return size_tgi_memory(raw, model, usable, weights, engine, cx);
     }
 
-    let activation_reserve_bytes = match raw.activation_reserve_gib {
-        Some(g) if g.is_finite() && g >= 0.0 => (g * GIB).round() as u64,
-        Some(g) => {
-            return Err(cx.invalid(
-                "engine.activation_reserve_gib",
-                g,
-                "must be a finite number ≥ 0",
-            ));
-        }
+    let activation_reserve_bytes = match activation_reserve_override(raw, cx)? {
+        Some(bytes) => bytes,
         None => {
             model.profile_activation_bytes_per_gpu(
                 tp,
@@ -262,6 +255,16 @@ pub(super) fn size_memory(
     Ok(())
 }
 
+/// `engine.activation_reserve_gib` in bytes where the scenario pins it; `None` leaves it to the
+/// engine's own estimate, which vLLM and TGI make differently.
+fn activation_reserve_override(raw: &RawEngine, cx: &Cx) -> Result<Option<u64>, ScenarioError> {
+    match raw.activation_reserve_gib {
+        Some(g) if g.is_finite() && g >= 0.0 => Ok(Some((g * GIB).round() as u64)),
+        Some(g) => Err(cx.invalid("engine.activation_reserve_gib", g, "must be a finite number ≥ 0")),
+        None => Ok(None),
+    }
+}
+
 /// TGI's warm-up (`FlashCausalLM.warmup`, after the router's `warmup` request): a prefill of
 /// `max_batch_prefill_tokens` tokens in requests of at most `max_input_tokens`, each with
 /// `max_new_tokens` = `max_total_tokens` − its prompt, so each holds the KV blocks of
@@ -286,11 +289,8 @@ fn size_tgi_memory(
     let warmup_requests = prefill_tokens.div_ceil(tgi.max_input_tokens as u64);
     let warmup_blocks = warmup_requests * (tgi.max_total_tokens as u64 - 1).div_ceil(block_size);
 
-    engine.activation_reserve_bytes = match raw.activation_reserve_gib {
-        Some(g) if g.is_finite() && g >= 0.0 => (g * GIB).round() as u64,
-        Some(g) => {
-            return Err(cx.invalid("engine.activation_reserve_gib", g, "must be a finite number ≥ 0"));
-        }
+    engine.activation_reserve_bytes = match activation_reserve_override(raw, cx)? {
+        Some(bytes) => bytes,
         None => {
             // Per-token activations of the warm-up prefill (no sampled rows: its logits follow).
             let per_token = model.profile_activation_bytes_per_gpu(tp, tgi.max_batch_prefill_tokens, 0);

@@ -413,40 +413,20 @@ fn resolve_dist(field: &str, raw: &RawLengthDist, cx: &Cx) -> Result<LengthDist,
                 )),
             }
         };
-    if dist == "normal" {
-        let mean = real("mean", t.mean, |x| x.is_finite(), "a finite number")?;
-        let std = real(
-            "std",
-            t.std,
-            |x| x.is_finite() && x >= 0.0,
-            "a finite number ≥ 0",
-        )?;
-        Ok(LengthDist::Normal {
-            mean,
-            std,
-            min,
-            max,
-        })
+    // A lognormal's mean is of the lengths themselves, so it must be positive; a normal's may be
+    // anything finite (the clamp to [min, max] keeps lengths ≥ 1). The mean is checked first.
+    let normal = dist == "normal";
+    let mean = if normal {
+        real("mean", t.mean, |x| x.is_finite(), "a finite number")?
     } else {
-        let mean = real(
-            "mean",
-            t.mean,
-            |x| x.is_finite() && x > 0.0,
-            "a positive, finite number",
-        )?;
-        let std = real(
-            "std",
-            t.std,
-            |x| x.is_finite() && x >= 0.0,
-            "a finite number ≥ 0",
-        )?;
-        Ok(LengthDist::LogNormal {
-            mean,
-            std,
-            min,
-            max,
-        })
-    }
+        real("mean", t.mean, |x| x.is_finite() && x > 0.0, "a positive, finite number")?
+    };
+    let std = real("std", t.std, |x| x.is_finite() && x >= 0.0, "a finite number ≥ 0")?;
+    Ok(if normal {
+        LengthDist::Normal { mean, std, min, max }
+    } else {
+        LengthDist::LogNormal { mean, std, min, max }
+    })
 }
 
 #[cfg(test)]
