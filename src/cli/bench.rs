@@ -1,0 +1,233 @@
+//! `servesim bench`: a load client for any OpenAI- or TGI-compatible server, with vLLM
+//! `benchmark_serving.py`'s flags and report.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::flags::{self, usage};
+use super::progress;
+use crate::Error;
+use crate::bench::{Backend, BenchConfig};
+use crate::engine::server::Tokenizer;
+use crate::metrics::format::{ReportOptions, write_report};
+use crate::scenario::trace::read_trace;
+use crate::scenario::{Dataset, LengthDist, WorkloadConfig};
+
+/// `servesim bench`, with vLLM benchmark_serving.py's flag names.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// `openai` (also `vllm`) or `tgi`.
+    #[arg(long, default_value = "openai")]
+    pub backend: String,
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub base_url: String,
+    /// Default: /v1/completions (openai) or /generate_stream (tgi).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// The `model` field sent to OpenAI servers.
+    #[arg(long, default_value = "servesim")]
+    pub model: String,
+    /// A Hugging Face tokenizer directory (its `tokenizer.json`) or file: prompts become text
+    /// decoded from ids below its vocab_size (vLLM's random dataset), counted with it, and output
+    /// text is counted with it when the server reports no usage (TGI).
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<PathBuf>,
+    /// `random`, `fixed` (every request exactly `--random-input-len` in and
+    /// `--random-output-len` out), `sonnet` (fixed input length, `--sonnet-output-len` tokens
+    /// out), `sharegpt` (`--dataset-path` a ShareGPT JSON file, counted with `--tokenizer`) or
+    /// `trace` (`--dataset-path` a CSV).
+    #[arg(long, default_value = "random")]
+    pub dataset_name: String,
+    #[arg(long, default_value_t = 1024)]
+    pub random_input_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub random_output_len: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub random_range_ratio: f64,
+    #[arg(long, default_value_t = 0)]
+    pub random_prefix_len: u32,
+    #[arg(long, default_value_t = 550)]
+    pub sonnet_input_len: u32,
+    #[arg(long, default_value_t = 200)]
+    pub sonnet_prefix_len: u32,
+    #[arg(long, default_value_t = 150)]
+    pub sonnet_output_len: u32,
+    /// CSV of `arrival_s,input_tokens,output_tokens` for `--dataset-name trace`.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+    /// A number, or a comma list for a sweep (one report block per value).
+    #[arg(long, default_value = "1000")]
+    pub num_prompts: String,
+    /// Requests per second, or `inf` (all at once).
+    #[arg(long, default_value = "inf")]
+    pub request_rate: String,
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value = "current")]
+    pub report_layout: String,
+    #[arg(long, default_value = "99")]
+    pub metric_percentiles: String,
+    #[arg(long, default_value = "ttft,tpot,itl")]
+    pub percentile_metrics: String,
+    /// Save each sweep point's results as vLLM --save-result JSON into `--result-dir`.
+    #[arg(long)]
+    pub save_result: bool,
+    #[arg(long, default_value = ".")]
+    pub result_dir: PathBuf,
+}
+
+pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
+    let backend = Backend::parse(&args.backend).ok_or_else(|| usage("--backend", &args.backend, "expected openai or tgi"))?;
+    let layout = flags::report_layout(&args.report_layout)?;
+    let percentiles = flags::percentiles(&args.metric_percentiles)?;
+    let percentile_metrics = flags::percentile_metrics(&args.percentile_metrics)?;
+    let num_prompts = flags::positive_integers("--num-prompts", &args.num_prompts)?;
+    let request_rate = match args.request_rate.trim() {
+        "inf" => f64::INFINITY,
+        text => text.parse::<f64>().ok().filter(|r| *r > 0.0).ok_or_else(|| {
+            usage("--request-rate", &args.request_rate, "expected a positive number of requests per second, or inf")
+        })?,
+    };
+    if !(args.burstiness > 0.0 && args.burstiness.is_finite()) {
+        return Err(usage("--burstiness", args.burstiness, "must be a positive gamma shape"));
+    }
+    if !(0.0..1.0).contains(&args.random_range_ratio) {
+        return Err(usage("--random-range-ratio", args.random_range_ratio, "must be in [0, 1)"));
+    }
+    let dataset = match args.dataset_name.as_str() {
+        "random" => Dataset::Random {
+            input_len: args.random_input_len,
+            output_len: args.random_output_len,
+            range_ratio: args.random_range_ratio,
+            prefix_len: args.random_prefix_len,
+        },
+        "sonnet" => Dataset::Sonnet {
+            input_len: args.sonnet_input_len,
+            prefix_len: args.sonnet_prefix_len,
+            output: LengthDist::Fixed { value: args.sonnet_output_len },
+        },
+        "trace" => {
+            let path = args.dataset_path.clone().ok_or_else(|| usage("--dataset-path", "", "needed with --dataset-name trace"))?;
+            let rows = read_trace(&path).map_err(|e| usage("--dataset-path", path.display(), e.to_string()))?;
+            if let Some(&n) = num_prompts.iter().find(|&&n| n as usize > rows.len()) {
+                return Err(usage("--num-prompts", n, "more prompts than the trace has rows"));
+            }
+            Dataset::Trace { path, rows }
+        }
+        // The simulator's name for every request at the random dataset's lengths, exactly.
+        "fixed" => Dataset::Fixed { input_len: args.random_input_len, output_len: args.random_output_len },
+        // Lengths come from the file (below); the dataset only sets the arrival process's seed.
+        "sharegpt" => Dataset::Fixed { input_len: 1, output_len: 1 },
+        other => return Err(usage("--dataset-name", other, "expected random, sonnet, sharegpt, fixed or trace")),
+    };
+    let workload = WorkloadConfig {
+        num_prompts: num_prompts.clone(),
+        request_rate,
+        burstiness: args.burstiness,
+        max_concurrency: args.max_concurrency,
+        dataset,
+        seed: args.seed,
+        input_tokens_total: None,
+        output_tokens_total: None,
+    };
+    let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
+    let tokenizer = match &args.tokenizer {
+        Some(path) => Some(std::sync::Arc::new(
+            Tokenizer::load(path).map_err(|e| usage("--tokenizer", path.display(), e.to_string()))?,
+        )),
+        None => None,
+    };
+    // ShareGPT: vLLM's sampling of a conversation file, counted with --tokenizer.
+    let sharegpt = if args.dataset_name == "sharegpt" {
+        let path = args.dataset_path.clone().ok_or_else(|| usage("--dataset-path", "", "needed with --dataset-name sharegpt (a ShareGPT JSON file)"))?;
+        let tokenizer = tokenizer.clone().ok_or_else(|| {
+            usage("--tokenizer", "", "needed with --dataset-name sharegpt: ShareGPT conversations are text, counted in the server's tokens")
+        })?;
+        let most = num_prompts.iter().copied().max().unwrap_or(0) as usize;
+        let count = |text: &str| tokenizer.encode(text, true).map(|ids| ids.len());
+        Some(
+            crate::workload::sharegpt::sample_lengths(&path, most, args.seed, count)
+                .map_err(|e| usage("--dataset-path", path.display(), e))?,
+        )
+    } else {
+        None
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    for (i, &n) in num_prompts.iter().enumerate() {
+        let mut requests = crate::workload::generate(&workload, n);
+        if let Some(lengths) = &sharegpt {
+            // vLLM sends each completion's length as max_tokens.
+            for (r, &(input, output)) in requests.iter_mut().zip(lengths) {
+                (r.input_tokens, r.output_tokens, r.max_tokens) = (input, output, output);
+            }
+        }
+        let mut config = BenchConfig::new(backend, args.base_url.clone(), args.model.clone(), requests);
+        if let Some(endpoint) = &args.endpoint {
+            config.endpoint = endpoint.clone();
+        }
+        config.max_concurrency = args.max_concurrency;
+        config.ignore_eos = args.ignore_eos;
+        config.tokenizer = tokenizer.clone();
+        let bar = progress::requests(config.requests.len());
+        let tick = bar.clone();
+        let run = runtime
+            .block_on(crate::bench::run_with_progress(&config, std::sync::Arc::new(move |_| tick.inc(1))))
+            .map_err(|e| usage("--base-url", &args.base_url, e.to_string()));
+        bar.finish_and_clear();
+        let run = run?;
+        let summary = crate::metrics::Summary::from_records(&run.records, &report.percentiles);
+        let mut text = String::new();
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str(&format!("num_prompts: {n}\n"));
+        write_report(&mut text, &summary, &report).expect("writing to a String");
+        print!("{text}");
+        if let Some(first) = run.details.iter().find_map(|d| d.error.as_deref()) {
+            eprintln!("{} request(s) failed; the first: {first}", run.failed());
+        }
+        if args.save_result {
+            let mut json = crate::metrics::format::to_json(&summary, &report);
+            let obj = json.as_object_mut().expect("to_json returns an object");
+            let records = &run.records.requests;
+            obj.insert("backend".into(), serde_json::json!(args.backend));
+            obj.insert("model_id".into(), serde_json::json!(args.model));
+            obj.insert("num_prompts".into(), serde_json::json!(n));
+            crate::metrics::format::insert_request_arrays(obj, records);
+            obj.insert(
+                "itls".into(),
+                serde_json::json!(run.details.iter().map(|d| d.itl_ns.iter().map(|&g| g as f64 / 1e9).collect::<Vec<_>>()).collect::<Vec<_>>()),
+            );
+            obj.insert("errors".into(), serde_json::json!(run.details.iter().map(|d| d.error.clone().unwrap_or_default()).collect::<Vec<_>>()));
+            let path = args.result_dir.join(format!("bench-{}-{n}.json", args.backend));
+            std::fs::create_dir_all(&args.result_dir).map_err(|source| Error::Output { path: args.result_dir.clone(), source })?;
+            std::fs::write(&path, serde_json::to_string_pretty(&json).expect("plain JSON"))
+                .map_err(|source| Error::Output { path: path.clone(), source })?;
+            // Per request, in the columns of `simulate --out`'s requests.csv, plus the error.
+            let csv = path.with_extension("csv");
+            let rows = run.records.requests.iter().zip(&run.details).enumerate().map(|(request_id, (record, detail))| {
+                crate::run::output::RequestRow {
+                    num_prompts: n,
+                    request_id,
+                    record,
+                    replica: None,
+                    preemptions: None,
+                    error: detail.error.as_deref(),
+                }
+            });
+            crate::run::output::write_requests_file(&csv, rows)?;
+            eprintln!("wrote {} and {}", path.display(), csv.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! `servesim calibrate`: real kernels timed over a grid of shapes, written as a profile.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::flags::{self, usage};
+use crate::Error;
+use crate::calibrate::backend::Backend;
+use crate::calibrate::cpu::{CpuBackend, PASSES_DEFAULT};
+use crate::calibrate::cuda::CudaBackend;
+use crate::calibrate::grid::{Grid, GridOptions, GridScale};
+use crate::calibrate::run::{RunOptions, calibrate};
+use crate::calibrate::timing::TimingOptions;
+use crate::cost::calibrated::{LeaveOneOut, leave_one_out};
+use crate::scenario::{Dtype, ModelSpec};
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: PathBuf,
+    /// Stop starting new shapes after this many minutes; what was measured is kept.
+    #[arg(long, value_name = "N")]
+    pub budget_minutes: Option<f64>,
+    /// Grid size: `full` (every preset model's shapes), `quick` or `tiny` (capped shape sizes).
+    /// Default: full on a GPU, tiny on a CPU.
+    #[arg(long, value_name = "SCALE")]
+    pub grid: Option<String>,
+    /// Only this preset model's shapes (repeatable); default: every preset.
+    #[arg(long = "model", value_name = "PRESET")]
+    pub models: Vec<String>,
+    /// Comma-separated tensor-parallel degrees whose per-GPU shapes are measured.
+    #[arg(long, default_value = "1,2,4,8", value_name = "LIST")]
+    pub tp: String,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Times to measure the whole grid; each shape keeps the median of its passes' medians
+    /// (default: 3 on a CPU, whose kernels' times move over seconds; 1 on a GPU).
+    #[arg(long, value_name = "N")]
+    pub passes: Option<u32>,
+}
+
+pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
+    let gpu = flags::device(&args.device)?;
+    let on_gpu = gpu.is_some();
+    let mut backend: Box<dyn Backend> = match gpu {
+        None => {
+            let threads = args.threads.unwrap_or_else(flags::all_cores);
+            Box::new(CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?)
+        }
+        Some(ordinal) => Box::new(CudaBackend::new(ordinal).map_err(|e| usage("--device", &args.device, e.to_string()))?),
+    };
+    let scale_name = args.grid.clone().unwrap_or_else(|| if on_gpu { "full" } else { "tiny" }.into());
+    let scale = GridScale::parse(&scale_name).ok_or_else(|| usage("--grid", &scale_name, "expected `full`, `quick` or `tiny`"))?;
+    let tensor_parallel = flags::positive_integers("--tp", &args.tp)?;
+    // The CPU engine computes in f32; GPUs are calibrated in the dtypes engines serve with.
+    let dtypes = if on_gpu { vec![Dtype::Bf16, Dtype::Fp16, Dtype::Fp8] } else { vec![Dtype::Fp32] };
+    let mut options = GridOptions::all_presets(scale);
+    options.tensor_parallel = tensor_parallel;
+    options.dtypes = dtypes;
+    options.extra_m = backend.gemm_m_breakpoints();
+    if !args.models.is_empty() {
+        options.models = args
+            .models
+            .iter()
+            .map(|name| {
+                ModelSpec::preset(name).ok_or_else(|| {
+                    usage("--model", name, format!("unknown preset; known: {}", ModelSpec::preset_names().join(", ")))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    let grid = Grid::new(options);
+    if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
+        return Err(usage("--budget-minutes", minutes, "must be a positive number of minutes"));
+    }
+    if args.passes == Some(0) {
+        return Err(usage("--passes", "0", "must be at least 1"));
+    }
+    let run_options = RunOptions {
+        budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
+        progress: std::io::stderr().is_terminal(),
+        timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
+        passes: args.passes.unwrap_or(if on_gpu { 1 } else { PASSES_DEFAULT }),
+    };
+    eprintln!("calibrating {} shapes on {} ({scale_name} grid)", grid.len(), args.device);
+    let profile = calibrate(backend.as_mut(), &grid, &run_options)
+        .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+    profile.write(&args.out).map_err(|e| Error::Output {
+        path: args.out.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let loo = leave_one_out(&profile);
+    let (median, p90) = LeaveOneOut::summary(&loo.all());
+    eprintln!("{}", profile.provenance.run);
+    eprintln!(
+        "leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; wrote {}",
+        median * 100.0,
+        p90 * 100.0,
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Flag values that several subcommands parse alike, each with its one error message.
+
+use std::fmt::Display;
+use std::path::Path;
+
+use crate::Error;
+use crate::calibrate::profile::Profile;
+use crate::metrics::LatencyMetric;
+use crate::metrics::format::ReportLayout;
+
+/// The usage error every bad flag value becomes: exit code 2, naming the flag and the value.
+pub(super) fn usage(flag: &'static str, value: impl Display, reason: impl Into<String>) -> Error {
+    Error::Usage { flag, value: value.to_string(), reason: reason.into() }
+}
+
+pub(super) fn comma_list(text: &str) -> Vec<String> {
+    text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
+/// A comma-separated list of whole numbers ≥ 1 (concurrencies, prompt counts, TP degrees).
+pub(super) fn positive_integers(flag: &'static str, text: &str) -> Result<Vec<u32>, Error> {
+    text.split(',')
+        .map(|n| n.trim().parse::<u32>().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| usage(flag, text, "expected positive integers, comma-separated"))
+}
+
+pub(super) fn report_layout(text: &str) -> Result<ReportLayout, Error> {
+    ReportLayout::parse(text).ok_or_else(|| usage("--report-layout", text, "expected `current` or `legacy`"))
+}
+
+/// `--metric-percentiles`, as vLLM's flag: numbers strictly between 0 and 100.
+pub(super) fn percentiles(text: &str) -> Result<Vec<f64>, Error> {
+    let bad = |reason: &str| usage("--metric-percentiles", text, reason);
+    let mut out = Vec::new();
+    for item in text.split(',') {
+        let p: f64 = item.trim().parse().map_err(|_| bad("expected comma-separated numbers"))?;
+        if !(p > 0.0 && p < 100.0) {
+            return Err(bad("percentiles must lie strictly between 0 and 100"));
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// `--percentile-metrics`, as vLLM's flag.
+pub(super) fn percentile_metrics(text: &str) -> Result<Vec<LatencyMetric>, Error> {
+    text.split(',')
+        .map(|item| {
+            LatencyMetric::parse(item.trim()).ok_or_else(|| {
+                usage(
+                    "--percentile-metrics",
+                    text,
+                    format!("unknown metric {:?}; expected ttft, tpot, itl or e2el", item.trim()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A calibration profile named by `--profile`.
+pub(super) fn profile(path: &Path) -> Result<Profile, Error> {
+    Profile::read(path).map_err(|e| usage("--profile", path.display(), e.to_string()))
+}
+
+/// `cpu` → `None`, `cuda:N` → `Some(N)`.
+pub(super) fn device(text: &str) -> Result<Option<usize>, Error> {
+    match text {
+        "cpu" => Ok(None),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(ordinal) => Ok(Some(ordinal)),
+            None => Err(usage("--device", text, "expected `cpu` or `cuda:N`")),
+        },
+    }
+}
+
+/// Every core, when `--threads` is not given.
+pub(super) fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,34 @@
+//! The scheduler knobs of servesim's engine, as `serve` and `validate --engine` both take them.
+
+use clap::Args;
+
+use crate::Error;
+use crate::engine::server::EngineKnobs;
+
+/// The scheduler knobs of servesim's engine, shared by `serve` and `validate --engine`.
+#[derive(Debug, Args)]
+pub struct EngineKnobsArgs {
+    #[arg(long, default_value_t = 32)]
+    pub max_num_seqs: u32,
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: u32,
+    /// KV-cache blocks (of `--block-size` tokens) for all sequences together.
+    #[arg(long, default_value_t = 2048)]
+    pub num_gpu_blocks: u32,
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+}
+
+impl EngineKnobsArgs {
+    /// The knobs, checked.
+    pub(super) fn knobs(&self) -> Result<EngineKnobs, Error> {
+        let knobs = EngineKnobs {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+        };
+        knobs.check()?;
+        Ok(knobs)
+    }
+}

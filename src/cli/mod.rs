@@ -1,0 +1,77 @@
+//! The command line: clap definitions (raw arguments) → validated configuration → library call.
+//!
+//! ```text
+//!   main.rs ── Cli::parse ──► run ──► one module per subcommand:
+//!                                       <Sub>Args (clap) ──check──► config ──► library call
+//!                                     flags.rs, progress.rs, knobs.rs: what several share
+//!   main.rs ◄── Error (src/error.rs: Error::exit_code, the one error → exit-code mapping)
+//! ```
+//!
+//! Following ripgrep's split, nothing here simulates anything: each subcommand turns its flags
+//! into a configuration whose every field is valid (for `simulate`, a [`SimulateConfig`]) and
+//! hands that to the library. Errors are returned, never printed here: `main` reports each once.
+
+mod bench;
+mod calibrate;
+mod fit;
+mod flags;
+mod knobs;
+mod progress;
+mod report;
+mod serve;
+mod simulate;
+mod validate;
+mod validate_engine;
+
+use clap::{Parser, Subcommand};
+
+use crate::Error;
+
+pub use bench::BenchArgs;
+pub use calibrate::CalibrateArgs;
+pub use fit::FitArgs;
+pub use knobs::EngineKnobsArgs;
+pub use report::ReportArgs;
+pub use serve::ServeArgs;
+pub use simulate::{SimulateArgs, SimulateConfig};
+pub use validate::ValidateArgs;
+pub use validate_engine::EngineValidationArgs;
+
+#[derive(Debug, Parser)]
+#[command(name = "servesim", version, about = "Deterministic discrete-event simulation of LLM serving")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Simulate a scenario and print vLLM `benchmark_serving`-style results for each sweep point.
+    Simulate(SimulateArgs),
+    /// Compare scenarios with the recorded benchmark runs they name in `[validation]`.
+    Validate(ValidateArgs),
+    /// Fit named cost-model parameters to recorded runs and write a profile.
+    Fit(FitArgs),
+    /// Time real GEMM and attention kernels (CPU, or CUDA through cudarc) into a profile.
+    Calibrate(CalibrateArgs),
+    /// Measure a running OpenAI- or TGI-compatible server, as vLLM's benchmark_serving.py does.
+    Bench(BenchArgs),
+    /// Serve a real transformer (CPU) behind OpenAI and TGI HTTP APIs, batched by the simulator's
+    /// own scheduler.
+    Serve(ServeArgs),
+    /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
+    Report(ReportArgs),
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Simulate(args) => simulate::run(args.validate()?),
+        Command::Validate(args) => validate::run(args),
+        Command::Fit(args) => fit::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Report(args) => report::run(args),
+    }
+}

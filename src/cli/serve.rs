@@ -1,0 +1,152 @@
+//! `servesim serve`: servesim's engine behind OpenAI and TGI HTTP APIs, batched by the
+//! simulator's own scheduler.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::flags::{self, usage};
+use super::knobs::EngineKnobsArgs;
+use crate::Error;
+use crate::engine::cuda::CudaModelExecutor;
+use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
+use crate::engine::server::{CudaModelEngine, Executor, ModelEngine, Tokenizer, http_runtime};
+
+/// `servesim serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A folder with a Hugging Face `config.json` and `.safetensors` weights.
+    #[arg(long, value_name = "DIR", conflicts_with = "random_weights")]
+    pub model: Option<PathBuf>,
+    /// Seeded random weights of a named size: tiny, small or 100m.
+    #[arg(long, value_name = "SIZE")]
+    pub random_weights: Option<String>,
+    /// A Hugging Face tokenizer directory (its `tokenizer.json`) or file. Default: the `--model`
+    /// directory's own `tokenizer.json`, else the shipped `tokenizers/servesim-char-N` whose N
+    /// is the model's vocabulary size.
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<PathBuf>,
+    /// On shutdown, write the engine's step trace to FILE, in the columns of the simulator's
+    /// timeline.csv (`num_prompts` is 0; only `step_ms` of the cost columns is measured).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// `cpu` (the CPU kernels, multi-threaded) or `cuda:N` (bf16 on GPU N: cuBLASLt and the
+    /// kernels in `kernels/`).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    #[command(flatten)]
+    pub knobs: EngineKnobsArgs,
+    /// Requests that may wait for a batch slot; more get 503.
+    #[arg(long, default_value_t = 1024)]
+    pub max_waiting: u32,
+    /// Every request runs to its `max_tokens`, ignoring EOS whatever it asks.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Seed of random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// CPU threads for the forward pass (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// The tokenizer `serve` uses: `--tokenizer`, else the `--model` directory's `tokenizer.json`,
+/// else the shipped one for the model's vocabulary size; refused if its ids do not fit the model.
+fn tokenizer(args: &ServeArgs, model: &str, vocab_size: u32) -> Result<Tokenizer, Error> {
+    let (flag, value, tokenizer) = match (&args.tokenizer, &args.model) {
+        (Some(path), _) => ("--tokenizer", path.clone(), Tokenizer::load(path).map_err(|e| usage("--tokenizer", path.display(), e.to_string()))?),
+        (None, Some(dir)) if dir.join("tokenizer.json").exists() => {
+            ("--model", dir.clone(), Tokenizer::load(dir).map_err(|e| usage("--model", dir.display(), e.to_string()))?)
+        }
+        _ => {
+            let tokenizer = Tokenizer::shipped(vocab_size).ok_or_else(|| {
+                let reason = format!(
+                    "model {model} has a vocabulary of {vocab_size} ids and no tokenizer.json; servesim ships tokenizers for 256 and 32000 ids only: give --tokenizer DIR"
+                );
+                usage("--tokenizer", "", reason)
+            })?;
+            return Ok(tokenizer);
+        }
+    };
+    tokenizer.check_fits(vocab_size, model).map_err(|reason| usage(flag, value.display(), reason))?;
+    Ok(tokenizer)
+}
+
+pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
+    let gpu = flags::device(&args.device)?;
+    let (name, weights) = match (&args.model, &args.random_weights) {
+        (Some(dir), _) => {
+            let weights = LlamaWeights::load_dir(dir).map_err(|e| usage("--model", dir.display(), e.to_string()))?;
+            (dir.display().to_string(), weights)
+        }
+        (None, Some(size)) => {
+            let config = LlamaConfig::named(size)
+                .ok_or_else(|| usage("--random-weights", size, "expected tiny, small or 100m"))?;
+            (format!("random-{size}"), LlamaWeights::random(&config, args.seed))
+        }
+        (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE")),
+    };
+    let knobs = args.knobs.knobs()?;
+    let tokenizer = tokenizer(&args, &name, weights.config.vocab_size as u32)?;
+    let context_len = knobs.context_len(weights.config.max_position_embeddings);
+    let (blocks, block_size) = (knobs.num_gpu_blocks as usize, knobs.block_size as usize);
+    // Cores the CPU engine computes on (none on a GPU): the HTTP runtime gets the rest.
+    let mut engine_threads = 0;
+    let executor: Box<dyn Executor> = match gpu {
+        None => {
+            let threads = args.threads.unwrap_or_else(flags::all_cores);
+            engine_threads = threads;
+            let mut model = ModelExecutor::new(weights, blocks, block_size)
+                .map_err(|e| usage("--num-gpu-blocks", knobs.num_gpu_blocks, e.to_string()))?;
+            model.use_own_pool(threads).map_err(|e| usage("--threads", threads, e.to_string()))?;
+            Box::new(ModelEngine::new(model))
+        }
+        Some(ordinal) => {
+            // A missing driver or GPU is reported as calibrate reports it: the --device value
+            // cannot be used on this machine (exit code 2), with the CUDA layer's reason.
+            let model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
+                .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+            drop(weights);
+            let d = model.device();
+            eprintln!("forward pass on {} ({}, compute capability {:?}, driver {})", d.label(), d.name(), d.compute_capability(), d.driver_version());
+            Box::new(CudaModelEngine::new(model))
+        }
+    };
+    let runtime = http_runtime(engine_threads)
+        .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|e| usage("--port", &address, format!("cannot listen: {e}")))?;
+        let engine = knobs
+            .start(executor, args.max_waiting, context_len)
+            .with_model_name(name.clone())
+            .with_tokenizer(std::sync::Arc::new(tokenizer))
+            .with_ignore_eos(args.ignore_eos);
+        eprintln!("serving {name} on http://{address} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
+        // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+            eprintln!("shutting down");
+        };
+        let trace = engine.clone();
+        crate::engine::server::serve(listener, engine, shutdown)
+            .await
+            .map_err(|source| Error::Output { path: address.into(), source })?;
+        if let Some(path) = &args.timeline {
+            let steps = trace.trace();
+            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (0, s)), knobs.num_gpu_blocks)?;
+            eprintln!("wrote {} ({} steps)", path.display(), steps.len());
+        }
+        Ok(())
+    })
+}

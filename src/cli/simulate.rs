@@ -1,0 +1,130 @@
+//! `servesim simulate`: a scenario's sweep, printed as vLLM's benchmark blocks.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::flags;
+use super::progress;
+use crate::Error;
+use crate::calibrate::profile::Profile;
+use crate::cost::CostModel;
+use crate::cost::calibrated::Calibrated;
+use crate::metrics::format::{ReportOptions, write_report};
+use crate::run::output;
+use crate::scenario::Scenario;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Scenario file (TOML).
+    pub scenario: PathBuf,
+    /// Directory for summary.json, requests.csv and timeline.csv.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Override a scenario field, e.g. `--set engine.max_num_seqs=128` (repeatable).
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// Override the workload seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// `current` (newer vLLM: failed requests, peak lines) or `legacy` (vLLM 0.6.x).
+    #[arg(long, default_value = "current", value_name = "LAYOUT")]
+    pub report_layout: String,
+    /// Comma-separated percentiles to report, as vLLM's flag (e.g. `50,90,99`).
+    #[arg(long, default_value = "99", value_name = "LIST")]
+    pub metric_percentiles: String,
+    /// Comma-separated metrics that get percentiles: ttft, tpot, itl, e2el.
+    #[arg(long, default_value = "ttft,tpot,itl", value_name = "LIST")]
+    pub percentile_metrics: String,
+    /// Price steps from a calibration profile (`servesim calibrate --out`) instead of the roofline.
+    #[arg(long, value_name = "PROFILE.csv")]
+    pub profile: Option<PathBuf>,
+}
+
+/// A fully validated `simulate` invocation.
+#[derive(Debug)]
+pub struct SimulateConfig {
+    pub scenario: Scenario,
+    pub out: Option<PathBuf>,
+    pub report: ReportOptions,
+    /// A calibration profile that prices steps instead of the roofline.
+    pub profile: Option<Profile>,
+}
+
+impl SimulateArgs {
+    pub fn validate(self) -> Result<SimulateConfig, Error> {
+        let layout = flags::report_layout(&self.report_layout)?;
+        let percentiles = flags::percentiles(&self.metric_percentiles)?;
+        let percentile_metrics = flags::percentile_metrics(&self.percentile_metrics)?;
+        let mut overrides = self.set;
+        if let Some(seed) = self.seed {
+            overrides.push(format!("workload.seed={seed}"));
+        }
+        let scenario = Scenario::load(&self.scenario, &overrides)?;
+        let report = ReportOptions {
+            layout,
+            percentile_metrics,
+            percentiles,
+            max_concurrency: scenario.workload.max_concurrency,
+            request_rate: scenario.workload.request_rate,
+        };
+        let profile = self.profile.as_deref().map(flags::profile).transpose()?;
+        Ok(SimulateConfig { scenario, out: self.out, report, profile })
+    }
+}
+
+pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
+    let scenario = &config.scenario;
+    let e = &scenario.engine;
+    eprintln!(
+        "{}: {} on {} × {} (TP {}, {} replica(s)), {}, {} KV blocks of {} tokens per replica",
+        scenario.name,
+        scenario.model.name,
+        scenario.hardware.count,
+        scenario.hardware.gpu.name,
+        e.tensor_parallel,
+        e.replicas,
+        e.policy.name(),
+        e.num_gpu_blocks,
+        e.block_size
+    );
+    let cost: Box<dyn CostModel> = match &config.profile {
+        None => Box::new(crate::run::cost_model(scenario)),
+        Some(profile) => {
+            let calibrated = Calibrated::new(
+                profile,
+                &scenario.model,
+                &scenario.hardware.gpu,
+                e.tensor_parallel,
+                &scenario.cost,
+            );
+            for notice in calibrated.notices() {
+                eprintln!("note: {notice}");
+            }
+            Box::new(calibrated)
+        }
+    };
+    let bar = progress::sweep(scenario.workload.num_prompts.len());
+    let points =
+        crate::run::run_scenario_with_progress(scenario, cost.as_ref(), &config.report.percentiles, &mut |_| bar.inc(1));
+    bar.finish_and_clear();
+    let mut text = String::new();
+    for (i, point) in points.iter().enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str(&format!("num_prompts: {}\n", point.num_prompts));
+        write_report(&mut text, &point.summary, &config.report).expect("writing to a String");
+    }
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    lock.write_all(text.as_bytes())
+        .and_then(|()| lock.flush())
+        .map_err(|source| Error::Output { path: "<stdout>".into(), source })?;
+    if let Some(dir) = &config.out {
+        output::write_all(dir, scenario, &points, &config.report, cost.source())?;
+        eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
+    }
+    Ok(())
+}
