@@ -20,6 +20,7 @@ pub mod fit;
 pub mod cost;
 pub mod engine;
 pub mod metrics;
+pub mod plan;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -1,0 +1,17 @@
+//! Capacity planning: how much load a deployment sustains under latency objectives.
+//!
+//! ```text
+//!   Scenario + Objectives ──► search::max_sustainable_rate
+//!                               probe(rate) = one full simulation (run::run_point) at a fixed seed
+//!                               ──► objectives::Objectives::judge ──► Verdict (met? which binds?)
+//!                             bracket (×2 / ÷2), then bisect to a relative width ──► RateSearch
+//! ```
+//!
+//! The planner is a client of the simulator: it builds scenarios, runs them and searches over the
+//! results; it never prices a step or computes a metric itself.
+
+pub mod objectives;
+pub mod search;
+
+pub use objectives::{Binding, Objectives, Slo, Statistic, Verdict};
+pub use search::{Bound, Probe, RateSearch, SearchOptions, max_sustainable_rate};
