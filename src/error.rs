@@ -22,14 +22,19 @@ pub enum Error {
     /// Writing results failed.
     #[error("{path}: cannot write: {source}")]
     Output { path: PathBuf, source: std::io::Error },
+    /// A plan ran, and no candidate answers it: the message names the closest miss.
+    #[error("{0}")]
+    NoAnswer(String),
 }
 
 impl Error {
-    /// 2 for bad input (like clap's usage errors), 1 for failures while running.
+    /// 2 for bad input (like clap's usage errors), 1 for failures while running, 3 for a plan
+    /// that ran and found no configuration meeting its objectives.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) | Error::Report(_) => 2,
             Error::Output { .. } => 1,
+            Error::NoAnswer(_) => 3,
         }
     }
 }

@@ -16,6 +16,7 @@ mod calibrate;
 mod fit;
 mod flags;
 mod knobs;
+mod plan;
 mod progress;
 mod report;
 mod serve;
@@ -31,6 +32,7 @@ pub use bench::BenchArgs;
 pub use calibrate::CalibrateArgs;
 pub use fit::FitArgs;
 pub use knobs::EngineKnobsArgs;
+pub use plan::PlanArgs;
 pub use report::ReportArgs;
 pub use serve::ServeArgs;
 pub use simulate::{SimulateArgs, SimulateConfig};
@@ -61,6 +63,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Draw charts (PNG, SVG) and a self-contained index.html from `simulate --out` directories.
     Report(ReportArgs),
+    /// Find the cheapest deployment that meets latency objectives at a load (capacity planning).
+    Plan(PlanArgs),
 }
 
 /// Runs a parsed command line.
@@ -73,5 +77,6 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Report(args) => report::run(args),
+        Command::Plan(args) => plan::run(args),
     }
 }

@@ -10,8 +10,15 @@
 //! The planner is a client of the simulator: it builds scenarios, runs them and searches over the
 //! results; it never prices a step or computes a metric itself.
 
+pub mod candidate;
+pub mod evaluate;
+pub mod file;
 pub mod objectives;
+pub mod output;
 pub mod search;
 
+pub use candidate::Candidate;
+pub use evaluate::{Evaluated, Evaluation, Outcome, evaluate, rank};
+pub use file::{GpuOffer, Plan, SearchSpace};
 pub use objectives::{Binding, Objectives, Slo, Statistic, Verdict};
 pub use search::{Bound, Probe, RateSearch, SearchOptions, max_sustainable_rate};

@@ -49,6 +49,11 @@ pub struct Probe {
     pub rate: f64,
     pub num_prompts: u32,
     pub verdict: Verdict,
+    /// The run's output and total (input + output) tokens per second, vLLM's definitions.
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    /// Mean TPOT, ms: 1000 / it is the tokens per second one user sees.
+    pub mean_tpot_ms: f64,
 }
 
 /// Whether the search range, rather than the objectives, decided the answer.
@@ -91,7 +96,14 @@ pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives,
     let point = SweepPoint { num_prompts, input_tokens_total: None, output_tokens_total: None };
     let result = run_point(&at_rate, &sim_config(&at_rate), cost, &point, &objectives.percentiles());
     let verdict = objectives.judge(&result.output.records, &result.summary);
-    Probe { rate, num_prompts, verdict }
+    Probe {
+        rate,
+        num_prompts,
+        verdict,
+        output_throughput: result.summary.output_throughput,
+        total_token_throughput: result.summary.total_token_throughput,
+        mean_tpot_ms: result.summary.tpot.mean_ms,
+    }
 }
 
 /// The highest rate (req/s) at which `scenario`'s deployment meets `objectives`, to within

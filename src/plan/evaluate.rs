@@ -1,0 +1,198 @@
+//! Evaluating candidates: feasibility, the highest rate one replica sustains, the replicas a
+//! target load needs (confirmed by simulating the whole cluster), and what it costs.
+
+use rayon::prelude::*;
+
+use super::candidate::Candidate;
+use super::file::Plan;
+use super::objectives::Binding;
+use super::search::{Bound, Probe, RateSearch, SearchOptions, max_sustainable_rate, probe};
+use crate::calibrate::profile::Profile;
+use crate::cost::CostModel;
+use crate::cost::calibrated::Calibrated;
+use crate::run::cost_model;
+use crate::scenario::{Scenario, ScenarioError};
+
+/// Replicas the cluster check may add beyond ⌈target ÷ per-replica rate⌉ before giving up.
+const EXTRA_REPLICAS_MAX: u32 = 4;
+
+/// What became of one candidate.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub candidate: Candidate,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Scenario validation refused the configuration (the model does not fit, TP does not divide
+    /// the heads, …): its message.
+    Infeasible(String),
+    Evaluated(Box<Evaluated>),
+}
+
+/// A feasible candidate, searched and costed.
+#[derive(Clone, Debug)]
+pub struct Evaluated {
+    /// One replica's scenario, as a `servesim simulate` file would give it.
+    pub scenario: Scenario,
+    /// Which cost model priced the steps: a roofline answer can be far from a real engine's.
+    pub cost_source: String,
+    pub per_replica: RateSearch,
+    pub replicas: u32,
+    /// Replicas the whole-cluster check added to ⌈target ÷ per-replica rate⌉ (routing imbalance).
+    pub replicas_added: u32,
+    /// The whole cluster at the target rate, when there is a target.
+    pub cluster: Option<Probe>,
+    /// The objectives hold at the operating point (and, with a target, at the target rate).
+    pub meets: bool,
+    /// Why the deployment is over budget, if it is.
+    pub over_budget: Option<String>,
+    pub gpus: u32,
+    pub price_per_hour: f64,
+}
+
+impl Evaluated {
+    /// Where the deployment runs: the whole cluster at the target, else one replica at its
+    /// highest sustainable rate.
+    pub fn operating_point(&self) -> Option<&Probe> {
+        self.cluster.as_ref().or_else(|| self.per_replica.operating_point())
+    }
+
+    /// Price per million output tokens at the operating point.
+    pub fn price_per_million_output(&self) -> Option<f64> {
+        self.operating_point().filter(|p| p.output_throughput > 0.0).map(|p| self.price_per_hour / (p.output_throughput * 3600.0) * 1e6)
+    }
+
+    /// Price per million tokens, input and output, at the operating point.
+    pub fn price_per_million_total(&self) -> Option<f64> {
+        self.operating_point()
+            .filter(|p| p.total_token_throughput > 0.0)
+            .map(|p| self.price_per_hour / (p.total_token_throughput * 3600.0) * 1e6)
+    }
+
+    /// Goodput per GPU at the operating point, requests per second.
+    pub fn goodput_per_gpu(&self) -> f64 {
+        self.operating_point().map_or(0.0, |p| p.verdict.goodput_rps / self.gpus as f64)
+    }
+
+    /// How close the candidate came to the objectives: the smallest value ÷ limit of the
+    /// binding objective over its probes (≤ 1 where one passed).
+    pub fn closest_ratio(&self, plan: &Plan) -> (f64, Option<&Probe>) {
+        self.per_replica.probes.iter().fold((f64::INFINITY, None), |best, p| {
+            let ratio = match p.verdict.binding {
+                Binding::Slo(i) => p.verdict.values_ms[i] / plan.objectives.slos[i].limit_ms,
+                Binding::Attainment | Binding::Failures => f64::INFINITY,
+            };
+            if ratio < best.0 { (ratio, Some(p)) } else { best }
+        })
+    }
+}
+
+/// Evaluates every candidate of the plan, in parallel on the current rayon pool; the result is
+/// in candidate order and the same at any thread count. Fails only on the plan itself (an
+/// unreadable profile, a shared section that no candidate could load).
+pub fn evaluate(plan: &Plan, candidates: &[Candidate], options: &SearchOptions) -> Result<Vec<Evaluation>, ScenarioError> {
+    let profiles = plan
+        .space
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, gpu)| {
+            gpu.profile.as_ref().map(|path| {
+                Profile::read(path).map_err(|e| ScenarioError::Invalid {
+                    file: plan.path.clone(),
+                    field: format!("search.gpu[{i}].profile"),
+                    value: format!("{:?}", path.display().to_string()),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+        })
+        .collect::<Result<Vec<Option<Profile>>, ScenarioError>>()?;
+    candidates.par_iter().map(|c| evaluate_one(plan, c, profiles[c.gpu].as_ref(), options)).collect()
+}
+
+fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, options: &SearchOptions) -> Result<Evaluation, ScenarioError> {
+    let scenario = match candidate.scenario(plan, 1) {
+        Ok(s) => s,
+        // The candidate's own fields: this configuration cannot run.
+        Err(ScenarioError::Invalid { field, value, reason, .. }) if field.starts_with("engine.") || field.starts_with("hardware.") => {
+            return Ok(Evaluation { candidate: candidate.clone(), outcome: Outcome::Infeasible(format!("{field} = {value}: {reason}")) });
+        }
+        // Anything else is the plan's shared sections, wrong for every candidate.
+        Err(e) => return Err(e),
+    };
+    let gpu = &plan.space.gpus[candidate.gpu];
+    let (cost, cost_source): (Box<dyn CostModel + Sync>, String) = match profile {
+        Some(profile) => (
+            Box::new(Calibrated::new(profile, &scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)),
+            "calibrated".into(),
+        ),
+        None if plan.cost.as_ref().is_some_and(|c| c.contains_key("profile")) => (Box::new(cost_model(&scenario)), "fitted".into()),
+        None => (Box::new(cost_model(&scenario)), "roofline".into()),
+    };
+    let per_replica = max_sustainable_rate(&scenario, cost.as_ref(), &plan.objectives, options);
+    let gpus_per_replica = scenario.engine.tensor_parallel;
+    let mut replicas = 1;
+    let mut replicas_added = 0;
+    let mut cluster = None;
+    let mut meets = per_replica.max_rate > 0.0;
+    if let (Some(target), true) = (plan.target_rate, meets) {
+        replicas = (target / per_replica.max_rate).ceil().max(1.0).min(u32::MAX as f64) as u32;
+        if per_replica.bound == Bound::AboveRange && per_replica.max_rate >= target {
+            replicas = 1;
+        }
+        loop {
+            let at_target = candidate.scenario(plan, replicas)?;
+            let requests = options.requests_for(&plan.objectives).saturating_mul(replicas);
+            let p = probe(&at_target, cost.as_ref(), &plan.objectives, target, requests);
+            meets = p.verdict.met;
+            cluster = Some(p);
+            if meets || replicas_added == EXTRA_REPLICAS_MAX {
+                break;
+            }
+            replicas += 1;
+            replicas_added += 1;
+        }
+    }
+    let gpus = gpus_per_replica.saturating_mul(replicas);
+    let price_per_hour = gpus as f64 * gpu.price_per_gpu_hour;
+    let over_budget = match (plan.max_gpus, plan.max_price_per_hour) {
+        (Some(max), _) if gpus > max => Some(format!("{gpus} GPUs > budget.max_gpus {max}")),
+        (_, Some(max)) if price_per_hour > max => Some(format!("${price_per_hour:.2}/h > budget.max_price_per_hour ${max:.2}")),
+        _ => None,
+    };
+    let evaluated = Evaluated {
+        scenario,
+        cost_source,
+        per_replica,
+        replicas,
+        replicas_added,
+        cluster,
+        meets,
+        over_budget,
+        gpus,
+        price_per_hour,
+    };
+    Ok(Evaluation { candidate: candidate.clone(), outcome: Outcome::Evaluated(Box::new(evaluated)) })
+}
+
+/// The candidates that answer the plan, best first: with a target, those that meet it within
+/// budget, cheapest first (then fewer GPUs); without one, those that sustain any load within
+/// budget, by goodput per GPU. Ties keep candidate order.
+pub fn rank<'a>(plan: &Plan, evaluations: &'a [Evaluation]) -> Vec<(&'a Candidate, &'a Evaluated)> {
+    let mut ranked: Vec<(&Candidate, &Evaluated)> = evaluations
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Outcome::Evaluated(v) if v.meets && v.over_budget.is_none() => Some((&e.candidate, v.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if plan.target_rate.is_some() {
+        ranked.sort_by(|a, b| a.1.price_per_hour.total_cmp(&b.1.price_per_hour).then(a.1.gpus.cmp(&b.1.gpus)).then(a.0.index.cmp(&b.0.index)));
+    } else {
+        ranked.sort_by(|a, b| b.1.goodput_per_gpu().total_cmp(&a.1.goodput_per_gpu()).then(a.0.index.cmp(&b.0.index)));
+    }
+    ranked
+}

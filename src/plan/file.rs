@@ -1,0 +1,318 @@
+//! Plan files: what to serve, the objectives, the load, and the deployments to consider.
+//!
+//! ```toml
+//! name = "llama70b-chat"
+//! [model]            # a scenario's [model], as is
+//! preset = "Llama-3.1-70B"
+//! [workload]         # a scenario's [workload]; the planner sets num_prompts and request_rate
+//! seed = 1
+//! [workload.dataset]
+//! kind = "sharegpt"
+//! # input = ..., output = ...
+//! [engine]           # engine fields every candidate shares (not the searched ones)
+//! max_model_len = 8192
+//! [target]
+//! rate = 20.0        # req/s; without it, the plan ranks by goodput per GPU
+//! [slo]
+//! ttft_p90_ms = 1000 # <ttft|tpot|itl|e2el>_<mean|median|pNN>_ms
+//! tpot_p90_ms = 50
+//! attainment = 0.99  # share of requests meeting every per-request objective (goodput)
+//! [search]
+//! policy = ["vllm-v1"]
+//! tensor_parallel = [1, 2, 4, 8]
+//! max_num_seqs = [64, 256]
+//! [[search.gpu]]
+//! name = "H100-SXM"
+//! price_per_gpu_hour = 3.0
+//! [budget]
+//! max_gpus = 64
+//! ```
+//!
+//! Every error names the plan file, the field and the value, as scenario errors do. The
+//! candidates' own fields (GPU, engine knobs) are checked by scenario resolution itself, so a
+//! deployment that cannot run is a candidate with a reason, not an error.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::objectives::{Objectives, Slo, Statistic};
+use crate::metrics::LatencyMetric;
+use crate::scenario::ScenarioError;
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    name: Option<String>,
+    model: toml::Table,
+    workload: toml::Table,
+    #[serde(default)]
+    engine: Option<toml::Table>,
+    #[serde(default)]
+    cost: Option<toml::Table>,
+    #[serde(default)]
+    target: RawTarget,
+    slo: toml::Table,
+    search: RawSearch,
+    #[serde(default)]
+    budget: RawBudget,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    rate: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSearch {
+    gpu: Vec<RawGpu>,
+    #[serde(default)]
+    policy: Option<Vec<String>>,
+    tensor_parallel: Vec<u32>,
+    #[serde(default)]
+    max_num_seqs: Option<Vec<u32>>,
+    #[serde(default)]
+    max_num_batched_tokens: Option<Vec<u32>>,
+    #[serde(default)]
+    enable_chunked_prefill: Option<Vec<bool>>,
+    /// Weight dtypes; the KV cache follows vLLM's `auto` unless the [model] pins it.
+    #[serde(default)]
+    dtype: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    name: String,
+    price_per_gpu_hour: f64,
+    /// A calibration profile (`servesim calibrate --out`) that prices this GPU's steps.
+    profile: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    max_gpus: Option<u32>,
+    max_price_per_hour: Option<f64>,
+}
+
+/// A GPU the plan may buy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuOffer {
+    pub name: String,
+    pub price_per_gpu_hour: f64,
+    pub profile: Option<PathBuf>,
+}
+
+/// The search space: every combination is one candidate replica configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchSpace {
+    pub gpus: Vec<GpuOffer>,
+    /// `None` in a list leaves the field to the engine's default.
+    pub policies: Vec<Option<String>>,
+    pub tensor_parallel: Vec<u32>,
+    pub max_num_seqs: Vec<Option<u32>>,
+    pub max_num_batched_tokens: Vec<Option<u32>>,
+    pub enable_chunked_prefill: Vec<Option<bool>>,
+    pub dtypes: Vec<Option<String>>,
+}
+
+/// A validated plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub path: PathBuf,
+    pub name: String,
+    /// The scenario sections every candidate shares, as written.
+    pub model: toml::Table,
+    pub workload: toml::Table,
+    /// Engine fields every candidate shares (`max_model_len`, `gpu_memory_utilization`, …).
+    pub engine: toml::Table,
+    pub cost: Option<toml::Table>,
+    pub target_rate: Option<f64>,
+    pub objectives: Objectives,
+    pub space: SearchSpace,
+    pub max_gpus: Option<u32>,
+    pub max_price_per_hour: Option<f64>,
+}
+
+/// Engine fields the search sets, so a plan's `[engine]` may not.
+const SEARCHED_ENGINE_FIELDS: [&str; 6] =
+    ["policy", "tensor_parallel", "replicas", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"];
+
+/// Most candidates one plan may enumerate: each runs a dozen full simulations.
+pub const MAX_CANDIDATES: usize = 100_000;
+
+impl Plan {
+    pub fn load(path: &Path) -> Result<Plan, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
+        Plan::from_toml_str(&text, path)
+    }
+
+    /// Parses plan text as if it came from `path`.
+    pub fn from_toml_str(text: &str, path: &Path) -> Result<Plan, ScenarioError> {
+        let file = path.to_path_buf();
+        let invalid = |field: &str, value: &dyn std::fmt::Display, reason: &str| ScenarioError::Invalid {
+            file: file.clone(),
+            field: field.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        let raw: RawPlan =
+            toml::from_str(text).map_err(|e| ScenarioError::Parse { file: file.clone(), message: e.to_string().trim_end().to_string() })?;
+
+        for key in ["num_prompts", "request_rate"] {
+            if let Some(value) = raw.workload.get(key) {
+                return Err(invalid(&format!("workload.{key}"), value, "set by the planner: give [target] rate instead"));
+            }
+        }
+        let engine = raw.engine.unwrap_or_default();
+        for key in SEARCHED_ENGINE_FIELDS {
+            if let Some(value) = engine.get(key) {
+                return Err(invalid(&format!("engine.{key}"), value, "searched: list its values in [search]"));
+            }
+        }
+        let target_rate = match raw.target.rate {
+            Some(rate) if !(rate.is_finite() && rate > 0.0) => return Err(invalid("target.rate", &rate, "must be a positive number of requests per second")),
+            rate => rate,
+        };
+        let objectives = parse_slo(&raw.slo, &invalid)?;
+
+        let s = raw.search;
+        if s.gpu.is_empty() {
+            return Err(invalid("search.gpu", &"[]", "name at least one GPU"));
+        }
+        let mut gpus = Vec::new();
+        for (i, gpu) in s.gpu.iter().enumerate() {
+            if !(gpu.price_per_gpu_hour.is_finite() && gpu.price_per_gpu_hour >= 0.0) {
+                return Err(invalid(&format!("search.gpu[{i}].price_per_gpu_hour"), &gpu.price_per_gpu_hour, "must be a price ≥ 0"));
+            }
+            let profile = gpu.profile.as_ref().map(|p| path.parent().map_or_else(|| PathBuf::from(p), |dir| dir.join(p)));
+            gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour: gpu.price_per_gpu_hour, profile });
+        }
+        let nonempty = |field: &str, len: usize| if len == 0 { Err(invalid(field, &"[]", "give at least one value, or leave the key out")) } else { Ok(()) };
+        nonempty("search.tensor_parallel", s.tensor_parallel.len())?;
+        if let Some(&tp) = s.tensor_parallel.iter().find(|&&tp| tp == 0) {
+            return Err(invalid("search.tensor_parallel", &tp, "must be at least 1"));
+        }
+        let optional = |list: Option<Vec<u32>>, field: &str| -> Result<Vec<Option<u32>>, ScenarioError> {
+            match list {
+                None => Ok(vec![None]),
+                Some(values) => {
+                    nonempty(field, values.len())?;
+                    match values.iter().find(|&&v| v == 0) {
+                        Some(v) => Err(invalid(field, v, "must be at least 1")),
+                        None => Ok(values.into_iter().map(Some).collect()),
+                    }
+                }
+            }
+        };
+        let max_num_seqs = optional(s.max_num_seqs, "search.max_num_seqs")?;
+        let max_num_batched_tokens = optional(s.max_num_batched_tokens, "search.max_num_batched_tokens")?;
+        let listed = |list: Option<Vec<String>>, field: &str| -> Result<Vec<Option<String>>, ScenarioError> {
+            match list {
+                None => Ok(vec![None]),
+                Some(values) => nonempty(field, values.len()).map(|()| values.into_iter().map(Some).collect()),
+            }
+        };
+        let policies = listed(s.policy, "search.policy")?;
+        let dtypes = listed(s.dtype, "search.dtype")?;
+        let enable_chunked_prefill = match s.enable_chunked_prefill {
+            None => vec![None],
+            Some(values) => {
+                nonempty("search.enable_chunked_prefill", values.len())?;
+                values.into_iter().map(Some).collect()
+            }
+        };
+        let space = SearchSpace { gpus, policies, tensor_parallel: s.tensor_parallel, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, dtypes };
+        let count = space.len();
+        if count > MAX_CANDIDATES {
+            return Err(invalid("search", &count, &format!("enumerates more than {MAX_CANDIDATES} candidates; narrow the lists")));
+        }
+
+        if raw.budget.max_gpus == Some(0) {
+            return Err(invalid("budget.max_gpus", &0, "must be at least 1"));
+        }
+        if let Some(price) = raw.budget.max_price_per_hour.filter(|p| !(p.is_finite() && *p >= 0.0)) {
+            return Err(invalid("budget.max_price_per_hour", &price, "must be a price ≥ 0"));
+        }
+        let name = raw.name.unwrap_or_else(|| path.file_stem().map_or("plan".into(), |s| s.to_string_lossy().into_owned()));
+        Ok(Plan {
+            path: file.clone(),
+            name,
+            model: raw.model,
+            workload: raw.workload,
+            engine,
+            cost: raw.cost,
+            target_rate,
+            objectives,
+            space,
+            max_gpus: raw.budget.max_gpus,
+            max_price_per_hour: raw.budget.max_price_per_hour,
+        })
+    }
+}
+
+impl SearchSpace {
+    /// The number of candidates.
+    pub fn len(&self) -> usize {
+        [
+            self.gpus.len(),
+            self.policies.len(),
+            self.tensor_parallel.len(),
+            self.max_num_seqs.len(),
+            self.max_num_batched_tokens.len(),
+            self.enable_chunked_prefill.len(),
+            self.dtypes.len(),
+        ]
+        .iter()
+        .fold(1usize, |n, &k| n.saturating_mul(k))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `[slo]`: `<metric>_<statistic>_ms` keys and `attainment`.
+fn parse_slo(
+    table: &toml::Table,
+    invalid: &dyn Fn(&str, &dyn std::fmt::Display, &str) -> ScenarioError,
+) -> Result<Objectives, ScenarioError> {
+    const FORM: &str = "expected <ttft|tpot|itl|e2el>_<mean|median|pNN>_ms, or attainment";
+    let mut slos = Vec::new();
+    let mut attainment = None;
+    for (key, value) in table {
+        let field = format!("slo.{key}");
+        let number = value.as_float().or_else(|| value.as_integer().map(|i| i as f64));
+        if key == "attainment" {
+            match number {
+                Some(a) if a > 0.0 && a <= 1.0 => attainment = Some(a),
+                _ => return Err(invalid(&field, value, "must be a fraction in (0, 1]")),
+            }
+            continue;
+        }
+        let parsed = key.strip_suffix("_ms").and_then(|rest| rest.split_once('_')).and_then(|(metric, stat)| {
+            let metric = LatencyMetric::parse(metric)?;
+            let statistic = match stat {
+                "mean" => Statistic::Mean,
+                "median" => Statistic::Percentile(50.0),
+                p => Statistic::Percentile(p.strip_prefix('p')?.parse::<f64>().ok().filter(|p| *p > 0.0 && *p < 100.0)?),
+            };
+            Some((metric, statistic))
+        });
+        let Some((metric, statistic)) = parsed else {
+            return Err(invalid(&field, value, FORM));
+        };
+        match number {
+            Some(limit_ms) if limit_ms.is_finite() && limit_ms > 0.0 => slos.push(Slo { metric, statistic, limit_ms }),
+            _ => return Err(invalid(&field, value, "must be a positive number of milliseconds")),
+        }
+    }
+    if slos.is_empty() {
+        return Err(invalid("slo", &"{}", "name at least one objective, e.g. ttft_p90_ms = 1000"));
+    }
+    Ok(Objectives { slos, attainment })
+}

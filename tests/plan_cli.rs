@@ -1,0 +1,148 @@
+//! `servesim plan` through the binary: a plan answered, a plan with no answer, bad plan files, and
+//! outputs that do not depend on the thread count.
+
+mod common;
+use common::*;
+
+/// Llama-3.2-1B chat traffic; three GPUs and TPs, one of which cannot hold the model (an L40S
+/// at 1% memory utilisation is refused by scenario validation).
+const PLAN: &str = r#"
+name = "small"
+[model]
+preset = "Llama-3.2-1B"
+[workload]
+seed = 3
+[workload.dataset]
+kind = "sharegpt"
+input = { dist = "lognormal", mean = 200, std = 150, min = 4, max = 1024 }
+output = { dist = "lognormal", mean = 100, std = 80, min = 2, max = 512 }
+[target]
+rate = 30.0
+[slo]
+ttft_p90_ms = 300
+tpot_p90_ms = 30
+[search]
+tensor_parallel = [1, 2]
+max_num_seqs = [32, 128]
+[[search.gpu]]
+name = "H100-SXM"
+price_per_gpu_hour = 3.0
+[[search.gpu]]
+name = "A100-80G-SXM"
+price_per_gpu_hour = 1.5
+[budget]
+max_gpus = 16
+"#;
+
+fn plan(dir: &std::path::Path, text: &str, extra: &[&str]) -> std::process::Output {
+    let path = write_file(dir, "plan.toml", text);
+    let mut args = vec!["plan", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    servesim(&args)
+}
+
+#[test]
+fn a_plan_ranks_its_candidates_and_writes_every_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = plan(dir.path(), PLAN, &["--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    println!("{table}");
+    assert!(table.contains("plan small: 8 candidates, 30 req/s"), "{table}");
+    let first = table.lines().find(|l| l.trim_start().starts_with("1 ")).expect("a rank-1 row");
+    assert!(first.contains("roofline"), "every row names its cost source: {first}");
+    let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 8, "a row per candidate: {csv}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("plan.json")).unwrap()).unwrap();
+    let candidates = json["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 8);
+    // Every searched candidate keeps its probes, each with its verdict.
+    let probes = candidates.iter().filter_map(|c| c["probes"].as_array()).flatten().count();
+    assert!(probes >= 8 * 5, "probes: {probes}");
+    // The top configuration's scenario reruns, and its command names its TP.
+    let scenario = out_dir.join("top-1.toml");
+    let rerun = servesim(&["simulate", scenario.to_str().unwrap()]);
+    assert!(rerun.status.success(), "{}", stderr(&rerun));
+    let command = std::fs::read_to_string(out_dir.join("top-1.sh")).unwrap();
+    assert!(command.contains("vllm serve Llama-3.2-1B --tensor-parallel-size"), "{command}");
+    // With a target, the cheapest comes first.
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (rank, price) = (column("rank"), column("price_per_hour"));
+    let mut ranked: Vec<(u32, f64)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| !f[rank].is_empty())
+        .map(|f| (f[rank].parse().unwrap(), f[price].parse().unwrap()))
+        .collect();
+    ranked.sort_by_key(|r| r.0);
+    assert!(!ranked.is_empty() && ranked.windows(2).all(|w| w[0].1 <= w[1].1), "ranked by price: {ranked:?}");
+}
+
+#[test]
+fn outputs_are_the_same_at_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs: Vec<_> = ["1", "2"]
+        .iter()
+        .map(|threads| {
+            let out_dir = dir.path().join(format!("out-{threads}"));
+            let out = plan(dir.path(), PLAN, &["--out", out_dir.to_str().unwrap(), "--threads", threads]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let read = |name: &str| std::fs::read(out_dir.join(name)).unwrap();
+            (out.stdout, read("candidates.csv"), read("plan.json"), read("top-1.toml"))
+        })
+        .collect();
+    assert!(runs[0] == runs[1], "1 and 2 threads differ");
+}
+
+#[test]
+fn no_answer_exits_3_and_names_the_closest_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = plan(dir.path(), &PLAN.replace("ttft_p90_ms = 300", "ttft_p90_ms = 0.5"), &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("no configuration meets") && err.contains("the closest is") && err.contains("ttft_p90"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    // vLLM refuses a max_model_len the KV cache cannot hold; 8192 fits beside 70B at TP 2.
+    let text = PLAN
+        .replace("preset = \"Llama-3.2-1B\"", "preset = \"Llama-3.1-70B\"\n[engine]\nmax_model_len = 8192")
+        .replace("rate = 30.0", "rate = 1.0");
+    let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
+    let infeasible: Vec<&str> = csv.lines().filter(|l| l.contains(",infeasible,")).collect();
+    assert_eq!(infeasible.len(), 4, "70B at TP 1 fits no 80 GB GPU: {csv}");
+    assert!(infeasible.iter().all(|l| l.contains("short by")), "{infeasible:?}");
+}
+
+#[test]
+fn bad_plan_files_name_the_file_the_field_and_the_value() {
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("seed = 3", "seed = 3\n[engine]\nmax_num_seqs = 8", &["engine.max_num_seqs", "[search]"]),
+        ("ttft_p90_ms = 300", "ttft_p90_ms = -1", &["slo.ttft_p90_ms", "-1", "positive"]),
+        ("ttft_p90_ms = 300", "ttft_p900_ms = 300", &["slo.ttft_p900_ms", "expected <ttft"]),
+        ("seed = 3", "seed = 3\nnum_prompts = 100", &["workload.num_prompts", "set by the planner"]),
+        ("rate = 30.0", "rate = 0.0", &["target.rate", "positive"]),
+        ("tensor_parallel = [1, 2]", "tensor_parallel = []", &["search.tensor_parallel", "at least one"]),
+        ("max_gpus = 16", "max_gpus = 16\nmax_dollars = 3", &["unknown field", "max_dollars"]),
+    ];
+    for (find, replace, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(PLAN.contains(find));
+        let out = plan(dir.path(), &PLAN.replacen(find, replace, 1), &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{replace}: {err}");
+        assert!(err.contains("plan.toml") && !err.contains("panicked"), "{err}");
+        for needle in expected {
+            assert!(err.contains(needle), "{replace}: no {needle:?} in {err}");
+        }
+    }
+}
