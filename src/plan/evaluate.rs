@@ -16,6 +16,10 @@ use crate::scenario::{Scenario, ScenarioError};
 /// Replicas the cluster check may add beyond ⌈target ÷ per-replica rate⌉ before giving up.
 const EXTRA_REPLICAS_MAX: u32 = 4;
 
+/// The largest cluster the planner simulates: each replica holds its own scheduler and KV
+/// tables, and a probe sends 2,000 requests per replica, so memory and time grow with it.
+pub const REPLICAS_MAX: u32 = 256;
+
 /// What became of one candidate.
 #[derive(Clone, Debug)]
 pub struct Evaluation {
@@ -54,9 +58,13 @@ pub struct Evaluated {
 
 impl Evaluated {
     /// Where the deployment runs: the whole cluster at the target, else one replica at its
-    /// highest sustainable rate.
+    /// highest sustainable rate. `None` for a cluster that was not simulated (over budget).
     pub fn operating_point(&self) -> Option<&Probe> {
-        self.cluster.as_ref().or_else(|| self.per_replica.operating_point())
+        match &self.cluster {
+            Some(cluster) => Some(cluster),
+            None if self.replicas == 1 => self.per_replica.operating_point(),
+            None => None,
+        }
     }
 
     /// Price per million output tokens at the operating point.
@@ -138,18 +146,29 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
     let mut replicas_added = 0;
     let mut cluster = None;
     let mut meets = per_replica.max_rate > 0.0;
+    // Over budget, or past the clusters the planner simulates: no need to simulate it.
+    let over_budget_with = |replicas: u32| -> Option<String> {
+        let gpus = gpus_per_replica.saturating_mul(replicas);
+        let price_per_hour = gpus as f64 * gpu.price_per_gpu_hour;
+        match (plan.max_gpus, plan.max_price_per_hour) {
+            _ if replicas > REPLICAS_MAX => Some(format!("{replicas} replicas: the planner simulates at most {REPLICAS_MAX}")),
+            (Some(max), _) if gpus > max => Some(format!("{gpus} GPUs > budget.max_gpus {max}")),
+            (_, Some(max)) if price_per_hour > max => Some(format!("${price_per_hour:.2}/h > budget.max_price_per_hour ${max:.2}")),
+            _ => None,
+        }
+    };
     if let (Some(target), true) = (plan.target_rate, meets) {
         replicas = (target / per_replica.max_rate).ceil().max(1.0).min(u32::MAX as f64) as u32;
         if per_replica.bound == Bound::AboveRange && per_replica.max_rate >= target {
             replicas = 1;
         }
-        loop {
+        while over_budget_with(replicas).is_none() {
             let at_target = candidate.scenario(plan, replicas)?;
             let requests = options.requests_for(&plan.objectives).saturating_mul(replicas);
             let p = probe(&at_target, cost.as_ref(), &plan.objectives, target, requests);
             meets = p.verdict.met;
             cluster = Some(p);
-            if meets || replicas_added == EXTRA_REPLICAS_MAX {
+            if meets || replicas_added == EXTRA_REPLICAS_MAX || over_budget_with(replicas + 1).is_some() {
                 break;
             }
             replicas += 1;
@@ -158,11 +177,7 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
     }
     let gpus = gpus_per_replica.saturating_mul(replicas);
     let price_per_hour = gpus as f64 * gpu.price_per_gpu_hour;
-    let over_budget = match (plan.max_gpus, plan.max_price_per_hour) {
-        (Some(max), _) if gpus > max => Some(format!("{gpus} GPUs > budget.max_gpus {max}")),
-        (_, Some(max)) if price_per_hour > max => Some(format!("${price_per_hour:.2}/h > budget.max_price_per_hour ${max:.2}")),
-        _ => None,
-    };
+    let over_budget = over_budget_with(replicas);
     let evaluated = Evaluated {
         scenario,
         cost_source,
