@@ -60,6 +60,12 @@ fn a_plan_ranks_its_candidates_and_writes_every_one() {
     // Every searched candidate keeps its probes, each with its verdict.
     let probes = candidates.iter().filter_map(|c| c["probes"].as_array()).flatten().count();
     assert!(probes >= 8 * 5, "probes: {probes}");
+    // The page inlines both charts, which are also files beside it.
+    let page = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    for chart in ["pareto", "rate-per-dollar"] {
+        assert!(page.contains(&format!("<figure id=\"{chart}\">")), "no {chart} in index.html");
+        assert!(out_dir.join(format!("{chart}.png")).exists() && out_dir.join(format!("{chart}.svg")).exists());
+    }
     // The top configuration's scenario reruns, and its command names its TP.
     let scenario = out_dir.join("top-1.toml");
     let rerun = servesim(&["simulate", scenario.to_str().unwrap()]);
@@ -91,7 +97,7 @@ fn outputs_are_the_same_at_any_thread_count() {
             let out = plan(dir.path(), PLAN, &["--out", out_dir.to_str().unwrap(), "--threads", threads]);
             assert!(out.status.success(), "{}", stderr(&out));
             let read = |name: &str| std::fs::read(out_dir.join(name)).unwrap();
-            (out.stdout, read("candidates.csv"), read("plan.json"), read("top-1.toml"))
+            (out.stdout, read("candidates.csv"), read("plan.json"), read("top-1.toml"), read("index.html"))
         })
         .collect();
     assert!(runs[0] == runs[1], "1 and 2 threads differ");

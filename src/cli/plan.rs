@@ -13,8 +13,8 @@ use crate::plan::{Plan, SearchOptions, evaluate, output, rank};
 pub struct PlanArgs {
     /// Plan file (TOML): model, workload, target rate, objectives, search space, budget.
     pub plan: PathBuf,
-    /// Directory for candidates.csv, plan.json, and a scenario file and deployment command for
-    /// each of the top configurations.
+    /// Directory for candidates.csv, plan.json, index.html with its charts, and a scenario file
+    /// and deployment command for each of the top configurations.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Threads evaluating candidates (default: all cores); the output does not depend on it.
@@ -62,6 +62,9 @@ fn write_outputs(
     write("candidates.csv".into(), output::candidates_csv(plan, evaluations, ranked))?;
     let json = output::plan_json(plan, evaluations, ranked);
     write("plan.json".into(), serde_json::to_string_pretty(&json).expect("plain JSON") + "\n")?;
+    let charts = crate::plan::charts::charts(plan, evaluations);
+    let (_, rendered) = crate::report::write_charts(dir, &charts)?;
+    write("index.html".into(), crate::plan::charts::index_html(plan, ranked, &rendered))?;
     for (k, (c, e)) in ranked.iter().take(output::ARTEFACTS).enumerate() {
         // The whole deployment at the target (or one replica at its highest rate), with as many
         // requests as the planner's probes: `servesim simulate` reruns it.

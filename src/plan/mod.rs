@@ -11,6 +11,7 @@
 //! results; it never prices a step or computes a metric itself.
 
 pub mod candidate;
+pub mod charts;
 pub mod evaluate;
 pub mod file;
 pub mod objectives;

@@ -29,12 +29,8 @@ code { background: #f4f4f4; padding: 0 3px; }
 /// The whole page. `charts` pairs each chart with its PNG bytes.
 pub fn page(data: &ReportData, charts: &[(&Chart, Vec<u8>)]) -> String {
     let load = Load::of(&data.runs);
-    let mut h = String::new();
-    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     let names: Vec<&str> = data.runs.iter().map(|r| r.name.as_str()).collect();
-    let _ = writeln!(h, "<title>servesim report: {}</title>", esc(&names.join(", ")));
-    let _ = writeln!(h, "<style>{STYLE}</style>\n</head>\n<body>");
+    let mut h = head(&format!("servesim report: {}", names.join(", ")));
     let _ = writeln!(h, "<h1>servesim report</h1>");
     let _ = writeln!(
         h,
@@ -83,18 +79,32 @@ pub fn page(data: &ReportData, charts: &[(&Chart, Vec<u8>)]) -> String {
             let _ = writeln!(h, "<h2>{this}</h2>");
             section = this;
         }
-        let _ = writeln!(
-            h,
-            "<figure id=\"{file}\">\n<img src=\"data:image/png;base64,{b64}\" width=\"{WIDTH_PX}\" height=\"{HEIGHT_PX}\" alt=\"{alt}\">\n\
-             <figcaption>{caption} <a href=\"{file}.svg\">SVG</a> · <a href=\"{file}.png\">PNG</a></figcaption>\n</figure>",
-            file = esc(&chart.file),
-            b64 = base64(png),
-            alt = esc(&chart.title),
-            caption = esc(&chart.caption),
-        );
+        h.push_str(&figure(chart, png));
     }
     h.push_str("</body>\n</html>\n");
     h
+}
+
+/// The page up to and including `<body>`: the shared style, and `title` in the tab.
+pub fn head(title: &str) -> String {
+    let mut h = String::new();
+    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    h.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    let _ = writeln!(h, "<title>{}</title>", esc(title));
+    let _ = writeln!(h, "<style>{STYLE}</style>\n</head>\n<body>");
+    h
+}
+
+/// One chart inlined as a PNG, with its caption and links to its PNG and SVG files.
+pub fn figure(chart: &Chart, png: &[u8]) -> String {
+    format!(
+        "<figure id=\"{file}\">\n<img src=\"data:image/png;base64,{b64}\" width=\"{WIDTH_PX}\" height=\"{HEIGHT_PX}\" alt=\"{alt}\">\n\
+         <figcaption>{caption} <a href=\"{file}.svg\">SVG</a> · <a href=\"{file}.png\">PNG</a></figcaption>\n</figure>\n",
+        file = esc(&chart.file),
+        b64 = base64(png),
+        alt = esc(&chart.title),
+        caption = esc(&chart.caption),
+    )
 }
 
 fn plural(n: usize) -> &'static str {

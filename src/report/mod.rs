@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use crate::Error;
 use crate::metrics::recorded::{RecordedBlock, parse_file};
 use crate::metrics::samples::numpy_percentile;
+use chart::Chart;
 
 pub use input::{PointData, RunData, read_run};
 
@@ -74,9 +75,20 @@ pub fn generate(config: &ReportConfig) -> Result<Vec<PathBuf>, Error> {
     let charts = figures::all(&data);
     let out = &config.out;
     std::fs::create_dir_all(out).map_err(|source| Error::Output { path: out.clone(), source })?;
+    let (mut written, rendered) = write_charts(out, &charts)?;
+    let page = html::page(&data, &rendered);
+    let path = out.join("index.html");
+    write(&path, page.as_bytes())?;
+    written.push(path);
+    Ok(written)
+}
+
+/// Writes each chart as `<file>.png` and `<file>.svg` into `out` (which must exist). Returns the
+/// paths written, and each chart with its PNG bytes for inlining in a page.
+pub fn write_charts<'a>(out: &Path, charts: &'a [Chart]) -> Result<(Vec<PathBuf>, Vec<(&'a Chart, Vec<u8>)>), Error> {
     let mut written = Vec::new();
     let mut rendered = Vec::new();
-    for chart in &charts {
+    for chart in charts {
         let render_err = |path: &Path, msg: String| Error::Output { path: path.to_path_buf(), source: std::io::Error::other(msg) };
         let png_path = out.join(format!("{}.png", chart.file));
         let png = chart::render_png(chart).map_err(|m| render_err(&png_path, m))?;
@@ -88,11 +100,7 @@ pub fn generate(config: &ReportConfig) -> Result<Vec<PathBuf>, Error> {
         written.push(svg_path);
         rendered.push((chart, png));
     }
-    let page = html::page(&data, &rendered);
-    let path = out.join("index.html");
-    write(&path, page.as_bytes())?;
-    written.push(path);
-    Ok(written)
+    Ok((written, rendered))
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
