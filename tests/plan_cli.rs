@@ -152,3 +152,42 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
         }
     }
 }
+
+/// Shards run apart and merged give exactly the unsharded outputs; a missing or repeated shard
+/// is refused.
+#[test]
+fn merged_shards_are_the_unsharded_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(dir.path(), "plan.toml", PLAN);
+    let run = |args: &[&str]| {
+        let mut all = vec!["plan"];
+        all.extend_from_slice(args);
+        let out = servesim(&all);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    let d = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let whole = run(&[path.to_str().unwrap(), "--out", &d("whole")]);
+    for k in 1..=3 {
+        run(&[path.to_str().unwrap(), "--shard", &format!("{k}/3"), "--out", &d(&format!("s{k}"))]);
+    }
+    let merged = run(&["merge", &d("s3"), &d("s1"), &d("s2"), "--out", &d("merged")]);
+    assert_eq!(stdout(&merged), stdout(&whole));
+    let mut names: Vec<_> = std::fs::read_dir(dir.path().join("whole")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        let read = |d: &str| std::fs::read(dir.path().join(d).join(&name)).unwrap();
+        assert!(read("whole") == read("merged"), "{name:?} differs");
+    }
+
+    let missing = servesim(&["plan", "merge", &d("s1"), &d("s2")]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(stderr(&missing).contains("shard 3/3 is missing"), "{}", stderr(&missing));
+    let twice = servesim(&["plan", "merge", &d("s1"), &d("s1"), &d("s2")]);
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(stderr(&twice).contains("given twice"), "{}", stderr(&twice));
+    let bad = servesim(&["plan", path.to_str().unwrap(), "--shard", "4/3", "--out", &d("x")]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("--shard") && stderr(&bad).contains("4/3"), "{}", stderr(&bad));
+}

@@ -1,80 +1,127 @@
 //! `servesim plan`: the cheapest deployment that meets latency objectives at a load, or the best
-//! goodput per GPU without one.
+//! goodput per GPU without one; `--shard K/N` and `plan merge` split it over machines.
 
 use std::path::{Path, PathBuf};
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::flags::{self, usage};
 use crate::Error;
-use crate::plan::{Plan, SearchOptions, evaluate, output, rank};
+use crate::plan::shard::{self, Shard};
+use crate::plan::{Candidate, Evaluated, Evaluation, Plan, SearchOptions, evaluate, output, rank};
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct PlanArgs {
+    #[command(subcommand)]
+    pub command: Option<PlanCommand>,
     /// Plan file (TOML): model, workload, target rate, objectives, search space, budget.
-    pub plan: PathBuf,
+    #[arg(required = true)]
+    pub plan: Option<PathBuf>,
     /// Directory for candidates.csv, plan.json, index.html with its charts, and a scenario file
     /// and deployment command for each of the top configurations.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Evaluate only shard K of N (candidates whose index is K − 1 modulo N) and write
+    /// DIR/shard.json for `servesim plan merge`; needs --out.
+    #[arg(long, value_name = "K/N", requires = "out")]
+    pub shard: Option<String>,
     /// Threads evaluating candidates (default: all cores); the output does not depend on it.
     #[arg(long)]
     pub threads: Option<usize>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Combine the shard directories of one plan into exactly the unsharded result.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Directories written by `servesim plan PLAN --shard K/N --out DIR`, one per shard.
+    #[arg(required = true, value_name = "DIR")]
+    pub shards: Vec<PathBuf>,
+    /// Directory for the merged outputs, as an unsharded `--out` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
 pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
-    let plan = Plan::load(&args.plan)?;
+    if let Some(PlanCommand::Merge(merge)) = args.command {
+        let (plan, evaluations) = shard::merge(&merge.shards)?;
+        return answer(&plan, &evaluations, merge.out.as_deref());
+    }
+    let path = args.plan.expect("clap requires the plan file without a subcommand");
+    let text = std::fs::read_to_string(&path).map_err(|source| crate::scenario::ScenarioError::Io { file: path.clone(), source })?;
+    let plan = Plan::from_toml_str(&text, &path)?;
+    let shard = args.shard.as_deref().map(|s| Shard::parse(s).map_err(|reason| usage("--shard", s, reason))).transpose()?;
     let threads = args.threads.unwrap_or_else(flags::all_cores);
     if threads == 0 {
         return Err(usage("--threads", 0, "must be at least 1"));
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| usage("--threads", threads, e.to_string()))?;
-    let candidates = plan.space.candidates();
-    eprintln!("plan {}: evaluating {} candidates on {threads} thread(s)", plan.name, candidates.len());
-    let options = SearchOptions::default();
-    let evaluations = pool.install(|| evaluate(&plan, &candidates, &options))?;
-    let ranked = rank(&plan, &evaluations);
-    print!("{}", output::table(&plan, &evaluations, &ranked));
-    if let Some(dir) = &args.out {
-        write_outputs(dir, &plan, &evaluations, &ranked)?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| usage("--threads", threads, e.to_string()))?;
+    let all = plan.space.candidates();
+    let total = all.len();
+    let candidates = match shard {
+        Some(s) => s.select(all),
+        None => all,
+    };
+    eprintln!("plan {}: evaluating {} of {total} candidates on {threads} thread(s)", plan.name, candidates.len());
+    let evaluations = pool.install(|| evaluate(&plan, &candidates, &SearchOptions::default()))?;
+    match (shard, &args.out) {
+        (Some(s), Some(dir)) => {
+            create_dir(dir)?;
+            write(dir, shard::FILE, shard::shard_json(&text, &plan, s, total, &evaluations))?;
+            eprintln!("wrote shard {}/{} to {}; combine the shards with servesim plan merge", s.k, s.n, dir.display());
+            Ok(())
+        }
+        _ => answer(&plan, &evaluations, args.out.as_deref()),
+    }
+}
+
+/// Prints the ranked table, writes the outputs, and fails with the closest miss when nothing
+/// answers the plan.
+fn answer(plan: &Plan, evaluations: &[Evaluation], out: Option<&Path>) -> Result<(), Error> {
+    let ranked = rank(plan, evaluations);
+    print!("{}", output::table(plan, evaluations, &ranked));
+    if let Some(dir) = out {
+        write_outputs(dir, plan, evaluations, &ranked)?;
         eprintln!("wrote {}", dir.display());
     }
     if ranked.is_empty() {
-        return Err(Error::NoAnswer(output::closest_miss(&plan, &evaluations)));
+        return Err(Error::NoAnswer(output::closest_miss(plan, evaluations)));
     }
     Ok(())
 }
 
-fn write_outputs(
-    dir: &Path,
-    plan: &Plan,
-    evaluations: &[crate::plan::Evaluation],
-    ranked: &[(&crate::plan::Candidate, &crate::plan::Evaluated)],
-) -> Result<(), Error> {
-    let write = |name: String, text: String| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|source| Error::Output { path, source })
-    };
-    std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.to_path_buf(), source })?;
-    write("candidates.csv".into(), output::candidates_csv(plan, evaluations, ranked))?;
+fn create_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Output { path: dir.to_path_buf(), source })
+}
+
+fn write(dir: &Path, name: &str, text: String) -> Result<(), Error> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|source| Error::Output { path, source })
+}
+
+fn write_outputs(dir: &Path, plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate, &Evaluated)]) -> Result<(), Error> {
+    create_dir(dir)?;
+    write(dir, "candidates.csv", output::candidates_csv(plan, evaluations, ranked))?;
     let json = output::plan_json(plan, evaluations, ranked);
-    write("plan.json".into(), serde_json::to_string_pretty(&json).expect("plain JSON") + "\n")?;
+    write(dir, "plan.json", serde_json::to_string_pretty(&json).expect("plain JSON") + "\n")?;
     let charts = crate::plan::charts::charts(plan, evaluations);
     let (_, rendered) = crate::report::write_charts(dir, &charts)?;
-    write("index.html".into(), crate::plan::charts::index_html(plan, ranked, &rendered))?;
+    write(dir, "index.html", crate::plan::charts::index_html(plan, ranked, &rendered))?;
     for (k, (c, e)) in ranked.iter().take(output::ARTEFACTS).enumerate() {
         // The whole deployment at the target (or one replica at its highest rate), with as many
         // requests as the planner's probes: `servesim simulate` reruns it.
         let requests = SearchOptions::default().requests_for(&plan.objectives).saturating_mul(e.replicas);
         let header = format!("# {}: written by servesim plan from {}\n", c.label(&plan.space), plan.path.display());
         let rate = plan.target_rate.unwrap_or(e.per_replica.max_rate);
-        write(format!("top-{}.toml", k + 1), header + &c.scenario_text(plan, e.replicas, requests, rate))?;
+        write(dir, &format!("top-{}.toml", k + 1), header + &c.scenario_text(plan, e.replicas, requests, rate))?;
         let command = output::deploy_command(c, e);
         let replicas = if e.replicas > 1 { format!("# on each of {} replicas, behind a load balancer\n", e.replicas) } else { String::new() };
-        write(format!("top-{}.sh", k + 1), format!("#!/bin/sh\n# {}\n{replicas}{command}\n", c.label(&plan.space)))?;
+        write(dir, &format!("top-{}.sh", k + 1), format!("#!/bin/sh\n# {}\n{replicas}{command}\n", c.label(&plan.space)))?;
     }
     Ok(())
 }

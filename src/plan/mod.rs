@@ -17,6 +17,7 @@ pub mod file;
 pub mod objectives;
 pub mod output;
 pub mod search;
+pub mod shard;
 
 pub use candidate::Candidate;
 pub use evaluate::{Evaluated, Evaluation, Outcome, evaluate, rank};

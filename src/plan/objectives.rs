@@ -54,7 +54,7 @@ pub struct Objectives {
 }
 
 /// What kept a run from meeting its objectives, or came closest to doing so.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binding {
     /// The objective at this index of [`Objectives::slos`]: the one nearest its limit.
     Slo(usize),
@@ -65,7 +65,7 @@ pub enum Binding {
 }
 
 /// One run judged against [`Objectives`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Verdict {
     pub met: bool,
     /// Each objective's value over the run, ms, parallel to [`Objectives::slos`].

@@ -44,7 +44,7 @@ impl SearchOptions {
 }
 
 /// One simulation of the search.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Probe {
     pub rate: f64,
     pub num_prompts: u32,
@@ -57,7 +57,7 @@ pub struct Probe {
 }
 
 /// Whether the search range, rather than the objectives, decided the answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Bound {
     /// A passing and a failing rate bracket the answer within the relative width.
     Found,
@@ -69,7 +69,7 @@ pub enum Bound {
 }
 
 /// The result of [`max_sustainable_rate`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RateSearch {
     /// The highest rate that passed, req/s (0 when none did).
     pub max_rate: f64,

@@ -1,0 +1,185 @@
+//! Shards: a deterministic share of a plan's candidates, evaluated anywhere, and the merge that
+//! turns every shard back into exactly the unsharded result.
+//!
+//! ```text
+//!   servesim plan P.toml --shard 1/3 --out s1   ─┐
+//!   servesim plan P.toml --shard 2/3 --out s2   ─┼─► servesim plan merge s1 s2 s3 --out all
+//!   servesim plan P.toml --shard 3/3 --out s3   ─┘    (= servesim plan P.toml --out all)
+//! ```
+//!
+//! Shard K of N takes the candidates whose index is K − 1 modulo N, so every shard gets a mix of
+//! GPUs and sizes. A shard writes `shard.json`: the plan's text (the merge re-reads the plan
+//! from it, so no file needs to travel beside the shards), and each of its candidates' results.
+//! Floats travel as JSON numbers, whose shortest round-trip form gives back the same bits.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::candidate::Candidate;
+use super::evaluate::{Evaluated, Evaluation, Outcome};
+use super::file::Plan;
+use super::search::{Probe, RateSearch};
+use crate::Error;
+
+/// `K/N`: shard K (1-based) of N.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub k: u32,
+    pub n: u32,
+}
+
+impl Shard {
+    /// Parses `K/N` with 1 ≤ K ≤ N; the reason on error.
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let (k, n) = text.split_once('/').ok_or("expected K/N, e.g. 2/8")?;
+        let (k, n) = (k.trim().parse::<u32>().map_err(|_| "K is not a whole number")?, n.trim().parse::<u32>().map_err(|_| "N is not a whole number")?);
+        if n == 0 || k == 0 || k > n {
+            return Err(format!("need 1 ≤ K ≤ N, got {k}/{n}"));
+        }
+        Ok(Shard { k, n })
+    }
+
+    /// This shard's candidates.
+    pub fn select(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
+        candidates.into_iter().filter(|c| c.index as u64 % self.n as u64 == (self.k - 1) as u64).collect()
+    }
+}
+
+/// One candidate's result as a shard records it; the merge rebuilds the rest from the plan.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    index: usize,
+    infeasible: Option<String>,
+    evaluated: Option<EvaluatedEntry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct EvaluatedEntry {
+    cost_source: String,
+    per_replica: RateSearch,
+    replicas: u32,
+    replicas_added: u32,
+    cluster: Option<Probe>,
+    meets: bool,
+    over_budget: Option<String>,
+    gpus: u32,
+    price_per_hour: f64,
+}
+
+/// `shard.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct ShardFile {
+    plan_path: PathBuf,
+    plan_text: String,
+    shard: Shard,
+    candidates_total: usize,
+    entries: Vec<Entry>,
+}
+
+/// The file a shard writes into its output directory.
+pub const FILE: &str = "shard.json";
+
+/// `shard.json`'s text for a shard's evaluations.
+pub fn shard_json(plan_text: &str, plan: &Plan, shard: Shard, candidates_total: usize, evaluations: &[Evaluation]) -> String {
+    let entries = evaluations
+        .iter()
+        .map(|e| match &e.outcome {
+            Outcome::Infeasible(reason) => Entry { index: e.candidate.index, infeasible: Some(reason.clone()), evaluated: None },
+            Outcome::Evaluated(v) => Entry {
+                index: e.candidate.index,
+                infeasible: None,
+                evaluated: Some(EvaluatedEntry {
+                    cost_source: v.cost_source.clone(),
+                    per_replica: v.per_replica.clone(),
+                    replicas: v.replicas,
+                    replicas_added: v.replicas_added,
+                    cluster: v.cluster.clone(),
+                    meets: v.meets,
+                    over_budget: v.over_budget.clone(),
+                    gpus: v.gpus,
+                    price_per_hour: v.price_per_hour,
+                }),
+            },
+        })
+        .collect();
+    let file = ShardFile { plan_path: plan.path.clone(), plan_text: plan_text.to_string(), shard, candidates_total, entries };
+    serde_json::to_string_pretty(&file).expect("plain JSON") + "\n"
+}
+
+/// Reads every shard directory and rebuilds the plan and all its evaluations, in candidate
+/// order. Refuses shards of different plans or shard counts, a missing or repeated shard, and a
+/// candidate missing or twice.
+pub fn merge(dirs: &[PathBuf]) -> Result<(Plan, Vec<Evaluation>), Error> {
+    let bad = |path: &Path, reason: String| Error::Usage { flag: "plan merge", value: path.display().to_string(), reason };
+    let mut files = Vec::new();
+    for dir in dirs {
+        let path = dir.join(FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(&path, format!("cannot read: {e}")))?;
+        let file: ShardFile = serde_json::from_str(&text).map_err(|e| bad(&path, format!("not a shard file: {e}")))?;
+        files.push((path, file));
+    }
+    let Some((first_path, first)) = files.first() else {
+        return Err(Error::Usage { flag: "plan merge", value: String::new(), reason: "give the shard directories".into() });
+    };
+    let plan = Plan::from_toml_str(&first.plan_text, &first.plan_path)?;
+    let candidates = plan.space.candidates();
+    if candidates.len() != first.candidates_total {
+        return Err(bad(first_path, format!("records {} candidates, its plan has {}", first.candidates_total, candidates.len())));
+    }
+    let mut seen_shards = vec![false; first.shard.n as usize];
+    let mut slots: Vec<Option<Evaluation>> = vec![None; candidates.len()];
+    for (path, file) in &files {
+        if file.plan_text != first.plan_text || file.plan_path != first.plan_path || file.shard.n != first.shard.n {
+            return Err(bad(path, format!("is a shard of another plan or shard count than {}", first_path.display())));
+        }
+        let seen = &mut seen_shards[(file.shard.k - 1) as usize];
+        if std::mem::replace(seen, true) {
+            return Err(bad(path, format!("shard {}/{} is given twice", file.shard.k, file.shard.n)));
+        }
+        for entry in &file.entries {
+            let candidate = candidates.get(entry.index).ok_or_else(|| bad(path, format!("candidate {} is not in the plan", entry.index)))?;
+            let outcome = match (&entry.infeasible, &entry.evaluated) {
+                (Some(reason), None) => Outcome::Infeasible(reason.clone()),
+                (None, Some(v)) => Outcome::Evaluated(Box::new(Evaluated {
+                    scenario: candidate.scenario(&plan, 1)?,
+                    cost_source: v.cost_source.clone(),
+                    per_replica: v.per_replica.clone(),
+                    replicas: v.replicas,
+                    replicas_added: v.replicas_added,
+                    cluster: v.cluster.clone(),
+                    meets: v.meets,
+                    over_budget: v.over_budget.clone(),
+                    gpus: v.gpus,
+                    price_per_hour: v.price_per_hour,
+                })),
+                _ => return Err(bad(path, format!("candidate {} is neither infeasible nor evaluated", entry.index))),
+            };
+            if slots[entry.index].replace(Evaluation { candidate: candidate.clone(), outcome }).is_some() {
+                return Err(bad(path, format!("candidate {} appears twice", entry.index)));
+            }
+        }
+    }
+    if let Some(k) = seen_shards.iter().position(|seen| !seen) {
+        return Err(bad(first_path, format!("shard {}/{} is missing", k + 1, first.shard.n)));
+    }
+    let evaluations = slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| e.ok_or_else(|| bad(first_path, format!("candidate {i} is in no shard"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, evaluations))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shard;
+
+    #[test]
+    fn shard_specs_parse_and_refuse_what_cannot_be() {
+        assert_eq!(Shard::parse("2/8"), Ok(Shard { k: 2, n: 8 }));
+        for bad in ["0/8", "9/8", "1/0", "2", "a/b"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
