@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use super::flags::{self, usage};
+use super::progress;
 use crate::Error;
 use crate::plan::shard::{self, Shard};
-use crate::plan::{Candidate, Evaluated, Evaluation, Plan, SearchOptions, evaluate, output, rank};
+use crate::plan::evaluate::evaluate_with_progress;
+use crate::plan::{Candidate, Evaluated, Evaluation, Plan, SearchOptions, output, rank};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -68,7 +70,11 @@ pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
         None => all,
     };
     eprintln!("plan {}: evaluating {} of {total} candidates on {threads} thread(s)", plan.name, candidates.len());
-    let evaluations = pool.install(|| evaluate(&plan, &candidates, &SearchOptions::default()))?;
+    let bar = progress::candidates(candidates.len());
+    let tick = || bar.inc(1);
+    let evaluations = pool.install(|| evaluate_with_progress(&plan, &candidates, &SearchOptions::default(), &tick));
+    bar.finish_and_clear();
+    let evaluations = evaluations?;
     match (shard, &args.out) {
         (Some(s), Some(dir)) => {
             create_dir(dir)?;

@@ -17,6 +17,11 @@ pub(super) fn requests(requests: usize) -> ProgressBar {
     bar(requests, "{bar:30} {pos}/{len} requests, {elapsed} elapsed, ETA {eta}")
 }
 
+/// A bar of candidates evaluated by `plan`.
+pub(super) fn candidates(candidates: usize) -> ProgressBar {
+    bar(candidates, "{bar:30} {pos}/{len} candidates, {elapsed} elapsed, ETA {eta}")
+}
+
 fn bar(len: usize, template: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();

@@ -101,6 +101,17 @@ impl Evaluated {
 /// in candidate order and the same at any thread count. Fails only on the plan itself (an
 /// unreadable profile, a shared section that no candidate could load).
 pub fn evaluate(plan: &Plan, candidates: &[Candidate], options: &SearchOptions) -> Result<Vec<Evaluation>, ScenarioError> {
+    evaluate_with_progress(plan, candidates, options, &|| {})
+}
+
+/// [`evaluate`], calling `on_done` as each candidate finishes (e.g. to advance a progress bar,
+/// from any thread); the results do not depend on it.
+pub fn evaluate_with_progress(
+    plan: &Plan,
+    candidates: &[Candidate],
+    options: &SearchOptions,
+    on_done: &(dyn Fn() + Sync),
+) -> Result<Vec<Evaluation>, ScenarioError> {
     let profiles = plan
         .space
         .gpus
@@ -118,7 +129,14 @@ pub fn evaluate(plan: &Plan, candidates: &[Candidate], options: &SearchOptions) 
             .transpose()
         })
         .collect::<Result<Vec<Option<Profile>>, ScenarioError>>()?;
-    candidates.par_iter().map(|c| evaluate_one(plan, c, profiles[c.gpu].as_ref(), options)).collect()
+    candidates
+        .par_iter()
+        .map(|c| {
+            let evaluation = evaluate_one(plan, c, profiles[c.gpu].as_ref(), options);
+            on_done();
+            evaluation
+        })
+        .collect()
 }
 
 fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, options: &SearchOptions) -> Result<Evaluation, ScenarioError> {
