@@ -32,6 +32,7 @@ pub struct ServeArgs {
     pub timeline: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// TCP port; 0 takes any free one, which the "serving … on http://HOST:PORT" line names.
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
     /// `cpu` (the CPU kernels, multi-threaded) or `cuda:N` (bf16 on GPU N: cuBLASLt and the
@@ -123,12 +124,14 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| usage("--port", &address, format!("cannot listen: {e}")))?;
+        // `--port 0` takes any free port; the line below names the one bound, for whoever started us.
+        let bound = listener.local_addr().map_or(address.clone(), |a| a.to_string());
         let engine = knobs
             .start(executor, args.max_waiting, context_len)
             .with_model_name(name.clone())
             .with_tokenizer(std::sync::Arc::new(tokenizer))
             .with_ignore_eos(args.ignore_eos);
-        eprintln!("serving {name} on http://{address} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
+        eprintln!("serving {name} on http://{bound} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

@@ -55,11 +55,6 @@ output_len = 32
 range_ratio = 0.5
 "#;
 
-/// A free loopback port (released just before the server binds it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Kills the server if the test fails before stopping it, so no process outlives the test
 /// (an orphan holding the test's output pipe would hang `cargo test`).
 pub struct KillOnDrop(pub std::process::Child);
@@ -71,31 +66,47 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Starts `servesim serve ARGS --port P` on a free port and waits (at most 30 s) until it
-/// accepts connections; panics if it exits first. Returns the process and its base URL.
+/// Starts `servesim serve ARGS --port 0` and waits (at most 30 s) for the line that names the
+/// port it bound; panics if it exits first. Returns the process and its base URL.
+///
+/// The server picks its own port: a port chosen here and released for the server to bind can be
+/// taken in between by another test's server, or any other process, and the test would then
+/// talk to the wrong one.
 pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
+    use std::io::BufRead;
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
-    let port = free_port();
+    use std::time::Duration;
     let mut server = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_servesim"))
             .arg("serve")
             .args(args)
-            .args(["--port", &port.to_string()])
+            .args(["--port", "0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn servesim serve"),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            panic!("servesim serve {args:?} exited before listening: {status}");
+    // Read stderr on a thread, for as long as the server lives (a full pipe would block it),
+    // and hand over the base URL from the line that announces it.
+    let stderr = server.0.stderr.take().expect("piped stderr");
+    let (found, url) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut found = Some(found);
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let base = line.split_whitespace().find(|w| w.starts_with("http://")).filter(|_| line.starts_with("serving "));
+            if let (Some(base), Some(tx)) = (base, found.take()) {
+                let _ = tx.send(base.to_string());
+            }
         }
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
+    });
+    match url.recv_timeout(Duration::from_secs(30)) {
+        Ok(base) => (server, base),
+        // Its stderr closed without the line: it is exiting.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("servesim serve {args:?} exited before listening: {}", server.0.wait().unwrap())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("servesim serve {args:?} did not start in 30 s"),
     }
-    (server, format!("http://127.0.0.1:{port}"))
 }
 
 /// The value of an unlabelled Prometheus sample `name` in a `/metrics` body.
