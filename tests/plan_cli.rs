@@ -191,3 +191,42 @@ fn merged_shards_are_the_unsharded_plan() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("--shard") && stderr(&bad).contains("4/3"), "{}", stderr(&bad));
 }
+
+/// An interrupted run, resumed, evaluates only what its log lacks and writes exactly what an
+/// uninterrupted run writes; the log is gone once the run completes.
+#[test]
+fn a_resumed_run_skips_what_it_logged_and_ends_as_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(dir.path(), "plan.toml", PLAN);
+    let d = |name: &str| dir.path().join(name);
+    let whole = plan(dir.path(), PLAN, &["--out", d("whole").to_str().unwrap()]);
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    assert!(!d("whole").join(".plan-progress.jsonl").exists(), "the log is removed at the end");
+
+    // A log of another run of this plan: its header, 3 finished candidates, and a line cut short.
+    let logged = servesim(&["plan", path.to_str().unwrap(), "--shard", "1/3", "--out", d("part").to_str().unwrap()]);
+    assert!(logged.status.success(), "{}", stderr(&logged));
+    let shard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d("part").join("shard.json")).unwrap()).unwrap();
+    let mut log = serde_json::json!({ "plan_text": PLAN }).to_string() + "\n";
+    for entry in shard["entries"].as_array().unwrap() {
+        log += &(entry.to_string() + "\n");
+    }
+    log += "{\"index\": 4, \"infea";
+    std::fs::create_dir_all(d("resumed")).unwrap();
+    std::fs::write(d("resumed").join(".plan-progress.jsonl"), log).unwrap();
+
+    let resumed = plan(dir.path(), PLAN, &["--out", d("resumed").to_str().unwrap(), "--resume"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert!(stderr(&resumed).contains("evaluating 5 of 8 candidates (3 done before)"), "{}", stderr(&resumed));
+    assert_eq!(stdout(&resumed), stdout(&whole));
+    for name in ["candidates.csv", "plan.json", "index.html", "top-1.toml", "top-1.sh", "pareto.png"] {
+        assert!(std::fs::read(d("whole").join(name)).unwrap() == std::fs::read(d("resumed").join(name)).unwrap(), "{name} differs");
+    }
+    assert!(!d("resumed").join(".plan-progress.jsonl").exists());
+
+    // A log of another plan is refused rather than mixed in.
+    std::fs::write(d("resumed").join(".plan-progress.jsonl"), "{\"plan_text\": \"other\"}\n").unwrap();
+    let other = plan(dir.path(), PLAN, &["--out", d("resumed").to_str().unwrap(), "--resume"]);
+    assert_eq!(other.status.code(), Some(2));
+    assert!(stderr(&other).contains("another plan"), "{}", stderr(&other));
+}

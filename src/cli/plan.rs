@@ -28,6 +28,10 @@ pub struct PlanArgs {
     /// DIR/shard.json for `servesim plan merge`; needs --out.
     #[arg(long, value_name = "K/N", requires = "out")]
     pub shard: Option<String>,
+    /// Continue an interrupted run into the same --out DIR: candidates its log records are not
+    /// evaluated again (the log, DIR/.plan-progress.jsonl, is removed once a run completes).
+    #[arg(long, requires = "out")]
+    pub resume: bool,
     /// Threads evaluating candidates (default: all cores); the output does not depend on it.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -52,7 +56,8 @@ pub struct MergeArgs {
 pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
     if let Some(PlanCommand::Merge(merge)) = args.command {
         let (plan, evaluations) = shard::merge(&merge.shards)?;
-        return answer(&plan, &evaluations, merge.out.as_deref());
+        answer_and_write(&plan, &evaluations, merge.out.as_deref())?;
+        return no_answer_check(&plan, &evaluations, false);
     }
     let path = args.plan.expect("clap requires the plan file without a subcommand");
     let text = std::fs::read_to_string(&path).map_err(|source| crate::scenario::ScenarioError::Io { file: path.clone(), source })?;
@@ -65,37 +70,86 @@ pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| usage("--threads", threads, e.to_string()))?;
     let all = plan.space.candidates();
     let total = all.len();
-    let candidates = match shard {
-        Some(s) => s.select(all),
-        None => all,
+    let mine = match shard {
+        Some(s) => s.select(all.clone()),
+        None => all.clone(),
     };
-    eprintln!("plan {}: evaluating {} of {total} candidates on {threads} thread(s)", plan.name, candidates.len());
+    // Every finished candidate is logged in the output directory, so that --resume can skip it.
+    let log_path = args.out.as_ref().map(|dir| dir.join(shard::PROGRESS_FILE));
+    let mut evaluations = match (&log_path, args.resume) {
+        (Some(path), true) => shard::read_progress(path, &text, &plan, &all)?,
+        _ => Vec::new(),
+    };
+    evaluations.retain(|e| mine.iter().any(|c| c.index == e.candidate.index));
+    let candidates: Vec<Candidate> = mine.into_iter().filter(|c| evaluations.iter().all(|e| e.candidate.index != c.index)).collect();
+    let log = match &log_path {
+        Some(path) => Some(std::sync::Mutex::new(open_log(path, &text, !evaluations.is_empty())?)),
+        None => None,
+    };
+    eprintln!(
+        "plan {}: evaluating {} of {total} candidates ({} done before) on {threads} thread(s)",
+        plan.name,
+        candidates.len(),
+        evaluations.len()
+    );
     let bar = progress::candidates(candidates.len());
-    let tick = || bar.inc(1);
-    let evaluations = pool.install(|| evaluate_with_progress(&plan, &candidates, &SearchOptions::default(), &tick));
-    bar.finish_and_clear();
-    let evaluations = evaluations?;
-    match (shard, &args.out) {
-        (Some(s), Some(dir)) => {
-            create_dir(dir)?;
-            write(dir, shard::FILE, shard::shard_json(&text, &plan, s, total, &evaluations))?;
-            eprintln!("wrote shard {}/{} to {}; combine the shards with servesim plan merge", s.k, s.n, dir.display());
-            Ok(())
+    let on_done = |e: &Evaluation| {
+        bar.inc(1);
+        if let Some(log) = &log {
+            use std::io::Write;
+            // A lost line only costs a re-evaluation on --resume.
+            let _ = log.lock().expect("no writer panics holding the log").write_all(shard::progress_line(e).as_bytes());
         }
-        _ => answer(&plan, &evaluations, args.out.as_deref()),
+    };
+    let fresh = pool.install(|| evaluate_with_progress(&plan, &candidates, &SearchOptions::default(), &on_done));
+    bar.finish_and_clear();
+    evaluations.extend(fresh?);
+    evaluations.sort_by_key(|e| e.candidate.index);
+    match (shard, &args.out) {
+        (Some(s), Some(dir)) => write(dir, shard::FILE, shard::shard_json(&text, &plan, s, total, &evaluations))?,
+        _ => answer_and_write(&plan, &evaluations, args.out.as_deref())?,
     }
+    if let (Some(s), Some(dir)) = (shard, &args.out) {
+        eprintln!("wrote shard {}/{} to {}; combine the shards with servesim plan merge", s.k, s.n, dir.display());
+    }
+    if let Some(path) = &log_path {
+        let _ = std::fs::remove_file(path);
+    }
+    no_answer_check(&plan, &evaluations, shard.is_some())
 }
 
-/// Prints the ranked table, writes the outputs, and fails with the closest miss when nothing
-/// answers the plan.
-fn answer(plan: &Plan, evaluations: &[Evaluation], out: Option<&Path>) -> Result<(), Error> {
+/// The progress log, continued after `entries_kept` (on --resume) or started afresh.
+fn open_log(path: &Path, plan_text: &str, entries_kept: bool) -> Result<std::fs::File, Error> {
+    use std::io::Write;
+    let io = |source| Error::Output { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent() {
+        create_dir(dir)?;
+    }
+    if entries_kept {
+        let mut file = std::fs::OpenOptions::new().append(true).open(path).map_err(io)?;
+        // A line the interruption cut short ends here, so the next entry starts a line of its own.
+        file.write_all(b"\n").map_err(io)?;
+        return Ok(file);
+    }
+    let mut file = std::fs::File::create(path).map_err(io)?;
+    file.write_all(shard::progress_header(plan_text).as_bytes()).map_err(io)?;
+    Ok(file)
+}
+
+/// Prints the ranked table and writes the outputs.
+fn answer_and_write(plan: &Plan, evaluations: &[Evaluation], out: Option<&Path>) -> Result<(), Error> {
     let ranked = rank(plan, evaluations);
     print!("{}", output::table(plan, evaluations, &ranked));
     if let Some(dir) = out {
         write_outputs(dir, plan, evaluations, &ranked)?;
         eprintln!("wrote {}", dir.display());
     }
-    if ranked.is_empty() {
+    Ok(())
+}
+
+/// Fails with the closest miss when nothing answers the plan (a shard answers nothing alone).
+fn no_answer_check(plan: &Plan, evaluations: &[Evaluation], is_shard: bool) -> Result<(), Error> {
+    if !is_shard && rank(plan, evaluations).is_empty() {
         return Err(Error::NoAnswer(output::closest_miss(plan, evaluations)));
     }
     Ok(())

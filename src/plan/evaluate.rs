@@ -35,11 +35,26 @@ pub enum Outcome {
     Evaluated(Box<Evaluated>),
 }
 
-/// A feasible candidate, searched and costed.
+/// A feasible candidate, searched and costed. Its results read as its own fields (through
+/// `Deref`); they are apart from the scenario because they are what shards and the progress
+/// log carry, while the scenario is resolved again from the plan.
 #[derive(Clone, Debug)]
 pub struct Evaluated {
     /// One replica's scenario, as a `servesim simulate` file would give it.
     pub scenario: Scenario,
+    pub searched: Searched,
+}
+
+impl std::ops::Deref for Evaluated {
+    type Target = Searched;
+    fn deref(&self) -> &Searched {
+        &self.searched
+    }
+}
+
+/// What the search and the costing found for one feasible candidate.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Searched {
     /// Which cost model priced the steps: a roofline answer can be far from a real engine's.
     pub cost_source: String,
     pub per_replica: RateSearch,
@@ -101,16 +116,16 @@ impl Evaluated {
 /// in candidate order and the same at any thread count. Fails only on the plan itself (an
 /// unreadable profile, a shared section that no candidate could load).
 pub fn evaluate(plan: &Plan, candidates: &[Candidate], options: &SearchOptions) -> Result<Vec<Evaluation>, ScenarioError> {
-    evaluate_with_progress(plan, candidates, options, &|| {})
+    evaluate_with_progress(plan, candidates, options, &|_| {})
 }
 
-/// [`evaluate`], calling `on_done` as each candidate finishes (e.g. to advance a progress bar,
-/// from any thread); the results do not depend on it.
+/// [`evaluate`], calling `on_done` with each candidate's evaluation as it finishes (to advance a
+/// progress bar, or log it for `--resume`), from any thread; the results do not depend on it.
 pub fn evaluate_with_progress(
     plan: &Plan,
     candidates: &[Candidate],
     options: &SearchOptions,
-    on_done: &(dyn Fn() + Sync),
+    on_done: &(dyn Fn(&Evaluation) + Sync),
 ) -> Result<Vec<Evaluation>, ScenarioError> {
     let profiles = plan
         .space
@@ -133,7 +148,9 @@ pub fn evaluate_with_progress(
         .par_iter()
         .map(|c| {
             let evaluation = evaluate_one(plan, c, profiles[c.gpu].as_ref(), options);
-            on_done();
+            if let Ok(done) = &evaluation {
+                on_done(done);
+            }
             evaluation
         })
         .collect()
@@ -198,15 +215,7 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
     let over_budget = over_budget_with(replicas);
     let evaluated = Evaluated {
         scenario,
-        cost_source,
-        per_replica,
-        replicas,
-        replicas_added,
-        cluster,
-        meets,
-        over_budget,
-        gpus,
-        price_per_hour,
+        searched: Searched { cost_source, per_replica, replicas, replicas_added, cluster, meets, over_budget, gpus, price_per_hour },
     };
     Ok(Evaluation { candidate: candidate.clone(), outcome: Outcome::Evaluated(Box::new(evaluated)) })
 }

@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::candidate::Candidate;
-use super::evaluate::{Evaluated, Evaluation, Outcome};
+use super::evaluate::{Evaluated, Evaluation, Outcome, Searched};
 use super::file::Plan;
-use super::search::{Probe, RateSearch};
 use crate::Error;
 
 /// `K/N`: shard K (1-based) of N.
@@ -51,20 +50,7 @@ impl Shard {
 struct Entry {
     index: usize,
     infeasible: Option<String>,
-    evaluated: Option<EvaluatedEntry>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct EvaluatedEntry {
-    cost_source: String,
-    per_replica: RateSearch,
-    replicas: u32,
-    replicas_added: u32,
-    cluster: Option<Probe>,
-    meets: bool,
-    over_budget: Option<String>,
-    gpus: u32,
-    price_per_hour: f64,
+    evaluated: Option<Searched>,
 }
 
 /// `shard.json`.
@@ -80,31 +66,82 @@ struct ShardFile {
 /// The file a shard writes into its output directory.
 pub const FILE: &str = "shard.json";
 
+fn entry(e: &Evaluation) -> Entry {
+    match &e.outcome {
+        Outcome::Infeasible(reason) => Entry { index: e.candidate.index, infeasible: Some(reason.clone()), evaluated: None },
+        Outcome::Evaluated(v) => Entry { index: e.candidate.index, infeasible: None, evaluated: Some(v.searched.clone()) },
+    }
+}
+
+/// The evaluation an entry records, its scenario resolved again from the plan; `None` for an
+/// entry that is neither infeasible nor evaluated (a damaged file).
+fn rebuild(plan: &Plan, candidate: &Candidate, entry: &Entry) -> Result<Option<Evaluation>, Error> {
+    let outcome = match (&entry.infeasible, &entry.evaluated) {
+        (Some(reason), None) => Outcome::Infeasible(reason.clone()),
+        (None, Some(searched)) => Outcome::Evaluated(Box::new(Evaluated { scenario: candidate.scenario(plan, 1)?, searched: searched.clone() })),
+        _ => return Ok(None),
+    };
+    Ok(Some(Evaluation { candidate: candidate.clone(), outcome }))
+}
+
 /// `shard.json`'s text for a shard's evaluations.
 pub fn shard_json(plan_text: &str, plan: &Plan, shard: Shard, candidates_total: usize, evaluations: &[Evaluation]) -> String {
-    let entries = evaluations
-        .iter()
-        .map(|e| match &e.outcome {
-            Outcome::Infeasible(reason) => Entry { index: e.candidate.index, infeasible: Some(reason.clone()), evaluated: None },
-            Outcome::Evaluated(v) => Entry {
-                index: e.candidate.index,
-                infeasible: None,
-                evaluated: Some(EvaluatedEntry {
-                    cost_source: v.cost_source.clone(),
-                    per_replica: v.per_replica.clone(),
-                    replicas: v.replicas,
-                    replicas_added: v.replicas_added,
-                    cluster: v.cluster.clone(),
-                    meets: v.meets,
-                    over_budget: v.over_budget.clone(),
-                    gpus: v.gpus,
-                    price_per_hour: v.price_per_hour,
-                }),
-            },
-        })
-        .collect();
+    let entries = evaluations.iter().map(entry).collect();
     let file = ShardFile { plan_path: plan.path.clone(), plan_text: plan_text.to_string(), shard, candidates_total, entries };
     serde_json::to_string_pretty(&file).expect("plain JSON") + "\n"
+}
+
+/// The log a run keeps in its output directory while it runs, one line per finished candidate,
+/// and removes once its outputs are written; `--resume` reads what an interrupted run left.
+pub const PROGRESS_FILE: &str = ".plan-progress.jsonl";
+
+/// The log's first line: which plan the entries belong to.
+pub fn progress_header(plan_text: &str) -> String {
+    serde_json::json!({ "plan_text": plan_text }).to_string() + "\n"
+}
+
+/// One finished candidate's log line.
+pub fn progress_line(evaluation: &Evaluation) -> String {
+    serde_json::to_string(&entry(evaluation)).expect("plain JSON") + "\n"
+}
+
+/// The evaluations an interrupted run of the same plan logged in `path`. A last line cut short
+/// by the interruption is dropped (that candidate runs again); a log of another plan is refused.
+pub fn read_progress(path: &Path, plan_text: &str, plan: &Plan, candidates: &[Candidate]) -> Result<Vec<Evaluation>, Error> {
+    let bad = |reason: String| Error::Usage { flag: "--resume", value: path.display().to_string(), reason };
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(bad(format!("cannot read: {e}"))),
+    };
+    let mut lines = text.lines();
+    let header: serde_json::Value = lines.next().and_then(|l| serde_json::from_str(l).ok()).unwrap_or_default();
+    if header["plan_text"].as_str() != Some(plan_text) {
+        return Err(bad("was written for another plan (or another version of this one); remove it to start again".into()));
+    }
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = lines.collect();
+    let mut done = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // Each resume starts its lines after a newline of its own, which may leave a blank one.
+        if line.trim().is_empty() {
+            continue;
+        }
+        let last_cut_short = i + 1 == lines.len() && !complete;
+        match serde_json::from_str::<Entry>(line) {
+            Ok(entry) => {
+                let candidate = candidates.get(entry.index).ok_or_else(|| bad(format!("candidate {} is not in the plan", entry.index)))?;
+                if let Some(evaluation) = rebuild(plan, candidate, &entry)? {
+                    done.push(evaluation);
+                }
+            }
+            Err(_) if last_cut_short => {}
+            Err(e) => return Err(bad(format!("line {}: {e}", i + 2))),
+        }
+    }
+    done.sort_by_key(|e| e.candidate.index);
+    done.dedup_by_key(|e| e.candidate.index);
+    Ok(done)
 }
 
 /// Reads every shard directory and rebuilds the plan and all its evaluations, in candidate
@@ -139,23 +176,9 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Plan, Vec<Evaluation>), Error> {
         }
         for entry in &file.entries {
             let candidate = candidates.get(entry.index).ok_or_else(|| bad(path, format!("candidate {} is not in the plan", entry.index)))?;
-            let outcome = match (&entry.infeasible, &entry.evaluated) {
-                (Some(reason), None) => Outcome::Infeasible(reason.clone()),
-                (None, Some(v)) => Outcome::Evaluated(Box::new(Evaluated {
-                    scenario: candidate.scenario(&plan, 1)?,
-                    cost_source: v.cost_source.clone(),
-                    per_replica: v.per_replica.clone(),
-                    replicas: v.replicas,
-                    replicas_added: v.replicas_added,
-                    cluster: v.cluster.clone(),
-                    meets: v.meets,
-                    over_budget: v.over_budget.clone(),
-                    gpus: v.gpus,
-                    price_per_hour: v.price_per_hour,
-                })),
-                _ => return Err(bad(path, format!("candidate {} is neither infeasible nor evaluated", entry.index))),
-            };
-            if slots[entry.index].replace(Evaluation { candidate: candidate.clone(), outcome }).is_some() {
+            let evaluation = rebuild(&plan, candidate, entry)?
+                .ok_or_else(|| bad(path, format!("candidate {} is neither infeasible nor evaluated", entry.index)))?;
+            if slots[entry.index].replace(evaluation).is_some() {
                 return Err(bad(path, format!("candidate {} appears twice", entry.index)));
             }
         }
