@@ -2,25 +2,18 @@
 
 use std::path::Path;
 
+mod common;
+use common::{ONE_AT_A_TIME, one_seq_batch};
+
 use servesim::cost::CostModel;
 use servesim::metrics::Summary;
 use servesim::run::{cost_model, sim_config};
 use servesim::scenario::Scenario;
-use servesim::sched::{Batch, SchedulingPolicy, SeqWork, VllmV1};
 use servesim::sim::simulate;
 use servesim::workload;
 
 fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, Path::new("analytic.toml"), &[]).expect("valid scenario")
-}
-
-/// A batch of one sequence, with the graph decision vLLM V1 (the scenarios' policy) makes.
-fn one_seq_batch(new_tokens: u32, context_tokens: u32, prefill: bool) -> Batch {
-    let mut batch = Batch::default();
-    let work = SeqWork { seq: 0, new_tokens, context_tokens, samples_token: true };
-    if prefill { batch.push_prefill(work) } else { batch.push_decode(work) }
-    batch.graph_size = VllmV1.graph_size(&batch);
-    batch
 }
 
 /// A request alone: its TTFT is the cost of its prefill step, and its TPOT the mean cost of its
@@ -62,23 +55,7 @@ fn lone_request_ttft_and_tpot_are_the_step_costs() {
 /// Wq = ρ·D / (2(1 − ρ)) = D/2. The simulated mean of (TTFT − D) must be within 3%.
 #[test]
 fn queueing_delay_matches_pollaczek_khinchine() {
-    let base = r#"
-        [model]
-        preset = "Llama-3.2-1B"
-        [hardware]
-        gpu = "H100-SXM"
-        [engine]
-        policy = "vllm-v1"
-        max_num_seqs = 1
-        [workload]
-        num_prompts = 1
-        request_rate = RATE
-        seed = 42
-        [workload.dataset]
-        kind = "fixed"
-        input_len = 512
-        output_len = 1
-        "#;
+    let base = ONE_AT_A_TIME;
     let probe = scenario(&base.replace("RATE", "1.0"));
     let service_ns = cost_model(&probe).predict(&one_seq_batch(512, 0, true)).total_ns as f64;
     let rho = 0.5;

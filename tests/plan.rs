@@ -3,36 +3,19 @@
 
 use std::path::Path;
 
+mod common;
+use common::{ONE_AT_A_TIME, one_seq_batch};
+
 use servesim::cost::CostModel;
 use servesim::metrics::LatencyMetric;
 use servesim::plan::{Bound, Objectives, SearchOptions, Slo, Statistic, max_sustainable_rate, search};
 use servesim::run::cost_model;
 use servesim::scenario::Scenario;
-use servesim::sched::{Batch, SchedulingPolicy, SeqWork, VllmV1};
 
 fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, Path::new("plan.toml"), &[]).expect("valid scenario")
 }
 
-/// One replica serving one request at a time, every request one prefill step of 512 tokens and a
-/// single output token: a server with a deterministic service time D.
-const ONE_AT_A_TIME: &str = r#"
-    [model]
-    preset = "Llama-3.2-1B"
-    [hardware]
-    gpu = "H100-SXM"
-    [engine]
-    policy = "vllm-v1"
-    max_num_seqs = 1
-    [workload]
-    num_prompts = 1
-    request_rate = 1.0
-    seed = 42
-    [workload.dataset]
-    kind = "fixed"
-    input_len = 512
-    output_len = 1
-"#;
 
 /// ShareGPT-like chat traffic to Llama-3.1-8B on H100s, `TP` GPUs per replica.
 const CHAT: &str = r#"
@@ -68,12 +51,9 @@ fn chat_objectives() -> Objectives {
 /// 0.5 / D requests per second. The search must land within 3% of it.
 #[test]
 fn max_rate_under_a_mean_queueing_delay_matches_pollaczek_khinchine() {
-    let s = scenario(ONE_AT_A_TIME);
+    let s = scenario(&ONE_AT_A_TIME.replace("RATE", "1.0"));
     let cost = cost_model(&s);
-    let mut batch = Batch::default();
-    batch.push_prefill(SeqWork { seq: 0, new_tokens: 512, context_tokens: 0, samples_token: true });
-    batch.graph_size = VllmV1.graph_size(&batch);
-    let service_ms = cost.predict(&batch).total_ns as f64 / 1e6;
+    let service_ms = cost.predict(&one_seq_batch(512, 0, true)).total_ns as f64 / 1e6;
     let objectives = Objectives {
         slos: vec![Slo { metric: LatencyMetric::Ttft, statistic: Statistic::Mean, limit_ms: 1.5 * service_ms }],
         attainment: None,

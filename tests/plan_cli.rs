@@ -4,35 +4,7 @@
 mod common;
 use common::*;
 
-/// Llama-3.2-1B chat traffic; three GPUs and TPs, one of which cannot hold the model (an L40S
-/// at 1% memory utilisation is refused by scenario validation).
-const PLAN: &str = r#"
-name = "small"
-[model]
-preset = "Llama-3.2-1B"
-[workload]
-seed = 3
-[workload.dataset]
-kind = "sharegpt"
-input = { dist = "lognormal", mean = 200, std = 150, min = 4, max = 1024 }
-output = { dist = "lognormal", mean = 100, std = 80, min = 2, max = 512 }
-[target]
-rate = 30.0
-[slo]
-ttft_p90_ms = 300
-tpot_p90_ms = 30
-[search]
-tensor_parallel = [1, 2]
-max_num_seqs = [32, 128]
-[[search.gpu]]
-name = "H100-SXM"
-price_per_gpu_hour = 3.0
-[[search.gpu]]
-name = "A100-80G-SXM"
-price_per_gpu_hour = 1.5
-[budget]
-max_gpus = 16
-"#;
+const PLAN: &str = SMALL_PLAN;
 
 fn plan(dir: &std::path::Path, text: &str, extra: &[&str]) -> std::process::Output {
     let path = write_file(dir, "plan.toml", text);

@@ -6,29 +6,6 @@
 mod common;
 use common::*;
 
-const PLAN: &str = r#"
-name = "ray"
-[model]
-preset = "Llama-3.2-1B"
-[workload]
-seed = 5
-[workload.dataset]
-kind = "sharegpt"
-input = { dist = "lognormal", mean = 200, std = 150, min = 4, max = 1024 }
-output = { dist = "lognormal", mean = 100, std = 80, min = 2, max = 512 }
-[target]
-rate = 30.0
-[slo]
-ttft_p90_ms = 300
-tpot_p90_ms = 30
-[search]
-tensor_parallel = [1, 2]
-max_num_seqs = [32, 128]
-[[search.gpu]]
-name = "H100-SXM"
-price_per_gpu_hour = 3.0
-"#;
-
 #[test]
 fn shards_on_ray_merge_into_the_unsharded_plan() {
     let require = std::env::var("SERVESIM_REQUIRE_RAY").as_deref() == Ok("1");
@@ -39,7 +16,7 @@ fn shards_on_ray_merge_into_the_unsharded_plan() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let plan = write_file(dir.path(), "plan.toml", PLAN);
+    let plan = write_file(dir.path(), "plan.toml", SMALL_PLAN);
     let whole = dir.path().join("whole");
     let unsharded = servesim(&["plan", plan.to_str().unwrap(), "--out", whole.to_str().unwrap()]);
     assert!(unsharded.status.success(), "{}", stderr(&unsharded));

@@ -82,6 +82,15 @@ impl Evaluated {
         }
     }
 
+    /// `meets`, `misses` or `over budget`, as candidates.csv and plan.json say it.
+    pub fn status(&self) -> &'static str {
+        match (self.meets, &self.over_budget) {
+            (false, _) => "misses",
+            (true, Some(_)) => "over budget",
+            (true, None) => "meets",
+        }
+    }
+
     /// Price per million output tokens at the operating point.
     pub fn price_per_million_output(&self) -> Option<f64> {
         self.operating_point().filter(|p| p.output_throughput > 0.0).map(|p| self.price_per_hour / (p.output_throughput * 3600.0) * 1e6)

@@ -146,11 +146,6 @@ const SEARCHED_ENGINE_FIELDS: [&str; 6] =
 pub const MAX_CANDIDATES: usize = 100_000;
 
 impl Plan {
-    pub fn load(path: &Path) -> Result<Plan, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
-        Plan::from_toml_str(&text, path)
-    }
-
     /// Parses plan text as if it came from `path`.
     pub fn from_toml_str(text: &str, path: &Path) -> Result<Plan, ScenarioError> {
         let file = path.to_path_buf();

@@ -156,11 +156,8 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
                 row.extend(std::iter::repeat_n(String::new(), 15 + slo_columns.len() + 2));
             }
             Outcome::Evaluated(v) => {
-                let (status, reason) = match (&v.over_budget, v.meets) {
-                    (_, false) => ("misses", String::new()),
-                    (Some(why), true) => ("over budget", why.clone()),
-                    (None, true) => ("meets", String::new()),
-                };
+                let status = v.status();
+                let reason = if v.meets { v.over_budget.clone().unwrap_or_default() } else { String::new() };
                 let op = v.operating_point();
                 let bound = match v.per_replica.bound {
                     Bound::Found => "found",
@@ -242,7 +239,7 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
                             "mean_tpot_ms": p.mean_tpot_ms,
                         })
                     };
-                    obj.insert("status".into(), json!(if !v.meets { "misses" } else if v.over_budget.is_some() { "over budget" } else { "meets" }));
+                    obj.insert("status".into(), json!(v.status()));
                     obj.insert("over_budget".into(), json!(v.over_budget));
                     obj.insert("cost_source".into(), json!(v.cost_source));
                     obj.insert("max_rate_per_replica".into(), json!(v.per_replica.max_rate));

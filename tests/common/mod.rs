@@ -127,3 +127,64 @@ pub fn http_get(base: &str, path: &str) -> String {
     let (_, body) = response.split_once("\r\n\r\n").expect("headers end");
     body.to_string()
 }
+
+/// One replica serving one request at a time, every request one prefill step of 512 tokens and a
+/// single output token: a server with a deterministic service time D (an M/D/1 queue under
+/// Poisson arrivals). `RATE` stands for the request rate.
+pub const ONE_AT_A_TIME: &str = r#"
+    [model]
+    preset = "Llama-3.2-1B"
+    [hardware]
+    gpu = "H100-SXM"
+    [engine]
+    policy = "vllm-v1"
+    max_num_seqs = 1
+    [workload]
+    num_prompts = 1
+    request_rate = RATE
+    seed = 42
+    [workload.dataset]
+    kind = "fixed"
+    input_len = 512
+    output_len = 1
+"#;
+
+/// A batch of one sequence, with the graph decision vLLM V1 (the scenarios' policy) makes.
+pub fn one_seq_batch(new_tokens: u32, context_tokens: u32, prefill: bool) -> servesim::sched::Batch {
+    use servesim::sched::{Batch, SchedulingPolicy, SeqWork, VllmV1};
+    let mut batch = Batch::default();
+    let work = SeqWork { seq: 0, new_tokens, context_tokens, samples_token: true };
+    if prefill { batch.push_prefill(work) } else { batch.push_decode(work) }
+    batch.graph_size = VllmV1.graph_size(&batch);
+    batch
+}
+
+/// A small plan: Llama-3.2-1B chat traffic at 30 req/s over two GPUs, TP 1 and 2, and two
+/// `max_num_seqs` values (8 candidates).
+pub const SMALL_PLAN: &str = r#"
+name = "small"
+[model]
+preset = "Llama-3.2-1B"
+[workload]
+seed = 3
+[workload.dataset]
+kind = "sharegpt"
+input = { dist = "lognormal", mean = 200, std = 150, min = 4, max = 1024 }
+output = { dist = "lognormal", mean = 100, std = 80, min = 2, max = 512 }
+[target]
+rate = 30.0
+[slo]
+ttft_p90_ms = 300
+tpot_p90_ms = 30
+[search]
+tensor_parallel = [1, 2]
+max_num_seqs = [32, 128]
+[[search.gpu]]
+name = "H100-SXM"
+price_per_gpu_hour = 3.0
+[[search.gpu]]
+name = "A100-80G-SXM"
+price_per_gpu_hour = 1.5
+[budget]
+max_gpus = 16
+"#;
