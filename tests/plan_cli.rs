@@ -103,7 +103,9 @@ fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
 
 #[test]
 fn bad_plan_files_name_the_file_the_field_and_the_value() {
-    let cases: [(&str, &str, &[&str]); 7] = [
+    let cases: [(&str, &str, &[&str]); 9] = [
+        ("kind = \"sharegpt\"", "kind = \"trace\"", &["workload.dataset.kind", "arrival times"]),
+        ("ttft_p90_ms = 300", "\"ttft_p99.9999_ms\" = 300", &["slo.ttft_p99.9999_ms", "requests per probe"]),
         ("seed = 3", "seed = 3\n[engine]\nmax_num_seqs = 8", &["engine.max_num_seqs", "[search]"]),
         ("ttft_p90_ms = 300", "ttft_p90_ms = -1", &["slo.ttft_p90_ms", "-1", "positive"]),
         ("ttft_p90_ms = 300", "ttft_p900_ms = 300", &["slo.ttft_p900_ms", "expected <ttft"]),

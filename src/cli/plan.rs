@@ -175,7 +175,7 @@ fn write_outputs(dir: &Path, plan: &Plan, evaluations: &[Evaluation], ranked: &[
     for (k, (c, e)) in ranked.iter().take(output::ARTEFACTS).enumerate() {
         // The whole deployment at the target (or one replica at its highest rate), with as many
         // requests as the planner's probes: `servesim simulate` reruns it.
-        let requests = SearchOptions::default().requests_for(&plan.objectives).saturating_mul(e.replicas);
+        let requests = SearchOptions::default().requests_for_cluster(&plan.objectives, e.replicas);
         let header = format!("# {}: written by servesim plan from {}\n", c.label(&plan.space), plan.path.display());
         let rate = plan.target_rate.unwrap_or(e.per_replica.max_rate);
         write(dir, &format!("top-{}.toml", k + 1), header + &c.scenario_text(plan, e.replicas, requests, rate))?;

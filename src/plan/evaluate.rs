@@ -208,7 +208,7 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
         }
         while over_budget_with(replicas).is_none() {
             let at_target = candidate.scenario(plan, replicas)?;
-            let requests = options.requests_for(&plan.objectives).saturating_mul(replicas);
+            let requests = options.requests_for_cluster(&plan.objectives, replicas);
             let p = probe(&at_target, cost.as_ref(), &plan.objectives, target, requests);
             meets = p.verdict.met;
             cluster = Some(p);

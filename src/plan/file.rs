@@ -142,6 +142,9 @@ pub struct Plan {
 const SEARCHED_ENGINE_FIELDS: [&str; 6] =
     ["policy", "tensor_parallel", "replicas", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"];
 
+/// Most requests one probe simulates: the memory a simulation holds grows with them.
+pub const PROBE_REQUESTS_MAX: u32 = 1_000_000;
+
 /// Most candidates one plan may enumerate: each runs a dozen full simulations.
 pub const MAX_CANDIDATES: usize = 100_000;
 
@@ -173,6 +176,9 @@ impl Plan {
             Some(rate) if !(rate.is_finite() && rate > 0.0) => return Err(invalid("target.rate", &rate, "must be a positive number of requests per second")),
             rate => rate,
         };
+        if let Some(kind) = raw.workload.get("dataset").and_then(|d| d.get("kind")).filter(|k| k.as_str() == Some("trace")) {
+            return Err(invalid("workload.dataset.kind", kind, "a trace brings its own arrival times, so the planner cannot set the rate"));
+        }
         let objectives = parse_slo(&raw.slo, &invalid)?;
 
         let s = raw.search;
@@ -301,6 +307,12 @@ fn parse_slo(
         let Some((metric, statistic)) = parsed else {
             return Err(invalid(&field, value, FORM));
         };
+        if let Statistic::Percentile(p) = statistic {
+            // A probe runs 100 / (1 − p) requests so that p rests on ~100 beyond it.
+            if 100.0 / (1.0 - p / 100.0) > PROBE_REQUESTS_MAX as f64 {
+                return Err(invalid(&field, value, &format!("p{p} needs more than {PROBE_REQUESTS_MAX} requests per probe; at most p99.99")));
+            }
+        }
         match number {
             Some(limit_ms) if limit_ms.is_finite() && limit_ms > 0.0 => slos.push(Slo { metric, statistic, limit_ms }),
             _ => return Err(invalid(&field, value, "must be a positive number of milliseconds")),

@@ -10,6 +10,7 @@ use crate::cost::CostModel;
 use crate::run::{run_point, sim_config};
 use crate::scenario::{Scenario, SweepPoint};
 
+use super::file::PROBE_REQUESTS_MAX;
 use super::objectives::{Objectives, Verdict};
 
 /// How the search runs. [`SearchOptions::default`] is what a plan uses.
@@ -40,6 +41,12 @@ impl SearchOptions {
         let tail = 1.0 - objectives.highest_percentile() / 100.0;
         let for_tail = if tail > 0.0 { (100.0 / tail).ceil().min(u32::MAX as f64) as u32 } else { u32::MAX };
         self.min_requests.max(for_tail)
+    }
+
+    /// Requests for a whole cluster of `replicas`: a probe's worth each, at most
+    /// [`PROBE_REQUESTS_MAX`] in all.
+    pub fn requests_for_cluster(&self, objectives: &Objectives, replicas: u32) -> u32 {
+        self.requests_for(objectives).saturating_mul(replicas).min(PROBE_REQUESTS_MAX)
     }
 }
 
