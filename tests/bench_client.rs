@@ -448,12 +448,13 @@ async fn the_cli_prints_vllm_blocks_and_saves_results() {
     // The per-request CSV beside it: simulate's requests.csv columns, one row per request.
     let csv = std::fs::read_to_string(dir.path().join("bench-openai-3.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error");
+    assert_eq!(lines[0], "point,num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error");
     assert_eq!(lines.len(), 4, "{csv}");
     for (i, line) in lines[1..].iter().enumerate() {
+        // The second sweep point (--num-prompts 2,3), of 3 requests.
         let cells: Vec<&str> = line.split(',').collect();
-        assert_eq!((cells[0], cells[1], cells[6], cells[7], cells[9], cells[10]), ("3", &*i.to_string(), "8", "5", "true", ""), "{line}");
-        let (send, first, end): (f64, f64, f64) = (cells[3].parse().unwrap(), cells[4].parse().unwrap(), cells[5].parse().unwrap());
+        assert_eq!((cells[0], cells[1], cells[2], cells[7], cells[8], cells[10], cells[11]), ("2", "3", &*i.to_string(), "8", "5", "true", ""), "{line}");
+        let (send, first, end): (f64, f64, f64) = (cells[4].parse().unwrap(), cells[5].parse().unwrap(), cells[6].parse().unwrap());
         assert!(send <= first && first <= end, "{line}");
     }
 }

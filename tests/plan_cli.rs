@@ -103,7 +103,9 @@ fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
 
 #[test]
 fn bad_plan_files_name_the_file_the_field_and_the_value() {
-    let cases: [(&str, &str, &[&str]); 9] = [
+    let cases: [(&str, &str, &[&str]); 11] = [
+        ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"TPU-v5e\"", &["search.gpu[0].name", "TPU-v5e", "no default price"]),
+        ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = -3.0", &["search.gpu[0].price_per_gpu_hour", "-3"]),
         ("kind = \"sharegpt\"", "kind = \"trace\"", &["workload.dataset.kind", "arrival times"]),
         ("ttft_p90_ms = 300", "\"ttft_p99.9999_ms\" = 300", &["slo.ttft_p99.9999_ms", "requests per probe"]),
         ("seed = 3", "seed = 3\n[engine]\nmax_num_seqs = 8", &["engine.max_num_seqs", "[search]"]),
@@ -124,6 +126,30 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
         for needle in expected {
             assert!(err.contains(needle), "{replace}: no {needle:?} in {err}");
         }
+    }
+}
+
+/// A GPU the plan gives no price is charged servesim's default, and the outputs say whose price
+/// it is.
+#[test]
+fn a_gpu_without_a_price_is_charged_the_default_and_its_source_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let text = PLAN.replacen("name = \"A100-80G-SXM\"\nprice_per_gpu_hour = 1.5", "name = \"A100-80G-SXM\"", 1);
+    assert_ne!(text, PLAN);
+    let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("prices per GPU-hour: A100-80G-SXM $1.79, servesim's defaults"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("plan.json")).unwrap()).unwrap();
+    let gpus = json["gpus"].as_array().unwrap();
+    assert_eq!((gpus[0]["price_per_gpu_hour"].as_f64(), gpus[0]["price_source"].as_str()), (Some(3.0), Some("plan file")));
+    assert_eq!(gpus[1]["price_per_gpu_hour"].as_f64(), Some(1.79));
+    assert!(gpus[1]["price_source"].as_str().unwrap().contains("Lambda on-demand"), "{gpus:?}");
+    // Every evaluated A100 candidate costs its GPUs at the default price.
+    for c in json["candidates"].as_array().unwrap().iter().filter(|c| c["gpu"] == "A100-80G-SXM" && c["gpus"].is_u64()) {
+        let gpus = c["gpus"].as_f64().unwrap();
+        assert!((c["price_per_hour"].as_f64().unwrap() - gpus * 1.79).abs() < 1e-9, "{c}");
     }
 }
 

@@ -125,12 +125,12 @@ fn itl_csv_holds_every_token_gap() {
     let itl = std::fs::read_to_string(run.join("itl.csv")).unwrap();
     let requests = std::fs::read_to_string(run.join("requests.csv")).unwrap();
     let mut lines = itl.lines();
-    assert_eq!(lines.next(), Some("num_prompts,itl_ms,count"));
+    assert_eq!(lines.next(), Some("point,num_prompts,itl_ms,count"));
     let mut gaps = std::collections::BTreeMap::<u32, u64>::new();
     let mut last: Option<(u32, f64)> = None;
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
-        let (n, value, count): (u32, f64, u64) = (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap());
+        let (n, value, count): (u32, f64, u64) = (f[0].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
         if let Some((last_n, last_value)) = last
             && last_n == n
         {
@@ -143,8 +143,8 @@ fn itl_csv_holds_every_token_gap() {
     let mut expected = std::collections::BTreeMap::<u32, u64>::new();
     for line in requests.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
-        if f[9] == "true" {
-            *expected.entry(f[0].parse().unwrap()).or_default() += f[7].parse::<u64>().unwrap() - 1;
+        if f[10] == "true" {
+            *expected.entry(f[0].parse().unwrap()).or_default() += f[8].parse::<u64>().unwrap() - 1;
         }
     }
     assert_eq!(gaps, expected);
@@ -186,7 +186,7 @@ fn bad_input_exits_2_naming_file_and_line() {
     let err = report_error(dir.path(), &run, "itl.csv", |_| None);
     assert!(err.contains("itl.csv: cannot read"), "{err}");
 
-    let err = report_error(dir.path(), &run, "requests.csv", |t| Some(set_field(&t, 3, 3, "soon")));
+    let err = report_error(dir.path(), &run, "requests.csv", |t| Some(set_field(&t, 3, 4, "soon")));
     assert!(err.contains("requests.csv:3: `send_s`: expected a non-negative decimal number, found \"soon\""), "{err}");
 
     let err = report_error(dir.path(), &run, "timeline.csv", |t| {
@@ -194,10 +194,10 @@ fn bad_input_exits_2_naming_file_and_line() {
         lines[4] = "1,0,0.5";
         Some(lines.join("\n"))
     });
-    assert!(err.contains("timeline.csv:5: expected 16 fields as in the header, found 3"), "{err}");
+    assert!(err.contains("timeline.csv:5: expected 17 fields as in the header, found 3"), "{err}");
 
     let err = report_error(dir.path(), &run, "itl.csv", |t| Some(set_field(&t, 2, 0, "999")));
-    assert!(err.contains("itl.csv:2: num_prompts 999 is not a sweep point of summary.json"), "{err}");
+    assert!(err.contains("itl.csv:2: point 999 is not a sweep point of summary.json, which has 2"), "{err}");
 
     let err = report_error(dir.path(), &run, "summary.json", |t| Some(t.replacen("\"results\"", "\"results\" oops", 1)));
     assert!(err.contains("summary.json:") && err.contains("malformed JSON"), "{err}");

@@ -55,7 +55,7 @@ fn seed_changes_results_and_set_overrides_fields() {
     let reseeded = servesim(&["simulate", path, "--seed", "12345"]);
     assert!(reseeded.status.success());
     assert_ne!(base, stdout(&reseeded), "--seed had no effect");
-    let one_point = servesim(&["simulate", path, "--set", "workload.num_prompts=3"]);
+    let one_point = servesim(&["simulate", path, "--set", "workload.num_prompts=3", "--set", "workload.request_rate=20"]);
     assert!(one_point.status.success(), "{}", stderr(&one_point));
     let text = stdout(&one_point);
     assert_eq!(text.matches("Serving Benchmark Result").count(), 1);

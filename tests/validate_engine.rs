@@ -50,13 +50,13 @@ fn the_engine_loop_runs_and_compares_measured_with_simulated() {
     assert_eq!(trace.lines().next(), simulated.lines().next(), "the trace has the simulator's columns");
     // Both prefilled every prompt token once: 8 requests × 32 tokens.
     let prefill_tokens = |csv: &str| -> u64 {
-        csv.lines().skip(1).map(|l| l.split(',').nth(8).unwrap().parse::<u64>().unwrap()).sum()
+        csv.lines().skip(1).map(|l| l.split(',').nth(9).unwrap().parse::<u64>().unwrap()).sum()
     };
     assert_eq!((prefill_tokens(&trace), prefill_tokens(&simulated)), (256, 256));
     // The engine times its forward pass kernel by kernel: every step has GEMM, attention and
     // elementwise parts, which with the host time fit inside the step.
     for line in trace.lines().skip(1) {
-        let ms: Vec<f64> = line.split(',').skip(10).map(|x| x.parse().unwrap()).collect();
+        let ms: Vec<f64> = line.split(',').skip(11).map(|x| x.parse().unwrap()).collect();
         let [step, gemm, attention, elementwise, communication, host] = ms[..] else { panic!("{line}") };
         assert!(gemm > 0.0 && attention > 0.0 && elementwise > 0.0 && communication == 0.0, "{line}");
         assert!(gemm + attention + elementwise + host <= step + 1e-5, "{line}");

@@ -128,8 +128,8 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         other => return Err(usage("--dataset-name", other, "expected random, sonnet, sharegpt, fixed or trace")),
     };
     let workload = WorkloadConfig {
+        request_rate: vec![request_rate; num_prompts.len()],
         num_prompts: num_prompts.clone(),
-        request_rate,
         burstiness: args.burstiness,
         max_concurrency: args.max_concurrency,
         dataset,
@@ -217,7 +217,7 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             let csv = path.with_extension("csv");
             let rows = run.records.requests.iter().zip(&run.details).enumerate().map(|(request_id, (record, detail))| {
                 crate::run::output::RequestRow {
-                    num_prompts: n,
+                    key: crate::run::output::PointKey { point: i as u32 + 1, num_prompts: n },
                     request_id,
                     record,
                     replica: None,

@@ -147,7 +147,9 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             .map_err(|source| Error::Output { path: address.into(), source })?;
         if let Some(path) = &args.timeline {
             let steps = trace.trace();
-            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (0, s)), knobs.num_gpu_blocks)?;
+            // A server has no sweep: its steps are one point, of no set number of prompts.
+            let key = crate::run::output::PointKey { point: 1, num_prompts: 0 };
+            crate::run::output::write_timeline_file(path, steps.iter().map(|s| (key, s)), knobs.num_gpu_blocks)?;
             eprintln!("wrote {} ({} steps)", path.display(), steps.len());
         }
         Ok(())

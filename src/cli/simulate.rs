@@ -67,7 +67,8 @@ impl SimulateArgs {
             percentile_metrics,
             percentiles,
             max_concurrency: scenario.workload.max_concurrency,
-            request_rate: scenario.workload.request_rate,
+            // Each sweep point prints its own rate (set per point below).
+            request_rate: f64::INFINITY,
         };
         let profile = self.profile.as_deref().map(flags::profile).transpose()?;
         Ok(SimulateConfig { scenario, out: self.out, report, profile })
@@ -115,7 +116,11 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
             text.push('\n');
         }
         text.push_str(&format!("num_prompts: {}\n", point.num_prompts));
-        write_report(&mut text, &point.summary, &config.report).expect("writing to a String");
+        if scenario.workload.sweeps_rate() {
+            text.push_str(&format!("request_rate: {}\n", point.request_rate));
+        }
+        let report = ReportOptions { request_rate: point.request_rate, ..config.report.clone() };
+        write_report(&mut text, &point.summary, &report).expect("writing to a String");
     }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();

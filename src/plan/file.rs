@@ -23,7 +23,7 @@
 //! max_num_seqs = [64, 256]
 //! [[search.gpu]]
 //! name = "H100-SXM"
-//! price_per_gpu_hour = 3.0
+//! price_per_gpu_hour = 3.0   # left out: the default in plan::prices, with its source
 //! [budget]
 //! max_gpus = 64
 //! ```
@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::objectives::{Objectives, Slo, Statistic};
+use super::prices;
 use crate::metrics::LatencyMetric;
 use crate::scenario::ScenarioError;
 
@@ -87,7 +88,8 @@ struct RawSearch {
 #[serde(deny_unknown_fields)]
 struct RawGpu {
     name: String,
-    price_per_gpu_hour: f64,
+    /// Left out: the default of `plan::prices`, for a hardware preset.
+    price_per_gpu_hour: Option<f64>,
     /// A calibration profile (`servesim calibrate --out`) that prices this GPU's steps.
     profile: Option<String>,
 }
@@ -104,6 +106,8 @@ struct RawBudget {
 pub struct GpuOffer {
     pub name: String,
     pub price_per_gpu_hour: f64,
+    /// Where the price comes from: the plan file, or a default's source and date.
+    pub price_source: String,
     pub profile: Option<PathBuf>,
 }
 
@@ -187,11 +191,22 @@ impl Plan {
         }
         let mut gpus = Vec::new();
         for (i, gpu) in s.gpu.iter().enumerate() {
-            if !(gpu.price_per_gpu_hour.is_finite() && gpu.price_per_gpu_hour >= 0.0) {
-                return Err(invalid(&format!("search.gpu[{i}].price_per_gpu_hour"), &gpu.price_per_gpu_hour, "must be a price ≥ 0"));
-            }
+            let (price_per_gpu_hour, price_source) = match gpu.price_per_gpu_hour {
+                Some(price) if price.is_finite() && price >= 0.0 => (price, "plan file".to_string()),
+                Some(price) => return Err(invalid(&format!("search.gpu[{i}].price_per_gpu_hour"), &price, "must be a price ≥ 0")),
+                None => match prices::default_price(&gpu.name) {
+                    Some(p) => (p.price_per_gpu_hour, format!("{}, {}", p.source, p.as_of)),
+                    None => {
+                        return Err(invalid(
+                            &format!("search.gpu[{i}].name"),
+                            &gpu.name,
+                            "has no default price (docs/planning.md lists them); give price_per_gpu_hour",
+                        ));
+                    }
+                },
+            };
             let profile = gpu.profile.as_ref().map(|p| path.parent().map_or_else(|| PathBuf::from(p), |dir| dir.join(p)));
-            gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour: gpu.price_per_gpu_hour, profile });
+            gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour, price_source, profile });
         }
         let nonempty = |field: &str, len: usize| if len == 0 { Err(invalid(field, &"[]", "give at least one value, or leave the key out")) } else { Ok(()) };
         nonempty("search.tensor_parallel", s.tensor_parallel.len())?;

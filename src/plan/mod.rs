@@ -16,6 +16,7 @@ pub mod evaluate;
 pub mod file;
 pub mod objectives;
 pub mod output;
+pub mod prices;
 pub mod search;
 pub mod shard;
 

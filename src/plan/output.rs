@@ -75,6 +75,21 @@ pub fn table(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate, &Ev
     if ranked.iter().any(|(_, e)| e.cost_source == "roofline") {
         writeln!(out, "note: rows priced by the roofline rest on datasheet peaks and guessed efficiencies; a calibrated or fitted profile is closer to a real engine").unwrap();
     }
+    let defaults: Vec<String> = plan
+        .space
+        .gpus
+        .iter()
+        .filter(|g| g.price_source != "plan file")
+        .map(|g| format!("{} ${:.2}", g.name, g.price_per_gpu_hour))
+        .collect();
+    if !defaults.is_empty() {
+        writeln!(
+            out,
+            "prices per GPU-hour: {}, servesim's defaults (on-demand list prices; plan.json names each source); set price_per_gpu_hour for your own quotes",
+            defaults.join(", ")
+        )
+        .unwrap();
+    }
     out
 }
 
@@ -257,6 +272,11 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
     json!({
         "plan": plan.name,
         "target_rate": plan.target_rate,
+        "gpus": plan.space.gpus.iter().map(|g| json!({
+            "name": g.name,
+            "price_per_gpu_hour": g.price_per_gpu_hour,
+            "price_source": g.price_source,
+        })).collect::<Vec<_>>(),
         "objectives": {"slos": slos, "attainment": plan.objectives.attainment},
         "ranked": ranked.iter().map(|(c, _)| c.index).collect::<Vec<_>>(),
         "candidates": candidates,

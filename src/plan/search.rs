@@ -95,12 +95,12 @@ impl RateSearch {
 /// Simulates `scenario`'s workload at `rate` with `num_prompts` requests and judges the run.
 pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives, rate: f64, num_prompts: u32) -> Probe {
     let mut at_rate = scenario.clone();
-    at_rate.workload.request_rate = rate;
+    at_rate.workload.request_rate = vec![rate];
     at_rate.workload.num_prompts = vec![num_prompts];
     // Totals pin a recorded run's lengths; a probe draws its own.
     at_rate.workload.input_tokens_total = None;
     at_rate.workload.output_tokens_total = None;
-    let point = SweepPoint { num_prompts, input_tokens_total: None, output_tokens_total: None };
+    let point = SweepPoint::new(num_prompts, rate);
     let result = run_point(&at_rate, &sim_config(&at_rate), cost, &point, &objectives.percentiles());
     let verdict = objectives.judge(&result.output.records, &result.summary);
     Probe {

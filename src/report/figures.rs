@@ -98,7 +98,7 @@ pub fn all(data: &ReportData) -> Vec<Chart> {
         // With several runs, each run's charts get a `runN-` prefix and its name in the title.
         let (prefix, suffix) = if many { (format!("run{}-", i + 1), format!(" — {}", run.name)) } else { (String::new(), String::new()) };
         let mut own = cdf_charts(run, load, &latencies[i]);
-        own.extend(timeline_charts(run));
+        own.extend(timeline_charts(run, load));
         own.extend(breakdown_chart(run));
         for mut chart in own {
             chart.file = format!("{prefix}{}", chart.file);
@@ -486,9 +486,19 @@ fn bucketed(steps: &[&StepRow], values: impl Fn(&StepRow) -> Vec<f64>) -> Vec<(f
     out.into_iter().map(|(t, sums, n)| (t, sums.into_iter().map(|s| s / n as f64).collect())).collect()
 }
 
-fn timeline_charts(run: &RunData) -> Vec<Chart> {
-    // The largest sweep point: the one with the most queueing to see.
-    let Some(point) = run.points.iter().rev().max_by_key(|p| p.num_prompts) else { return Vec::new() };
+fn timeline_charts(run: &RunData, load: Load) -> Vec<Chart> {
+    // The largest sweep point, the one with the most queueing to see: the most requests, or in a
+    // load sweep the highest rate (the first of equals).
+    let size = |p: &PointData| match load {
+        Load::Rate => (p.request_rate.unwrap_or(f64::INFINITY), p.num_prompts),
+        Load::Concurrency | Load::NumPrompts => (0.0, p.num_prompts),
+    };
+    let Some(point) = run.points.iter().rev().max_by(|a, b| {
+        let (a, b) = (size(a), size(b));
+        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+    }) else {
+        return Vec::new();
+    };
     if point.steps.is_empty() {
         return Vec::new();
     }
@@ -501,7 +511,10 @@ fn timeline_charts(run: &RunData) -> Vec<Chart> {
     let by_replica = |r: u32| -> Vec<&StepRow> { point.steps.iter().filter(|s| s.replica == r).collect() };
     let averaged = point.steps.len() / replicas.len() > TIMELINE_STEPS_MAX;
     let note = if averaged { " Steps are averaged over short time buckets." } else { "" };
-    let which = format!("num_prompts = {}", point.num_prompts);
+    let which = match load {
+        Load::Rate => format!("request rate {}", load.label(point)),
+        Load::Concurrency | Load::NumPrompts => format!("num_prompts = {}", point.num_prompts),
+    };
     let multi = replicas.len() > 1;
     let suffix = |r: u32| if multi { format!(" (replica {r})") } else { String::new() };
     let time_axis = || Axis::linear("time since the first request (s)");

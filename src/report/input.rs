@@ -80,14 +80,13 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
         return Err(bad(dir, None, "not a directory (expected one written by `servesim simulate --out`)"));
     }
     let mut run = read_summary(&dir.join("summary.json"), dir)?;
-    let index: BTreeMap<u32, usize> =
-        run.points.iter().enumerate().rev().map(|(i, p)| (p.num_prompts, i)).collect();
+    let points = run.points.len();
 
     let path = dir.join("requests.csv");
     let text = read(&path)?;
     let table = Table::new(&path, &text)?;
     let cols = table.columns(&[
-        "num_prompts",
+        "point",
         "send_s",
         "first_token_s",
         "end_s",
@@ -97,7 +96,7 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
     ])?;
     for row in table.rows() {
         let row = row?;
-        let point = row.point(&index, cols[0])?;
+        let point = row.point(points, cols[0])?;
         let first = row.field(cols[2]);
         let request = RequestRow {
             send_ns: row.decimal(cols[1], 9)?,
@@ -114,7 +113,7 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
     let text = read(&path)?;
     let table = Table::new(&path, &text)?;
     let cols = table.columns(&[
-        "num_prompts",
+        "point",
         "replica",
         "start_s",
         "running",
@@ -133,7 +132,7 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
     ])?;
     for row in table.rows() {
         let row = row?;
-        let point = row.point(&index, cols[0])?;
+        let point = row.point(points, cols[0])?;
         let mut parts_ns = [0u64; 5];
         for (k, part) in parts_ns.iter_mut().enumerate() {
             *part = row.decimal(cols[11 + k], 6)?;
@@ -157,10 +156,10 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
     let path = dir.join("itl.csv");
     let text = read(&path)?;
     let table = Table::new(&path, &text)?;
-    let cols = table.columns(&["num_prompts", "itl_ms", "count"])?;
+    let cols = table.columns(&["point", "itl_ms", "count"])?;
     for row in table.rows() {
         let row = row?;
-        let point = row.point(&index, cols[0])?;
+        let point = row.point(points, cols[0])?;
         let value_ns = row.decimal(cols[1], 6)?;
         let count: u64 = row.int(cols[2])?;
         let runs = &mut run.points[point].itl_runs;
@@ -307,12 +306,14 @@ impl Row<'_> {
         parse_decimal(self.field(col), digits).ok_or_else(|| self.error(col, "a non-negative decimal number"))
     }
 
-    /// The sweep point this row belongs to.
-    fn point(&self, index: &BTreeMap<u32, usize>, col: usize) -> Result<usize, Error> {
-        let n: u32 = self.int(col)?;
-        index.get(&n).copied().ok_or_else(|| {
-            bad(self.path, Some(self.line), format_args!("num_prompts {n} is not a sweep point of summary.json"))
-        })
+    /// The index of the sweep point this row belongs to, from its 1-based `point` column.
+    fn point(&self, points: usize, col: usize) -> Result<usize, Error> {
+        let n: usize = self.int(col)?;
+        if (1..=points).contains(&n) {
+            Ok(n - 1)
+        } else {
+            Err(bad(self.path, Some(self.line), format_args!("point {n} is not a sweep point of summary.json, which has {points}")))
+        }
     }
 }
 

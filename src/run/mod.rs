@@ -14,6 +14,7 @@ use crate::workload;
 #[derive(Clone, Debug)]
 pub struct PointResult {
     pub num_prompts: u32,
+    pub request_rate: f64,
     pub output: SimOutput,
     pub summary: Summary,
 }
@@ -89,5 +90,5 @@ pub fn run_point(
     let requests = workload::generate_point(&scenario.workload, point);
     let output = sim::simulate(&requests, config, cost);
     let summary = Summary::from_records(&output.records, percentiles);
-    PointResult { num_prompts: point.num_prompts, output, summary }
+    PointResult { num_prompts: point.num_prompts, request_rate: point.request_rate, output, summary }
 }

@@ -1,12 +1,14 @@
 //! The files `simulate --out DIR` writes: `summary.json`, `requests.csv`, `timeline.csv` and
 //! `itl.csv`.
 //!
-//! `itl.csv` (`num_prompts,itl_ms,count`) holds each sweep point's inter-token latencies, the
+//! `itl.csv` (`point,num_prompts,itl_ms,count`) holds each sweep point's inter-token latencies, the
 //! samples vLLM pools into its ITL statistics, as sorted `(value, count)` runs: one row per
 //! distinct gap, ascending, with how many gaps had exactly that value. It is what `servesim
 //! report` draws ITL distributions from without one row per generated token.
 //!
-//! A sweep writes one file of each kind; every row carries its sweep point (`num_prompts`).
+//! A sweep writes one file of each kind; every row carries its sweep point: `point`, its 1-based
+//! position in the sweep (and in `summary.json`'s `results`), then its `num_prompts`. The
+//! position is the key, since a load sweep runs the same `num_prompts` at several rates.
 //! Times are written from integer nanoseconds with exact decimal digits, so files are
 //! byte-identical across runs and machines.
 
@@ -75,7 +77,7 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             obj.insert("backend".into(), json!(scenario.engine.policy.name()));
             obj.insert("model_id".into(), json!(scenario.model.name));
             obj.insert("num_prompts".into(), json!(p.num_prompts));
-            obj.insert("request_rate".into(), rate_json(scenario.workload.request_rate));
+            obj.insert("request_rate".into(), rate_json(p.request_rate));
             obj.insert("burstiness".into(), json!(scenario.workload.burstiness));
             obj.insert("max_concurrency".into(), json!(scenario.workload.max_concurrency));
             insert_request_arrays(obj, records);
@@ -113,10 +115,25 @@ fn rate_json(rate: f64) -> Value {
     if rate.is_finite() { json!(rate) } else { json!("inf") }
 }
 
+/// Which sweep point a row belongs to: the first two columns of every CSV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PointKey {
+    /// 1-based position in the sweep.
+    pub point: u32,
+    pub num_prompts: u32,
+}
+
+impl PointKey {
+    /// The keys of a sweep's points, in order.
+    pub fn all(points: &[PointResult]) -> impl Iterator<Item = PointKey> + '_ {
+        points.iter().zip(1..).map(|(p, point)| PointKey { point, num_prompts: p.num_prompts })
+    }
+}
+
 fn write_requests_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
-    let rows = points.iter().flat_map(|p| {
-        p.output.records.requests.iter().zip(&p.output.extras).enumerate().map(|(request_id, (record, extra))| RequestRow {
-            num_prompts: p.num_prompts,
+    let rows = points.iter().zip(PointKey::all(points)).flat_map(|(p, key)| {
+        p.output.records.requests.iter().zip(&p.output.extras).enumerate().map(move |(request_id, (record, extra))| RequestRow {
+            key,
             request_id,
             record,
             replica: Some(extra.replica),
@@ -132,7 +149,7 @@ fn write_requests_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<
 /// a request failed.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestRow<'a> {
-    pub num_prompts: u32,
+    pub key: PointKey,
     pub request_id: usize,
     pub record: &'a RequestRecord,
     pub replica: Option<u32>,
@@ -144,15 +161,16 @@ pub struct RequestRow<'a> {
 pub fn write_requests_rows<'a>(w: &mut impl Write, rows: impl IntoIterator<Item = RequestRow<'a>>) -> io::Result<()> {
     writeln!(
         w,
-        "num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error"
+        "point,num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error"
     )?;
     let cell = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
     for row in rows {
         let r = row.record;
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{}",
-            row.num_prompts,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            row.key.point,
+            row.key.num_prompts,
             row.request_id,
             cell(row.replica),
             seconds(r.send_ns),
@@ -180,7 +198,7 @@ pub fn write_requests_file<'a>(path: &Path, rows: impl IntoIterator<Item = Reque
 }
 
 fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_total: u32) -> io::Result<()> {
-    let rows = points.iter().flat_map(|p| p.output.timeline.iter().map(move |s| (p.num_prompts, s)));
+    let rows = points.iter().zip(PointKey::all(points)).flat_map(|(p, key)| p.output.timeline.iter().map(move |s| (key, s)));
     write_timeline_rows(w, rows, kv_blocks_total)
 }
 
@@ -189,20 +207,21 @@ fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_tota
 /// `step_ms` are 0 because a real step is timed only as a whole.
 pub fn write_timeline_rows<'a>(
     w: &mut impl Write,
-    rows: impl IntoIterator<Item = (u32, &'a StepRow)>,
+    rows: impl IntoIterator<Item = (PointKey, &'a StepRow)>,
     kv_blocks_total: u32,
 ) -> io::Result<()> {
     writeln!(
         w,
-        "num_prompts,replica,start_s,running,waiting,kv_blocks_used,kv_blocks_total,batch_seqs,prefill_tokens,decode_tokens,\
+        "point,num_prompts,replica,start_s,running,waiting,kv_blocks_used,kv_blocks_total,batch_seqs,prefill_tokens,decode_tokens,\
          step_ms,gemm_ms,attention_ms,elementwise_ms,communication_ms,overhead_ms"
     )?;
-    for (num_prompts, s) in rows {
+    for (key, s) in rows {
         let c = &s.cost;
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            num_prompts,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            key.point,
+            key.num_prompts,
             s.replica,
             seconds(s.start_ns),
             s.running,
@@ -226,7 +245,7 @@ pub fn write_timeline_rows<'a>(
 /// Writes `timeline.csv` rows to `path` (see [`write_timeline_rows`]).
 pub fn write_timeline_file<'a>(
     path: &Path,
-    rows: impl IntoIterator<Item = (u32, &'a StepRow)>,
+    rows: impl IntoIterator<Item = (PointKey, &'a StepRow)>,
     kv_blocks_total: u32,
 ) -> Result<(), Error> {
     write_file(path, |w| write_timeline_rows(w, rows, kv_blocks_total))
@@ -235,8 +254,8 @@ pub fn write_timeline_file<'a>(
 
 /// `itl.csv`: per sweep point, the ITL samples as sorted runs of equal values (see the module doc).
 fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
-    writeln!(w, "num_prompts,itl_ms,count")?;
-    for p in points {
+    writeln!(w, "point,num_prompts,itl_ms,count")?;
+    for (p, key) in points.iter().zip(PointKey::all(points)) {
         let mut runs = p.output.records.itl_ns.runs.clone();
         runs.sort_unstable_by_key(|&(value_ns, _)| value_ns);
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
@@ -247,7 +266,7 @@ fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
             }
         }
         for (value_ns, count) in merged {
-            writeln!(w, "{},{},{}", p.num_prompts, millis(value_ns), count)?;
+            writeln!(w, "{},{},{},{}", key.point, key.num_prompts, millis(value_ns), count)?;
         }
     }
     Ok(())

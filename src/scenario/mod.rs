@@ -151,8 +151,9 @@ impl Default for CostParams {
 pub struct WorkloadConfig {
     /// One simulation per value: a sweep, printed as one report block per value.
     pub num_prompts: Vec<u32>,
-    /// Requests per second; `f64::INFINITY` sends everything at time zero.
-    pub request_rate: f64,
+    /// Requests per second, per sweep point (as long as `num_prompts`: a scenario that sweeps
+    /// one of the two repeats the other); `f64::INFINITY` sends everything at time zero.
+    pub request_rate: Vec<f64>,
     /// Shape of the gamma distribution of inter-arrival gaps (1.0 = Poisson), as vLLM's client.
     pub burstiness: f64,
     /// At most this many requests in flight from the client; `None` = unbounded.
@@ -168,15 +169,28 @@ pub struct WorkloadConfig {
 }
 
 /// One point of a workload sweep.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SweepPoint {
     pub num_prompts: u32,
+    pub request_rate: f64,
     pub input_tokens_total: Option<u64>,
     pub output_tokens_total: Option<u64>,
 }
 
+impl SweepPoint {
+    /// `num_prompts` requests at `request_rate`, with lengths as sampled.
+    pub fn new(num_prompts: u32, request_rate: f64) -> SweepPoint {
+        SweepPoint { num_prompts, request_rate, input_tokens_total: None, output_tokens_total: None }
+    }
+}
+
 impl WorkloadConfig {
-    /// The sweep, one entry per `num_prompts` value.
+    /// Whether the sweep varies the request rate (and so load is the rate, not `num_prompts`).
+    pub fn sweeps_rate(&self) -> bool {
+        self.request_rate.windows(2).any(|w| w[0].to_bits() != w[1].to_bits())
+    }
+
+    /// The sweep: one point per `num_prompts` (and `request_rate`) value.
     pub fn points(&self) -> Vec<SweepPoint> {
         let total = |list: &Option<Vec<u64>>, i: usize| list.as_ref().map(|l| l[i]);
         self.num_prompts
@@ -184,6 +198,7 @@ impl WorkloadConfig {
             .enumerate()
             .map(|(i, &num_prompts)| SweepPoint {
                 num_prompts,
+                request_rate: self.request_rate[i],
                 input_tokens_total: total(&self.input_tokens_total, i),
                 output_tokens_total: total(&self.output_tokens_total, i),
             })

@@ -138,7 +138,7 @@ pub type RawCost = toml::Table;
 #[serde(deny_unknown_fields)]
 pub struct RawWorkload {
     pub num_prompts: Option<NumPrompts>,
-    pub request_rate: Option<RequestRate>,
+    pub request_rate: Option<RequestRates>,
     pub burstiness: Option<f64>,
     pub max_concurrency: Option<u32>,
     pub seed: Option<u64>,
@@ -211,44 +211,59 @@ impl<'de> Deserialize<'de> for RawLengthDist {
     }
 }
 
-/// `num_prompts`: one integer, or a list of them (a sweep: one simulation per value). Kept as
-/// `i64` so that 0 and negatives reach the resolver and get a field-named error.
+/// A field that takes one value or a list of them (a sweep: one simulation per value), such as
+/// `num_prompts = 100` or `num_prompts = [100, 1000]`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NumPrompts(pub Vec<i64>);
+pub struct OneOrList<T>(pub Vec<T>);
 
-impl<'de> Deserialize<'de> for NumPrompts {
+/// `num_prompts`, kept as `i64` so that 0 and negatives reach the resolver and get a field-named
+/// error.
+pub type NumPrompts = OneOrList<i64>;
+
+/// `request_rate`: each value a number or `inf`.
+pub type RequestRates = OneOrList<RequestRate>;
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrList<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NumPrompts;
+        use de::IntoDeserializer;
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = OneOrList<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an integer or a list of integers")
+                f.write_str("a value or a list of values")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(NumPrompts(vec![v]))
+                T::deserialize(v.into_deserializer()).map(|t| OneOrList(vec![t]))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(NumPrompts(vec![i64::try_from(v).unwrap_or(i64::MAX)]))
+                T::deserialize(v.into_deserializer()).map(|t| OneOrList(vec![t]))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(|t| OneOrList(vec![t]))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(|t| OneOrList(vec![t]))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let mut out = Vec::new();
-                while let Some(v) = seq.next_element::<i64>()? {
+                while let Some(v) = seq.next_element::<T>()? {
                     out.push(v);
                 }
-                Ok(NumPrompts(out))
+                Ok(OneOrList(out))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
-/// `request_rate`: a number (TOML's `inf` included) or a string ("inf"). Strings are parsed and
-/// checked by the resolver, so that a bad one is reported against the field.
+/// One `request_rate` value: a number (TOML's `inf` included) or a string ("inf"). Strings are
+/// parsed and checked by the resolver, so that a bad one is reported against the field.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RequestRate {
     Number(f64),
     Text(String),
 }
+
 
 impl<'de> Deserialize<'de> for RequestRate {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

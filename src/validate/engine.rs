@@ -289,7 +289,7 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         let mut s = base.clone();
         s.workload.num_prompts = vec![series_prompts(sweep, c)];
         s.workload.max_concurrency = Some(c);
-        s.workload.request_rate = f64::INFINITY;
+        s.workload.request_rate = vec![f64::INFINITY];
         series.push(measure(&runtime, &engine, &base_url, &cost, s, format!("concurrency {c}"), log)?);
     }
     if sweep.poisson_load > 0.0 {
@@ -299,8 +299,9 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         s.workload.num_prompts = saturated.scenario.workload.num_prompts.clone();
         s.workload.max_concurrency = None;
         // Rounded so the label, the scenario and a rerun agree on one number.
-        s.workload.request_rate = (rate * 1000.0).round() / 1000.0;
-        let label = format!("Poisson {:.3} req/s", s.workload.request_rate);
+        let rate = (rate * 1000.0).round() / 1000.0;
+        s.workload.request_rate = vec![rate; s.workload.num_prompts.len()];
+        let label = format!("Poisson {rate:.3} req/s");
         series.push(measure(&runtime, &engine, &base_url, &cost, s, label, log)?);
     }
     server.stop(&runtime);
@@ -442,7 +443,7 @@ fn measure_frontend_us(runtime: &tokio::runtime::Runtime, engine: &EngineHandle,
     let mut s = bare.clone();
     s.workload.num_prompts = vec![FRONTEND_REQUESTS];
     s.workload.max_concurrency = Some(1);
-    s.workload.request_rate = f64::INFINITY;
+    s.workload.request_rate = vec![f64::INFINITY];
     if let crate::scenario::Dataset::Fixed { output_len, .. } = &mut s.workload.dataset {
         *output_len = 1;
     }
@@ -695,10 +696,10 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
         let summary = series_dir.join("engine-summary.json");
         let json = serde_json::to_string_pretty(&to_json(&s.measured, &opts)).expect("plain JSON");
         std::fs::write(&summary, json + "\n").map_err(io(&summary))?;
-        let num_prompts = s.simulated.num_prompts;
+        let key = crate::run::output::PointKey { point: 1, num_prompts: s.simulated.num_prompts };
         crate::run::output::write_timeline_file(
             &series_dir.join("engine-timeline.csv"),
-            s.engine_steps.iter().map(|row| (num_prompts, row)),
+            s.engine_steps.iter().map(|row| (key, row)),
             v.setup.knobs.num_gpu_blocks,
         )?;
         crate::run::output::write_all(&series_dir.join("simulated"), &s.scenario, std::slice::from_ref(&s.simulated), &opts, "calibrated profile")?;

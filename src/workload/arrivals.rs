@@ -25,7 +25,7 @@ use crate::scenario::{Dataset, WorkloadConfig};
 /// Intended send time of each of the first `num_prompts` requests, nanoseconds since the benchmark
 /// started; non-decreasing.
 ///
-/// Deterministic in (`cfg.request_rate`, `cfg.burstiness`, `cfg.seed`, `num_prompts`), or in the
+/// Deterministic in (`rate`, `cfg.burstiness`, `cfg.seed`, `num_prompts`), or in the
 /// trace rows for a trace dataset. Request `i` always takes the `i`-th gap of the
 /// [`Stream::Arrivals`] stream, so the first `n` arrivals of a larger sweep point are the
 /// arrivals of a sweep point with `n` prompts.
@@ -35,7 +35,7 @@ use crate::scenario::{Dataset, WorkloadConfig};
 /// On parameters scenario validation must reject first: a request rate that is not positive (or
 /// `inf`), a burstiness that is not positive and finite, or a trace with fewer than `num_prompts`
 /// rows.
-pub fn arrival_times_ns(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<u64> {
+pub fn arrival_times_ns(cfg: &WorkloadConfig, rate: f64, num_prompts: u32) -> Vec<u64> {
     let n = num_prompts as usize;
     if let Dataset::Trace { rows, .. } = &cfg.dataset {
         // Offsets are kept as recorded: a trace starting at 5 s sends its first request at 5 s,
@@ -46,7 +46,6 @@ pub fn arrival_times_ns(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<u64> {
             .collect();
     }
 
-    let rate = cfg.request_rate;
     if rate == f64::INFINITY {
         return vec![0; n];
     }
@@ -93,7 +92,7 @@ mod tests {
     fn config(request_rate: f64, burstiness: f64, seed: u64) -> WorkloadConfig {
         WorkloadConfig {
             num_prompts: vec![100],
-            request_rate,
+            request_rate: vec![request_rate],
             burstiness,
             max_concurrency: None,
             dataset: Dataset::Fixed {
@@ -120,17 +119,17 @@ mod tests {
 
     #[test]
     fn first_request_at_zero_and_times_never_decrease() {
-        let arrivals = arrival_times_ns(&config(10.0, 1.0, 1), 1000);
+        let arrivals = arrival_times_ns(&config(10.0, 1.0, 1), 10.0, 1000);
         assert_eq!(arrivals.len(), 1000);
         assert_eq!(arrivals[0], 0);
         assert!(arrivals.is_sorted());
-        assert!(arrival_times_ns(&config(10.0, 1.0, 1), 0).is_empty());
+        assert!(arrival_times_ns(&config(10.0, 1.0, 1), 10.0, 0).is_empty());
     }
 
     #[test]
     fn infinite_rate_sends_everything_at_zero() {
         assert_eq!(
-            arrival_times_ns(&config(f64::INFINITY, 1.0, 1), 50),
+            arrival_times_ns(&config(f64::INFINITY, 1.0, 1), f64::INFINITY, 50),
             vec![0; 50]
         );
     }
@@ -139,7 +138,7 @@ mod tests {
     fn mean_gap_is_one_over_rate_and_cv2_is_one_over_burstiness() {
         let n = 200_000;
         for burstiness in [0.25, 0.5, 1.0, 2.0, 4.0] {
-            let arrivals = arrival_times_ns(&config(8.0, burstiness, 11), n);
+            let arrivals = arrival_times_ns(&config(8.0, burstiness, 11), 8.0, n);
             let (mean_s, cv2) = gap_stats(&arrivals);
             let want_mean_s = 1.0 / 8.0;
             assert!(
@@ -156,15 +155,15 @@ mod tests {
 
     #[test]
     fn deterministic_in_the_seed() {
-        let a = arrival_times_ns(&config(5.0, 1.0, 42), 1000);
-        assert_eq!(a, arrival_times_ns(&config(5.0, 1.0, 42), 1000));
-        assert_ne!(a, arrival_times_ns(&config(5.0, 1.0, 43), 1000));
+        let a = arrival_times_ns(&config(5.0, 1.0, 42), 5.0, 1000);
+        assert_eq!(a, arrival_times_ns(&config(5.0, 1.0, 42), 5.0, 1000));
+        assert_ne!(a, arrival_times_ns(&config(5.0, 1.0, 43), 5.0, 1000));
     }
 
     #[test]
     fn a_smaller_sweep_point_is_a_prefix_of_a_larger_one() {
-        let small = arrival_times_ns(&config(5.0, 0.7, 3), 100);
-        let large = arrival_times_ns(&config(5.0, 0.7, 3), 1000);
+        let small = arrival_times_ns(&config(5.0, 0.7, 3), 5.0, 100);
+        let large = arrival_times_ns(&config(5.0, 0.7, 3), 5.0, 1000);
         assert_eq!(small[..], large[..100]);
     }
 
@@ -181,8 +180,8 @@ mod tests {
             },
         };
         assert_eq!(
-            arrival_times_ns(&config(5.0, 1.0, 42), 500),
-            arrival_times_ns(&other, 500)
+            arrival_times_ns(&config(5.0, 1.0, 42), 5.0, 500),
+            arrival_times_ns(&other, 5.0, 500)
         );
     }
 
@@ -205,7 +204,7 @@ mod tests {
             ],
         };
         assert_eq!(
-            arrival_times_ns(&cfg, 4),
+            arrival_times_ns(&cfg, f64::INFINITY, 4),
             vec![5_000_000_000, 5_000_000_000, 5_000_000_001, 7_250_000_000]
         );
     }
@@ -222,6 +221,6 @@ mod tests {
                 output_tokens: 1,
             }],
         };
-        arrival_times_ns(&cfg, 2);
+        arrival_times_ns(&cfg, 1.0, 2);
     }
 }

@@ -33,18 +33,21 @@ pub struct RequestSpec {
     pub max_tokens: u32,
 }
 
-/// The `num_prompts` requests of one sweep point, sorted by arrival time (ties keep dataset
-/// order). Deterministic in (`cfg`, `num_prompts`).
+/// `num_prompts` requests at the workload's first request rate: for clients that send at one
+/// rate (`bench`, `validate --engine`).
+pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
+    let rate = cfg.request_rate.first().copied().unwrap_or(f64::INFINITY);
+    generate_point(cfg, &SweepPoint::new(num_prompts, rate))
+}
+
+/// The `num_prompts` requests of one sweep point, sent at its `request_rate`, with lengths scaled
+/// to the point's token totals if given; sorted by arrival time (ties keep dataset order).
+/// Deterministic in (`cfg`, `point`).
 ///
 /// # Panics
 ///
 /// On a configuration that scenario validation must reject first; see
 /// [`arrivals::arrival_times_ns`] and [`datasets::sample_lengths`].
-pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
-    generate_point(cfg, &SweepPoint { num_prompts, input_tokens_total: None, output_tokens_total: None })
-}
-
-/// The requests of one sweep point, with lengths scaled to the point's token totals if given.
 pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSpec> {
     let num_prompts = point.num_prompts;
     let mut lengths = datasets::sample_lengths(&cfg.dataset, num_prompts, cfg.seed);
@@ -59,7 +62,7 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
         totals::scale_to_total(&mut outputs, total, max_tokens.unwrap_or(u32::MAX));
         lengths.iter_mut().zip(outputs).for_each(|(l, output)| l.1 = output);
     }
-    let arrivals_ns = arrivals::arrival_times_ns(cfg, num_prompts);
+    let arrivals_ns = arrivals::arrival_times_ns(cfg, point.request_rate, num_prompts);
     assert_eq!(lengths.len(), arrivals_ns.len());
     let mut requests: Vec<RequestSpec> = lengths
         .into_iter()
@@ -90,7 +93,7 @@ mod tests {
     fn share_gpt_config(request_rate: f64, seed: u64) -> WorkloadConfig {
         WorkloadConfig {
             num_prompts: vec![1000],
-            request_rate,
+            request_rate: vec![request_rate],
             burstiness: 1.0,
             max_concurrency: None,
             dataset: Dataset::ShareGpt {

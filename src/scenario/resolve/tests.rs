@@ -49,8 +49,8 @@ fn good_scenario_resolves_with_v1_defaults() {
     let w = &s.workload;
     assert_eq!(w.num_prompts, vec![10, 20]);
     assert_eq!(
-        (w.request_rate, w.burstiness, w.max_concurrency, w.seed),
-        (4.0, 1.0, None, 0)
+        (w.request_rate.clone(), w.burstiness, w.max_concurrency, w.seed),
+        (vec![4.0, 4.0], 1.0, None, 0)
     );
     assert_eq!(
         w.dataset,
@@ -90,7 +90,7 @@ fn set_overrides() {
     let s = good(&["workload.num_prompts=7"]);
     assert_eq!(s.workload.num_prompts, vec![7]);
     let s = good(&["workload.request_rate=inf"]);
-    assert_eq!(s.workload.request_rate, f64::INFINITY);
+    assert_eq!(s.workload.request_rate, vec![f64::INFINITY; 2]);
     // Not TOML, so taken as a string.
     let s = good(&["model.preset=Llama-3.2-1B"]);
     assert_eq!(s.model.name, "Llama-3.2-1B");
@@ -207,6 +207,8 @@ fn quickstart_scenario_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.toml");
     let s = Scenario::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.name, "quickstart");
-    assert_eq!(s.workload.num_prompts, vec![200, 1000]);
+    assert_eq!(s.workload.num_prompts, vec![1000; 5]);
+    assert_eq!(s.workload.request_rate, vec![5.0, 10.0, 20.0, 40.0, 80.0]);
+    assert!(s.workload.sweeps_rate());
     assert_eq!(s.engine.num_gpu_blocks, 28_215);
 }

@@ -2,7 +2,7 @@
 //! the engine's `max_model_len`.
 
 use super::context::{Cx, positive_count, quote, reject_unused_fields};
-use crate::scenario::schema::{NumPrompts, RawDataset, RawLengthDist, RawWorkload, RequestRate};
+use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawWorkload, RequestRate, RequestRates};
 use crate::scenario::{Dataset, EngineConfig, LengthDist, ScenarioError, WorkloadConfig, trace};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
@@ -28,7 +28,7 @@ pub(super) fn resolve_workload(
 
     let num_prompts = match &raw.num_prompts {
         None => vec![trace_rows.map_or(DEFAULT_NUM_PROMPTS, |n| n.min(u32::MAX as usize) as u32)],
-        Some(NumPrompts(list)) => {
+        Some(OneOrList(list)) => {
             let shown = || format!("{list:?}");
             if list.is_empty() {
                 return Err(cx.invalid(
@@ -66,31 +66,29 @@ pub(super) fn resolve_workload(
         }
     };
 
-    let request_rate = match &raw.request_rate {
-        None => f64::INFINITY,
-        Some(RequestRate::Number(r)) => *r,
-        Some(RequestRate::Text(t)) => {
-            let lower = t.trim().to_ascii_lowercase();
-            if lower == "inf" || lower == "infinity" {
-                f64::INFINITY
-            } else {
-                lower.parse::<f64>().map_err(|_| {
-                    cx.invalid(
-                        "workload.request_rate",
-                        quote(t),
-                        "expected requests per second or \"inf\"",
-                    )
-                })?
-            }
-        }
-    };
-    if request_rate.is_nan() || request_rate <= 0.0 {
+    let request_rate = resolve_rates(raw.request_rate.as_ref(), cx)?;
+    if trace_rows.is_some() && request_rate.len() > 1 {
         return Err(cx.invalid(
             "workload.request_rate",
-            request_rate,
-            "must be a positive number of requests per second, or inf",
+            format!("{:?}", request_rate),
+            "a trace brings its own arrival times, so it cannot sweep request rates",
         ));
     }
+    // The sweep: point i runs num_prompts[i] requests at request_rate[i]; a single value of
+    // either applies to every point.
+    let points = num_prompts.len().max(request_rate.len());
+    for (field, len) in [("workload.num_prompts", num_prompts.len()), ("workload.request_rate", request_rate.len())] {
+        if len != 1 && len != points {
+            let value = if field == "workload.num_prompts" { format!("{num_prompts:?}") } else { format!("{request_rate:?}") };
+            return Err(cx.invalid(
+                field,
+                value,
+                format!("a sweep of {points} points needs one value, or {points}: num_prompts and request_rate pair up point by point"),
+            ));
+        }
+    }
+    let num_prompts = broadcast(num_prompts, points);
+    let request_rate = broadcast(request_rate, points);
     let burstiness = raw.burstiness.unwrap_or(1.0);
     if !(burstiness > 0.0 && burstiness.is_finite()) {
         return Err(cx.invalid(
@@ -123,6 +121,44 @@ pub(super) fn resolve_workload(
     })
 }
 
+/// `list` repeated to `len` values if it holds one.
+fn broadcast<T: Copy>(list: Vec<T>, len: usize) -> Vec<T> {
+    if list.len() == 1 { vec![list[0]; len] } else { list }
+}
+
+/// `request_rate`: each value positive or `inf`; left out, `inf` (everything sent at once).
+fn resolve_rates(raw: Option<&RequestRates>, cx: &Cx) -> Result<Vec<f64>, ScenarioError> {
+    let Some(OneOrList(list)) = raw else { return Ok(vec![f64::INFINITY]) };
+    if list.is_empty() {
+        return Err(cx.invalid("workload.request_rate", "[]", "must hold at least one value"));
+    }
+    let mut rates = Vec::with_capacity(list.len());
+    for value in list {
+        let rate = match value {
+            RequestRate::Number(r) => *r,
+            RequestRate::Text(t) => {
+                let lower = t.trim().to_ascii_lowercase();
+                if lower == "inf" || lower == "infinity" {
+                    f64::INFINITY
+                } else {
+                    lower.parse::<f64>().map_err(|_| {
+                        cx.invalid("workload.request_rate", quote(t), "expected requests per second or \"inf\"")
+                    })?
+                }
+            }
+        };
+        if rate.is_nan() || rate <= 0.0 {
+            return Err(cx.invalid(
+                "workload.request_rate",
+                rate,
+                "must be a positive number of requests per second, or inf",
+            ));
+        }
+        rates.push(rate);
+    }
+    Ok(rates)
+}
+
 /// Token totals per sweep point: one per `num_prompts` value, each reachable with lengths in
 /// `1..=max_per_request`.
 fn resolve_totals(
@@ -137,7 +173,7 @@ fn resolve_totals(
         return Err(cx.invalid(
             field,
             format!("{list:?}"),
-            format!("needs one total per workload.num_prompts value ({} of them)", num_prompts.len()),
+            format!("needs one total per sweep point ({} of them)", num_prompts.len()),
         ));
     }
     for (&total, &n) in list.iter().zip(num_prompts) {

@@ -5,23 +5,36 @@ use crate::scenario::{Dataset, LengthDist, Scenario};
 
 #[test]
 fn request_rate_inf_as_toml_float_and_string() {
+    // good_text sweeps num_prompts = [10, 20]: one rate applies to both points.
+    let rate = |text: &str| load_text(text, &[]).unwrap().workload.request_rate;
     let text = good_text().replace("request_rate = 4.0", "request_rate = inf");
-    assert_eq!(
-        load_text(&text, &[]).unwrap().workload.request_rate,
-        f64::INFINITY
-    );
+    assert_eq!(rate(&text), vec![f64::INFINITY; 2]);
     let text = good_text().replace("request_rate = 4.0", "request_rate = \"inf\"");
-    assert_eq!(
-        load_text(&text, &[]).unwrap().workload.request_rate,
-        f64::INFINITY
-    );
+    assert_eq!(rate(&text), vec![f64::INFINITY; 2]);
     let text = good_text().replace("request_rate = 4.0", "request_rate = 3");
-    assert_eq!(load_text(&text, &[]).unwrap().workload.request_rate, 3.0);
+    assert_eq!(rate(&text), vec![3.0; 2]);
     let text = good_text().replace("request_rate = 4.0\n", "");
-    assert_eq!(
-        load_text(&text, &[]).unwrap().workload.request_rate,
-        f64::INFINITY
-    );
+    assert_eq!(rate(&text), vec![f64::INFINITY; 2]);
+}
+
+#[test]
+fn request_rate_list_sweeps_load() {
+    let text = good_text().replace("num_prompts = [10, 20]", "num_prompts = 30").replace("request_rate = 4.0", "request_rate = [1, 2.5, \"inf\"]");
+    let w = load_text(&text, &[]).unwrap().workload;
+    assert_eq!(w.request_rate, vec![1.0, 2.5, f64::INFINITY]);
+    assert_eq!(w.num_prompts, vec![30; 3]);
+    assert!(w.sweeps_rate());
+    let rates: Vec<f64> = w.points().iter().map(|p| p.request_rate).collect();
+    assert_eq!(rates, w.request_rate);
+    // Two lists pair up point by point.
+    let text = good_text().replace("request_rate = 4.0", "request_rate = [1, 2]");
+    let w = load_text(&text, &[]).unwrap().workload;
+    assert_eq!((w.num_prompts, w.request_rate), (vec![10, 20], vec![1.0, 2.0]));
+    invalid(&["workload.request_rate=[1,2,3]"], "workload.num_prompts", "[10, 20]");
+    invalid(&["workload.request_rate=[]"], "workload.request_rate", "[]");
+    invalid(&["workload.request_rate=[1,-2]"], "workload.request_rate", "-2");
+    // One value of either is a sweep of one point's worth, not a sweep.
+    assert!(!load_text(&good_text(), &[]).unwrap().workload.sweeps_rate());
 }
 
 #[test]
