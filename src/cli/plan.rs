@@ -179,7 +179,7 @@ fn write_outputs(dir: &Path, plan: &Plan, evaluations: &[Evaluation], ranked: &[
         let header = format!("# {}: written by servesim plan from {}\n", c.label(&plan.space), plan.path.display());
         let rate = plan.target_rate.unwrap_or(e.per_replica.max_rate);
         write(dir, &format!("top-{}.toml", k + 1), header + &c.scenario_text(plan, e.replicas, requests, rate))?;
-        let command = output::deploy_command(c, e);
+        let command = output::deploy_command(c, &e.scenario);
         let replicas = if e.replicas > 1 { format!("# on each of {} replicas, behind a load balancer\n", e.replicas) } else { String::new() };
         write(dir, &format!("top-{}.sh", k + 1), format!("#!/bin/sh\n# {}\n{replicas}{command}\n", c.label(&plan.space)))?;
     }

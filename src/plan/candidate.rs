@@ -15,39 +15,48 @@ pub struct Candidate {
     pub max_num_seqs: Option<u32>,
     pub max_num_batched_tokens: Option<u32>,
     pub enable_chunked_prefill: Option<bool>,
+    /// Weight dtype.
     pub dtype: Option<String>,
+    pub kv_cache_dtype: Option<String>,
 }
 
 impl SearchSpace {
     /// Every combination, in a fixed order: GPU, policy, TP, `max_num_seqs`,
-    /// `max_num_batched_tokens`, chunked prefill, dtype (the last varies fastest).
+    /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype (the last varies
+    /// fastest).
     pub fn candidates(&self) -> Vec<Candidate> {
-        let mut out = Vec::with_capacity(self.len());
-        for gpu in 0..self.gpus.len() {
-            for policy in &self.policies {
-                for &tensor_parallel in &self.tensor_parallel {
-                    for &max_num_seqs in &self.max_num_seqs {
-                        for &max_num_batched_tokens in &self.max_num_batched_tokens {
-                            for &enable_chunked_prefill in &self.enable_chunked_prefill {
-                                for dtype in &self.dtypes {
-                                    out.push(Candidate {
-                                        index: out.len(),
-                                        gpu,
-                                        policy: policy.clone(),
-                                        tensor_parallel,
-                                        max_num_seqs,
-                                        max_num_batched_tokens,
-                                        enable_chunked_prefill,
-                                        dtype: dtype.clone(),
-                                    });
-                                }
-                            }
-                        }
-                    }
+        let lens = [
+            self.gpus.len(),
+            self.policies.len(),
+            self.tensor_parallel.len(),
+            self.max_num_seqs.len(),
+            self.max_num_batched_tokens.len(),
+            self.enable_chunked_prefill.len(),
+            self.dtypes.len(),
+            self.kv_cache_dtypes.len(),
+        ];
+        (0..self.len())
+            .map(|index| {
+                // The candidate's position in each list: `index` in mixed radix, last list fastest.
+                let mut at = [0; 8];
+                let mut rest = index;
+                for (i, &len) in lens.iter().enumerate().rev() {
+                    at[i] = rest % len;
+                    rest /= len;
                 }
-            }
-        }
-        out
+                Candidate {
+                    index,
+                    gpu: at[0],
+                    policy: self.policies[at[1]].clone(),
+                    tensor_parallel: self.tensor_parallel[at[2]],
+                    max_num_seqs: self.max_num_seqs[at[3]],
+                    max_num_batched_tokens: self.max_num_batched_tokens[at[4]],
+                    enable_chunked_prefill: self.enable_chunked_prefill[at[5]],
+                    dtype: self.dtypes[at[6]].clone(),
+                    kv_cache_dtype: self.kv_cache_dtypes[at[7]].clone(),
+                }
+            })
+            .collect()
     }
 }
 
@@ -72,6 +81,9 @@ impl Candidate {
         if let Some(dtype) = &self.dtype {
             label += &format!(" {dtype}");
         }
+        if let Some(dtype) = &self.kv_cache_dtype {
+            label += &format!(" kv={dtype}");
+        }
         label
     }
 
@@ -84,6 +96,9 @@ impl Candidate {
         let mut model = plan.model.clone();
         if let Some(dtype) = &self.dtype {
             model.insert("dtype".into(), dtype.clone().into());
+        }
+        if let Some(dtype) = &self.kv_cache_dtype {
+            model.insert("kv_cache_dtype".into(), dtype.clone().into());
         }
         table.insert("model".into(), model.into());
         let mut hardware = toml::Table::new();
@@ -119,5 +134,72 @@ impl Candidate {
     /// in the plan, such as an HF config or a trace, resolve the same).
     pub fn scenario(&self, plan: &Plan, replicas: u32) -> Result<Scenario, ScenarioError> {
         Scenario::from_toml_str(&self.scenario_text(plan, replicas, 1, plan.target_rate.unwrap_or(1.0)), &plan.path, &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::plan::output::deploy_command;
+    use crate::scenario::Dtype;
+
+    const PLAN: &str = r#"
+        [model]
+        preset = "Llama-3.1-8B"
+        [workload]
+        [workload.dataset]
+        kind = "fixed"
+        input_len = 100
+        output_len = 10
+        [slo]
+        ttft_p90_ms = 500
+        [search]
+        tensor_parallel = [1, 2]
+        max_num_seqs = [64, 256]
+        dtype = ["bf16", "fp8"]
+        kv_cache_dtype = ["auto", "fp8"]
+        [[search.gpu]]
+        name = "H100-SXM"
+        [[search.gpu]]
+        name = "H200"
+    "#;
+
+    #[test]
+    fn candidates_run_through_every_combination_last_list_fastest() {
+        let plan = Plan::from_toml_str(PLAN, Path::new("plan.toml")).unwrap();
+        let all = plan.space.candidates();
+        assert_eq!(all.len(), 2 * 2 * 2 * 2 * 2);
+        assert!(all.iter().enumerate().all(|(i, c)| c.index == i));
+        let key = |c: &Candidate| (c.gpu, c.tensor_parallel, c.max_num_seqs, c.dtype.clone(), c.kv_cache_dtype.clone());
+        let mut sorted = all.clone();
+        sorted.sort_by_key(key);
+        assert_eq!(sorted, all, "enumeration is in lexicographic order of the lists");
+        sorted.dedup_by_key(|c| key(c));
+        assert_eq!(sorted.len(), all.len(), "no combination twice");
+        assert_eq!(all[1].label(&plan.space), "H100-SXM tp1 seqs=64 bf16 kv=fp8");
+    }
+
+    #[test]
+    fn dtypes_reach_the_scenario_and_the_deploy_command() {
+        let plan = Plan::from_toml_str(PLAN, Path::new("plan.toml")).unwrap();
+        let all = plan.space.candidates();
+        let find = |dtype: &str, kv: &str| {
+            all.iter().find(|c| c.dtype.as_deref() == Some(dtype) && c.kv_cache_dtype.as_deref() == Some(kv)).unwrap()
+        };
+        let plain = find("bf16", "auto");
+        let s = plain.scenario(&plan, 1).unwrap();
+        assert_eq!((s.model.weight_dtype, s.model.kv_dtype), (Dtype::Bf16, Dtype::Bf16));
+        let command = deploy_command(plain, &s);
+        assert!(!command.contains("--quantization") && !command.contains("--kv-cache-dtype"), "{command}");
+        let both = find("fp8", "fp8");
+        let s = both.scenario(&plan, 1).unwrap();
+        assert_eq!((s.model.weight_dtype, s.model.kv_dtype), (Dtype::Fp8, Dtype::Fp8));
+        let command = deploy_command(both, &s);
+        assert!(command.contains(" --quantization fp8") && command.contains(" --kv-cache-dtype fp8"), "{command}");
+        // FP8 weights alone keep vLLM's 16-bit KV cache.
+        let s = find("fp8", "auto").scenario(&plan, 1).unwrap();
+        assert_eq!(s.model.kv_dtype, Dtype::Bf16);
     }
 }

@@ -21,6 +21,7 @@
 //! policy = ["vllm-v1"]
 //! tensor_parallel = [1, 2, 4, 8]
 //! max_num_seqs = [64, 256]
+//! dtype = ["bf16", "fp8"]           # weights; kv_cache_dtype = ["auto", "fp8"] likewise
 //! [[search.gpu]]
 //! name = "H100-SXM"
 //! price_per_gpu_hour = 3.0   # left out: the default in plan::prices, with its source
@@ -82,6 +83,9 @@ struct RawSearch {
     /// Weight dtypes; the KV cache follows vLLM's `auto` unless the [model] pins it.
     #[serde(default)]
     dtype: Option<Vec<String>>,
+    /// KV-cache dtypes (`auto`, bf16, fp8, …); left out, the [model]'s (or `auto`).
+    #[serde(default)]
+    kv_cache_dtype: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +126,7 @@ pub struct SearchSpace {
     pub max_num_batched_tokens: Vec<Option<u32>>,
     pub enable_chunked_prefill: Vec<Option<bool>>,
     pub dtypes: Vec<Option<String>>,
+    pub kv_cache_dtypes: Vec<Option<String>>,
 }
 
 /// A validated plan.
@@ -235,6 +240,7 @@ impl Plan {
         };
         let policies = listed(s.policy, "search.policy")?;
         let dtypes = listed(s.dtype, "search.dtype")?;
+        let kv_cache_dtypes = listed(s.kv_cache_dtype, "search.kv_cache_dtype")?;
         let enable_chunked_prefill = match s.enable_chunked_prefill {
             None => vec![None],
             Some(values) => {
@@ -242,7 +248,7 @@ impl Plan {
                 values.into_iter().map(Some).collect()
             }
         };
-        let space = SearchSpace { gpus, policies, tensor_parallel: s.tensor_parallel, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, dtypes };
+        let space = SearchSpace { gpus, policies, tensor_parallel: s.tensor_parallel, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, dtypes, kv_cache_dtypes };
         let count = space.len();
         if count > MAX_CANDIDATES {
             return Err(invalid("search", &count, &format!("enumerates more than {MAX_CANDIDATES} candidates; narrow the lists")));
@@ -282,6 +288,7 @@ impl SearchSpace {
             self.max_num_batched_tokens.len(),
             self.enable_chunked_prefill.len(),
             self.dtypes.len(),
+            self.kv_cache_dtypes.len(),
         ]
         .iter()
         .fold(1usize, |n, &k| n.saturating_mul(k))

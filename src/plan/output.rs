@@ -8,6 +8,7 @@ use super::evaluate::{Evaluated, Evaluation, Outcome};
 use super::file::Plan;
 use super::objectives::{Binding, Statistic};
 use super::search::Bound;
+use crate::scenario::{Dtype, Scenario};
 
 /// Rows of the ranked table on stdout; `candidates.csv` has every candidate.
 pub const TABLE_ROWS: usize = 10;
@@ -143,7 +144,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
     let slo_columns: Vec<String> = plan.objectives.slos.iter().map(|s| format!("{}_ms", s.name())).collect();
     writeln!(
         out,
-        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,\
+        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,\
          status,reason,cost_source,max_rate_per_replica,search_bound,probes,replicas,replicas_added,gpus,price_per_hour,\
          operating_rate,goodput_rps,attainment,output_tok_s,total_tok_s,tokens_per_user,binding,{},price_per_1m_output,price_per_1m_total",
         slo_columns.join(",")
@@ -164,6 +165,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
             opt(c.max_num_batched_tokens.map(|v| v.to_string())),
             opt(c.enable_chunked_prefill.map(|v| v.to_string())),
             opt(c.dtype.clone()),
+            opt(c.kv_cache_dtype.clone()),
         ];
         match &e.outcome {
             Outcome::Infeasible(reason) => {
@@ -284,8 +286,7 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
 }
 
 /// The command line that deploys a configuration on the engine its policy models.
-pub fn deploy_command(candidate: &Candidate, e: &Evaluated) -> String {
-    let s = &e.scenario;
+pub fn deploy_command(candidate: &Candidate, s: &Scenario) -> String {
     let en = &s.engine;
     match en.tgi {
         Some(tgi) => format!(
@@ -299,6 +300,13 @@ pub fn deploy_command(candidate: &Candidate, e: &Evaluated) -> String {
             );
             if en.enable_chunked_prefill && candidate.enable_chunked_prefill.is_some() {
                 line += " --enable-chunked-prefill";
+            }
+            // vLLM quantizes 16-bit checkpoints to FP8 weights on load with `--quantization fp8`.
+            if s.model.weight_dtype == Dtype::Fp8 {
+                line += " --quantization fp8";
+            }
+            if s.model.kv_dtype == Dtype::Fp8 {
+                line += " --kv-cache-dtype fp8";
             }
             line
         }
