@@ -19,6 +19,10 @@ pub enum Error {
     /// names the file and, where there is one, the line).
     #[error("{0}")]
     Report(String),
+    /// A file given to `calibrate import` is missing or malformed (the message names the file,
+    /// and the row and column where there is one).
+    #[error("{0}")]
+    Import(String),
     /// Writing results failed.
     #[error("{path}: cannot write: {source}")]
     Output { path: PathBuf, source: std::io::Error },
@@ -32,7 +36,7 @@ impl Error {
     /// that ran and found no configuration meeting its objectives.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) | Error::Report(_) => 2,
+            Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) | Error::Report(_) | Error::Import(_) => 2,
             Error::Output { .. } => 1,
             Error::NoAnswer(_) => 3,
         }

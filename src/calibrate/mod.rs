@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cpu;
 pub mod cuda;
 pub mod grid;
+pub mod import;
 pub mod profile;
 pub mod run;
 pub mod timing;

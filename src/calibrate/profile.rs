@@ -255,6 +255,33 @@ pub struct Provenance {
     pub grid: GridProvenance,
     pub timing: TimingProvenance,
     pub run: RunSummary,
+    /// For a profile imported from published measurements (`calibrate import`): where they
+    /// come from. `None` for a profile servesim measured itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceProvenance>,
+}
+
+/// Where an imported profile's measurements come from, and what they timed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceProvenance {
+    /// The format imported (`aiconfigurator`, …).
+    pub format: String,
+    /// `owner/repository` that published the measurements, at `commit`, under `license`.
+    pub repository: String,
+    pub commit: String,
+    pub license: String,
+    /// The hardware preset the rows were measured on (its datasheet gives the profile's peak).
+    pub gpu: String,
+    /// The engine build whose kernels were timed, e.g. `vllm` `0.24.0`.
+    pub engine: String,
+    pub engine_version: String,
+    /// Kernels the source names for the rows imported.
+    pub kernels: Vec<String>,
+    pub dtypes: Vec<String>,
+    /// Files read, relative to the source's data folder.
+    pub files: Vec<String>,
+    /// How the source timed each op.
+    pub method: String,
 }
 
 impl Provenance {
@@ -287,7 +314,14 @@ pub enum ProfileError {
 
 /// The provenance sidecar of a profile CSV: `x.csv` → `x.provenance.toml`.
 pub fn provenance_path(csv: &Path) -> PathBuf {
+    let csv = if is_compressed(csv) { csv.with_extension("") } else { csv.to_path_buf() };
     csv.with_extension("provenance.toml")
+}
+
+/// A profile CSV compressed with zstd (`x.csv.zst`), as the bundled profiles are: published
+/// tables hold hundreds of thousands of shapes.
+fn is_compressed(csv: &Path) -> bool {
+    csv.extension().is_some_and(|e| e == "zst")
 }
 
 fn phase_name(phase: AttentionPhase) -> &'static str {
@@ -371,8 +405,13 @@ impl Profile {
         if let Some(dir) = csv.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| ProfileError::Write { file: dir.to_path_buf(), source })?;
         }
-        std::fs::write(csv, self.to_csv_string())
-            .map_err(|source| ProfileError::Write { file: csv.to_path_buf(), source })?;
+        let text = self.to_csv_string();
+        let bytes = if is_compressed(csv) {
+            zstd::encode_all(text.as_bytes(), 19).map_err(|source| ProfileError::Write { file: csv.to_path_buf(), source })?
+        } else {
+            text.into_bytes()
+        };
+        std::fs::write(csv, bytes).map_err(|source| ProfileError::Write { file: csv.to_path_buf(), source })?;
         let sidecar = provenance_path(csv);
         std::fs::write(&sidecar, self.provenance.to_toml_string())
             .map_err(|source| ProfileError::Write { file: sidecar, source })
@@ -385,8 +424,11 @@ impl Profile {
         let toml_text =
             std::fs::read_to_string(&sidecar).map_err(|source| ProfileError::Read { file: sidecar.clone(), source })?;
         let provenance = parse_provenance(&toml_text, &sidecar)?;
-        let text =
-            std::fs::read_to_string(csv).map_err(|source| ProfileError::Read { file: csv.to_path_buf(), source })?;
+        let read_err = |source| ProfileError::Read { file: csv.to_path_buf(), source };
+        let bytes = std::fs::read(csv).map_err(read_err)?;
+        let bytes = if is_compressed(csv) { zstd::decode_all(bytes.as_slice()).map_err(read_err)? } else { bytes };
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())))?;
         let rows = parse_csv(&text, csv, &provenance.peak.peak())?;
         Ok(Profile { rows, provenance })
     }
@@ -492,6 +534,11 @@ pub fn parse_csv(text: &str, file: &Path, peak: &Peak) -> Result<Vec<ProfileRow>
 }
 
 /// `time` as RFC 3339 in UTC, to the second (`2025-06-01T12:34:56Z`).
+/// The current time, as [`rfc3339_utc`] writes it.
+pub fn now_rfc3339() -> String {
+    rfc3339_utc(SystemTime::now())
+}
+
 pub fn rfc3339_utc(time: SystemTime) -> String {
     let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -582,6 +629,7 @@ mod tests {
                 kernels: vec![KernelHash { name: "attention.cu".into(), hash: "abc123".into() }],
                 grid: (&options).into(),
                 timing: (&TimingOptions::default()).into(),
+                source: None,
                 run: RunSummary {
                     shapes_in_grid: 10,
                     measured: 4,

@@ -164,6 +164,7 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             grid: (&grid.options).into(),
             timing: (&options.timing).into(),
             run: summary,
+            source: None,
         },
     })
 }

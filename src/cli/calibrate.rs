@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::flags::{self, usage};
 use crate::Error;
@@ -13,17 +13,21 @@ use crate::calibrate::cuda::CudaBackend;
 use crate::calibrate::grid::{Grid, GridOptions, GridScale};
 use crate::calibrate::run::{RunOptions, calibrate};
 use crate::calibrate::timing::TimingOptions;
-use crate::cost::calibrated::{LeaveOneOut, leave_one_out};
+use crate::cost::calibrated::{LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
 use crate::scenario::{Dtype, ModelSpec};
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CalibrateArgs {
+    #[command(subcommand)]
+    pub action: Option<CalibrateAction>,
     /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
+    /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`);
+    /// required.
     #[arg(long, value_name = "FILE.csv")]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
     /// Stop starting new shapes after this many minutes; what was measured is kept.
     #[arg(long, value_name = "N")]
     pub budget_minutes: Option<f64>,
@@ -46,7 +50,65 @@ pub struct CalibrateArgs {
     pub passes: Option<u32>,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum CalibrateAction {
+    /// Convert published per-op GPU measurements into a profile.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The source's format: aiconfigurator.
+    #[arg(long = "from", value_name = "FORMAT")]
+    pub format: String,
+    /// The source's data: for aiconfigurator, one GPU's folder (`…/systems/data/h100_sxm`).
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+    /// The engine whose kernels were timed: vllm, sglang or trtllm.
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
+    /// The engine version's folder (default: the newest present).
+    #[arg(long = "engine-version", value_name = "VERSION")]
+    pub engine_version: Option<String>,
+    /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: PathBuf,
+}
+
+fn import(args: ImportArgs) -> Result<(), Error> {
+    use crate::calibrate::import::{FORMATS, aiconfigurator};
+    let imported = match args.format.as_str() {
+        "aiconfigurator" => aiconfigurator::import(&args.path, &args.engine, args.engine_version.as_deref())
+            .map_err(|e| Error::Import(e.to_string()))?,
+        other => return Err(usage("--from", other, format!("unknown format; known: {}", FORMATS.join(", ")))),
+    };
+    for note in &imported.notes {
+        eprintln!("note: {note}");
+    }
+    let profile = &imported.profile;
+    profile.write(&args.out).map_err(|e| Error::Output { path: args.out.clone(), source: std::io::Error::other(e.to_string()) })?;
+    let loo = leave_one_out(profile);
+    let (median, p90) = LeaveOneOut::summary(&loo.all());
+    let (shape_median, shape_p90) = LeaveOneOut::summary(&leave_one_gemm_shape_out(profile));
+    eprintln!(
+        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; \
+         GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%; wrote {}",
+        profile.rows.len(),
+        args.path.display(),
+        median * 100.0,
+        p90 * 100.0,
+        shape_median * 100.0,
+        shape_p90 * 100.0,
+        args.out.display()
+    );
+    Ok(())
+}
+
 pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
+    if let Some(CalibrateAction::Import(import_args)) = args.action {
+        return import(import_args);
+    }
+    let out = args.out.clone().ok_or_else(|| usage("--out", "", "give the profile's path, FILE.csv"))?;
     let gpu = flags::device(&args.device)?;
     let on_gpu = gpu.is_some();
     let mut backend: Box<dyn Backend> = match gpu {
@@ -92,8 +154,8 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     eprintln!("calibrating {} shapes on {} ({scale_name} grid)", grid.len(), args.device);
     let profile = calibrate(backend.as_mut(), &grid, &run_options)
         .map_err(|e| usage("--device", &args.device, e.to_string()))?;
-    profile.write(&args.out).map_err(|e| Error::Output {
-        path: args.out.clone(),
+    profile.write(&out).map_err(|e| Error::Output {
+        path: out.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
     let loo = leave_one_out(&profile);
@@ -103,7 +165,7 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         "leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; wrote {}",
         median * 100.0,
         p90 * 100.0,
-        args.out.display()
+        out.display()
     );
     Ok(())
 }

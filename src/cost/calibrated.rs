@@ -437,12 +437,68 @@ impl ProfileIndex {
         self.peak
     }
 
-    /// The GEMM's time, nanoseconds, from the curve of its exact `(n, k, dtype)`; `None` when
-    /// the profile has none.
+    /// The GEMM's time, nanoseconds, from the curve of its `(n, k, dtype)`: measured, or
+    /// interpolated between measured `(n, k)` (see [`ProfileIndex::gemm_curve`]); `None` when
+    /// the profile has neither.
     pub fn predict_gemm_ns(&self, shape: &GemmShape) -> Option<f64> {
-        let curve = self.gemm.get(&(shape.dtype, shape.n, shape.k))?;
+        let (curve, _) = self.gemm_curve(shape.dtype, shape.n, shape.k)?;
         let util = curve.eval(shape.m as f64).exp();
         Some(gemm_work(shape).roofline_s(&self.peak) * NS_PER_S / util)
+    }
+
+    /// The ln-utilisation curve of GEMM `(dtype, n, k)`, and whether it was interpolated: the
+    /// measured curve, or, where the profile measured a grid of `(n, k)` around the shape (as
+    /// published tables do, on round sizes that miss most models' 14336 or 28672), one
+    /// interpolated bilinearly in (ln n, ln k) between the four surrounding curves, held at the
+    /// grid's edge beyond it. `None` when a surrounding curve is missing.
+    fn gemm_curve(&self, dtype: Dtype, n: u32, k: u32) -> Option<(GemmCurve, bool)> {
+        if let Some(curve) = self.gemm.get(&(dtype, n, k)) {
+            return Some((curve.clone(), false));
+        }
+        let (ns, ks) = self.gemm_axes(dtype);
+        self.interpolate_gemm(dtype, n, k, &ns, &ks).map(|curve| (curve, true))
+    }
+
+    /// The `n` and `k` values of the profile's `dtype` GEMMs, sorted.
+    fn gemm_axes(&self, dtype: Dtype) -> (Vec<u32>, Vec<u32>) {
+        let axis = |pick: fn(&(Dtype, u32, u32)) -> u32| -> Vec<u32> {
+            let mut values: Vec<u32> = self.gemm.keys().filter(|key| key.0 == dtype).map(pick).collect();
+            values.sort_unstable();
+            values.dedup();
+            values
+        };
+        (axis(|key| key.1), axis(|key| key.2))
+    }
+
+    /// The curve of `(dtype, n, k)` interpolated between the curves at the grid points of `ns`
+    /// and `ks` around it.
+    fn interpolate_gemm(&self, dtype: Dtype, n: u32, k: u32, ns: &[u32], ks: &[u32]) -> Option<GemmCurve> {
+        let around = |values: &[u32], x: u32| -> Option<[(u32, f64); 2]> {
+            let logs: Vec<f64> = values.iter().map(|&v| ln1(v as f64)).collect();
+            let (i, t) = bracket(&logs, ln1(x as f64));
+            let lo = *values.get(i)?;
+            let hi = *values.get(i + 1).unwrap_or(&lo);
+            Some([(lo, 1.0 - t), (hi, t)])
+        };
+        let (n_side, k_side) = (around(ns, n)?, around(ks, k)?);
+        let mut corners = Vec::with_capacity(4);
+        for (cn, wn) in n_side {
+            for (ck, wk) in k_side {
+                if wn * wk > 0.0 {
+                    corners.push((self.gemm.get(&(dtype, cn, ck))?, wn * wk));
+                }
+            }
+        }
+        let mut xs: Vec<f64> = corners.iter().flat_map(|(c, _)| c.rows.iter().flat_map(|r| r.xs.iter().copied())).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let blend = |eval: &dyn Fn(&GemmCurve) -> f64| corners.iter().map(|(c, w)| w * eval(c)).sum::<f64>();
+        let rows = (!xs.is_empty()).then(|| Curve {
+            ys: xs.iter().map(|&x| blend(&|c| c.eval(x.exp()))).collect(),
+            xs: xs.clone(),
+        });
+        let single_row = corners.iter().any(|(c, _)| c.single_row.is_some()).then(|| blend(&|c| c.eval(1.0)));
+        Some(GemmCurve { single_row, rows })
     }
 
     /// The attention shape's time, nanoseconds, from the surface of its exact phase, dtype, head
@@ -521,6 +577,38 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
         }
     }
     result
+}
+
+/// Drops each interior GEMM shape `(dtype, n, k)` of a profile measured on an (n, k) grid in
+/// turn and predicts its points from the curves around it (see [`ProfileIndex::gemm_curve`]):
+/// how well the profile prices a model's GEMM shapes that fall between its grid points. The
+/// relative errors, one per point predicted; empty for a profile with no interior shape.
+pub fn leave_one_gemm_shape_out(profile: &Profile) -> Vec<f64> {
+    let index = ProfileIndex::new(profile);
+    let mut rows_of: BTreeMap<(Dtype, u32, u32), Vec<(GemmShape, f64)>> = BTreeMap::new();
+    for row in &profile.rows {
+        if let Shape::Gemm(g) = row.shape {
+            rows_of.entry((g.dtype, g.n, g.k)).or_default().push((g, row.measurement.median_ns));
+        }
+    }
+    let mut errors = Vec::new();
+    for (&(dtype, n, k), rows) in &rows_of {
+        // The grid without this shape's n and k: its neighbours on each axis span the cell.
+        let (mut ns, mut ks) = index.gemm_axes(dtype);
+        let interior = |axis: &[u32], v: u32| axis.first().is_some_and(|&lo| v > lo) && axis.last().is_some_and(|&hi| v < hi);
+        if !(interior(&ns, n) && interior(&ks, k)) {
+            continue;
+        }
+        ns.retain(|&x| x != n);
+        ks.retain(|&x| x != k);
+        let Some(curve) = index.interpolate_gemm(dtype, n, k, &ns, &ks) else { continue };
+        for (shape, measured) in rows {
+            let util = curve.eval(shape.m as f64).exp();
+            let predicted = gemm_work(shape).roofline_s(&index.peak) * NS_PER_S / util;
+            errors.push((predicted - measured).abs() / measured);
+        }
+    }
+    errors
 }
 
 /// A GEMM of the model: interpolated from the profile, or the roofline where it has no such
@@ -633,13 +721,13 @@ impl Calibrated {
         let mut predictors: Vec<GemmPredictor> = Vec::with_capacity(5);
         for (op, n, k) in gemms {
             let want = gemm_dtype(model, op);
-            let found = if index.gemm.contains_key(&(want, n, k)) {
-                Some(want)
-            } else {
-                index.gemm.keys().find(|(_, gn, gk)| (*gn, *gk) == (n, k)).map(|(d, _, _)| *d)
-            };
+            // The model's dtype, measured or interpolated; else another dtype's measurements.
+            let mut dtypes: Vec<Dtype> = index.gemm.keys().map(|key| key.0).filter(|&d| d != want).collect();
+            dtypes.dedup();
+            dtypes.insert(0, want);
+            let found = dtypes.iter().find_map(|&d| index.gemm_curve(d, n, k).map(|(curve, interpolated)| (d, curve, interpolated)));
             match found {
-                Some(dtype) => {
+                Some((dtype, curve, interpolated)) => {
                     if dtype != want {
                         notices.push(format!(
                             "calibrated profile: no {} GEMM {n}×{k} ({}); using its {} measurements",
@@ -648,7 +736,13 @@ impl Calibrated {
                             dtype.name()
                         ));
                     }
-                    predictors.push(GemmPredictor::Profiled { n, k, dtype, curve: index.gemm[&(dtype, n, k)].clone() });
+                    if interpolated {
+                        notices.push(format!(
+                            "calibrated profile: GEMM n={n} k={k} ({}) interpolated between the measured (n, k) around it",
+                            op.name()
+                        ));
+                    }
+                    predictors.push(GemmPredictor::Profiled { n, k, dtype, curve });
                 }
                 None => {
                     notices.push(format!(

@@ -1,0 +1,88 @@
+//! Where imported files come from: the repository, commit and license recorded beside them.
+//!
+//! The published-measurement collections this importer reads keep a `MANIFEST.tsv` at their root
+//! (columns `local_path, source_repo, commit, source_path, …`, tab-separated) and each source
+//! repository's `LICENSE` in its top folder. A file outside such a collection is imported with
+//! its origin marked unknown, and the importer says so.
+
+use std::path::{Path, PathBuf};
+
+/// What is known of a file's origin.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// `owner/repository`.
+    pub repository: String,
+    pub commit: String,
+    /// The license's title, e.g. `Apache License, Version 2.0`.
+    pub license: String,
+}
+
+const UNKNOWN: &str = "unknown";
+
+/// The origin of `file`, from the nearest `MANIFEST.tsv` above it; fields it cannot find are
+/// `unknown`.
+pub fn origin(file: &Path) -> Origin {
+    let unknown = Origin { repository: UNKNOWN.into(), commit: UNKNOWN.into(), license: UNKNOWN.into() };
+    let Ok(file) = file.canonicalize() else { return unknown };
+    let Some((root, manifest)) = file.ancestors().skip(1).find_map(|dir| {
+        std::fs::read_to_string(dir.join("MANIFEST.tsv")).ok().map(|text| (dir.to_path_buf(), text))
+    }) else {
+        return unknown;
+    };
+    let Ok(relative) = file.strip_prefix(&root) else { return unknown };
+    let relative = relative.to_string_lossy().replace('\\', "/");
+    let Some(fields) = manifest.lines().map(|l| l.split('\t').collect::<Vec<_>>()).find(|f| f.first() == Some(&relative.as_str()))
+    else {
+        return unknown;
+    };
+    let license = relative.split('/').next().map(|top| license_title(&root.join(top).join("LICENSE"))).unwrap_or_default();
+    Origin {
+        repository: fields.get(1).map_or(UNKNOWN.into(), |s| s.to_string()),
+        commit: fields.get(2).map_or(UNKNOWN.into(), |s| s.to_string()),
+        license: if license.is_empty() { UNKNOWN.into() } else { license },
+    }
+}
+
+/// A license file's title: its first line, with the second when that is a version line
+/// (`Apache License` / `Version 2.0, January 2004` → `Apache License, Version 2.0`).
+fn license_title(path: &PathBuf) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else { return String::new() };
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let Some(first) = lines.next() else { return String::new() };
+    match lines.next() {
+        Some(second) if second.starts_with("Version") => {
+            format!("{first}, {}", second.split(',').next().unwrap_or(second))
+        }
+        _ => first.to_string(),
+    }
+}
+
+impl Origin {
+    pub fn is_known(&self) -> bool {
+        self.repository != UNKNOWN && self.commit != UNKNOWN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_comes_from_the_manifest_and_the_license_above_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("acme-sim/data/h100");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("t.csv"), "a\n1\n").unwrap();
+        std::fs::write(dir.path().join("acme-sim/LICENSE"), "\n   Apache License\n  Version 2.0, January 2004\n").unwrap();
+        std::fs::write(
+            dir.path().join("MANIFEST.tsv"),
+            "local_path\tsource_repo\tcommit\nacme-sim/data/h100/t.csv\tacme/sim\tabc123\n",
+        )
+        .unwrap();
+        let o = origin(&data.join("t.csv"));
+        assert_eq!(o, Origin { repository: "acme/sim".into(), commit: "abc123".into(), license: "Apache License, Version 2.0".into() });
+        assert!(o.is_known());
+        std::fs::write(data.join("other.csv"), "a\n").unwrap();
+        assert!(!origin(&data.join("other.csv")).is_known());
+    }
+}

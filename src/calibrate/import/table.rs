@@ -1,0 +1,205 @@
+//! A measurement table read into memory, whatever the file format: named columns and rows of
+//! cells, with accessors whose errors name the file, the row and the column.
+//!
+//! Parquet files are read with the `parquet` crate's row API (no Arrow: the tables are a few
+//! hundred thousand rows of plain numbers and strings); CSV files with the `csv` crate.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Field;
+
+use super::ImportError;
+
+/// Rows that one table may hold: far above any published measurement table (the largest in
+/// `public-measurements` has 143,000), and a bound on what a malformed file makes us allocate.
+pub const ROWS_MAX: usize = 5_000_000;
+
+/// One cell: the types measurement tables use.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+/// A table: column names and rows of cells, in file order.
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub file: PathBuf,
+    names: Vec<String>,
+    index: HashMap<String, usize>,
+    rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    fn new(file: &Path, names: Vec<String>, rows: Vec<Vec<Cell>>) -> Table {
+        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        Table { file: file.to_path_buf(), names, index, rows }
+    }
+
+    /// Reads a parquet file.
+    pub fn read_parquet(file: &Path) -> Result<Table, ImportError> {
+        let bad = |message: String| ImportError::File { file: file.to_path_buf(), message };
+        let handle = std::fs::File::open(file).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let reader = SerializedFileReader::new(handle).map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
+        let total = reader.metadata().file_metadata().num_rows();
+        if total < 0 || total as u64 > ROWS_MAX as u64 {
+            return Err(bad(format!("{total} rows; at most {ROWS_MAX} are read")));
+        }
+        let names: Vec<String> =
+            reader.metadata().file_metadata().schema_descr().columns().iter().map(|c| c.name().to_string()).collect();
+        let mut rows = Vec::with_capacity(total as usize);
+        let iter = reader.get_row_iter(None).map_err(|e| bad(format!("cannot read rows: {e}")))?;
+        for (i, row) in iter.enumerate() {
+            let row = row.map_err(|e| ImportError::Row { file: file.to_path_buf(), row: i + 1, message: e.to_string() })?;
+            let mut cells = vec![Cell::Null; names.len()];
+            for (name, field) in row.get_column_iter() {
+                if let Some(at) = names.iter().position(|n| n == name) {
+                    cells[at] = match field {
+                        Field::Null => Cell::Null,
+                        Field::Bool(b) => Cell::Int(i64::from(*b)),
+                        Field::Byte(v) => Cell::Int(i64::from(*v)),
+                        Field::Short(v) => Cell::Int(i64::from(*v)),
+                        Field::Int(v) => Cell::Int(i64::from(*v)),
+                        Field::Long(v) => Cell::Int(*v),
+                        Field::UByte(v) => Cell::Int(i64::from(*v)),
+                        Field::UShort(v) => Cell::Int(i64::from(*v)),
+                        Field::UInt(v) => Cell::Int(i64::from(*v)),
+                        Field::ULong(v) => Cell::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
+                        Field::Float(v) => Cell::Float(f64::from(*v)),
+                        Field::Double(v) => Cell::Float(*v),
+                        Field::Str(s) => Cell::Text(s.clone()),
+                        other => Cell::Text(other.to_string()),
+                    };
+                }
+            }
+            rows.push(cells);
+        }
+        Ok(Table::new(file, names, rows))
+    }
+
+    /// Reads a CSV file with a header line.
+    pub fn read_csv(file: &Path) -> Result<Table, ImportError> {
+        let bad = |message: String| ImportError::File { file: file.to_path_buf(), message };
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(false)
+            .from_path(file)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let names: Vec<String> =
+            reader.headers().map_err(|e| bad(format!("cannot read the header: {e}")))?.iter().map(|s| s.trim().to_string()).collect();
+        let mut rows = Vec::new();
+        for (i, record) in reader.records().enumerate() {
+            let record = record.map_err(|e| ImportError::Row { file: file.to_path_buf(), row: i + 1, message: e.to_string() })?;
+            if rows.len() >= ROWS_MAX {
+                return Err(bad(format!("more than {ROWS_MAX} rows")));
+            }
+            rows.push(
+                record
+                    .iter()
+                    .map(|text| {
+                        let text = text.trim();
+                        if text.is_empty() {
+                            Cell::Null
+                        } else if let Ok(v) = text.parse::<i64>() {
+                            Cell::Int(v)
+                        } else if let Ok(v) = text.parse::<f64>() {
+                            Cell::Float(v)
+                        } else {
+                            Cell::Text(text.to_string())
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        Ok(Table::new(file, names, rows))
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn has_column(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// The index of each named column; an error naming the first one missing.
+    pub fn columns<const N: usize>(&self, names: [&str; N]) -> Result<[usize; N], ImportError> {
+        let mut out = [0; N];
+        for (slot, name) in out.iter_mut().zip(names) {
+            *slot = *self.index.get(name).ok_or_else(|| ImportError::File {
+                file: self.file.clone(),
+                message: format!("no column `{name}` (columns: {})", self.names.join(", ")),
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// The rows, each with its accessors.
+    pub fn rows(&self) -> impl Iterator<Item = RowRef<'_>> {
+        self.rows.iter().enumerate().map(move |(i, cells)| RowRef { table: self, number: i + 1, cells })
+    }
+}
+
+/// One row of a [`Table`]: typed cells whose errors name the file, the row and the column.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    table: &'a Table,
+    /// 1-based, not counting a header.
+    pub number: usize,
+    cells: &'a [Cell],
+}
+
+impl RowRef<'_> {
+    fn error(&self, col: usize, expected: &str) -> ImportError {
+        ImportError::Cell {
+            file: self.table.file.clone(),
+            row: self.number,
+            column: self.table.names[col].clone(),
+            message: format!("expected {expected}, found {:?}", self.cells[col]),
+        }
+    }
+
+    /// A text cell.
+    pub fn text(&self, col: usize) -> Result<&str, ImportError> {
+        match &self.cells[col] {
+            Cell::Text(s) => Ok(s),
+            _ => Err(self.error(col, "text")),
+        }
+    }
+
+    /// A whole number in `1..=max`.
+    pub fn count(&self, col: usize, max: u64) -> Result<u64, ImportError> {
+        match self.cells[col] {
+            Cell::Int(v) if v >= 1 && v as u64 <= max => Ok(v as u64),
+            Cell::Float(v) if v.fract() == 0.0 && v >= 1.0 && v <= max as f64 => Ok(v as u64),
+            _ => Err(self.error(col, &format!("a whole number in 1..={max}"))),
+        }
+    }
+
+    /// A whole number ≥ 0 (at most `max`).
+    pub fn whole(&self, col: usize, max: u64) -> Result<u64, ImportError> {
+        match self.cells[col] {
+            Cell::Int(v) if v >= 0 && v as u64 <= max => Ok(v as u64),
+            Cell::Float(v) if v.fract() == 0.0 && v >= 0.0 && v <= max as f64 => Ok(v as u64),
+            _ => Err(self.error(col, &format!("a whole number in 0..={max}"))),
+        }
+    }
+
+    /// A positive, finite duration or size.
+    pub fn positive(&self, col: usize) -> Result<f64, ImportError> {
+        let v = match self.cells[col] {
+            Cell::Int(v) => v as f64,
+            Cell::Float(v) => v,
+            _ => return Err(self.error(col, "a positive number")),
+        };
+        if v.is_finite() && v > 0.0 { Ok(v) } else { Err(self.error(col, "a positive, finite number")) }
+    }
+}
