@@ -1,0 +1,159 @@
+//! Published per-op measurements as profiles: `calibrate import` on a copy of aiconfigurator's
+//! tables, and the bundled profiles (`calibration/public/`) checked three ways, each printed:
+//! they reproduce their own rows (round trip), they price GEMM shapes between their grid points
+//! (each interior (n, k) left out), and they price another source's measurements of the same
+//! shapes (LLMServingSim's H100 Llama layers).
+
+mod common;
+use common::*;
+
+use servesim::calibrate::backend::GemmShape;
+use servesim::calibrate::grid::Shape;
+use servesim::calibrate::profile::Profile;
+use servesim::cost::calibrated::{LeaveOneOut, ProfileIndex, leave_one_gemm_shape_out};
+use servesim::scenario::Dtype;
+
+const BUNDLED: [&str; 4] = [
+    "h100-sxm--vllm-0.24.0.csv.zst",
+    "h200-sxm--vllm-0.24.0.csv.zst",
+    "b200-sxm--vllm-0.24.0.csv.zst",
+    "a100-80g-sxm--vllm-0.14.0.csv.zst",
+];
+
+fn bundled(name: &str) -> Profile {
+    let path = repo().join("calibration/public").join(name);
+    Profile::read(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn percent((median, p90): (f64, f64)) -> String {
+    format!("median {:.2}%, p90 {:.2}%", median * 100.0, p90 * 100.0)
+}
+
+#[test]
+fn import_converts_the_tables_and_names_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = repo().join("tests/data/public/aiconfigurator/h100_sxm");
+    let import = |out: &std::path::Path| {
+        servesim(&["calibrate", "import", "--from", "aiconfigurator", source.to_str().unwrap(), "--out", out.to_str().unwrap()])
+    };
+    let csv = dir.path().join("h100.csv");
+    let out = import(&csv);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    println!("{err}");
+    // What was left out is said, with counts.
+    assert!(err.contains("GEMM dtype fp8_block") && err.contains("sliding-window attention"), "{err}");
+    let profile = Profile::read(&csv).unwrap();
+    let source = profile.provenance.source.as_ref().expect("an imported profile names its source");
+    assert_eq!(
+        (source.repository.as_str(), source.commit.as_str(), source.license.as_str()),
+        ("ai-dynamo/aiconfigurator", "095f58a51c4ca8e61b66ec108d86f223f8d559ce", "Apache License, Version 2.0")
+    );
+    assert_eq!((source.gpu.as_str(), source.engine.as_str(), source.engine_version.as_str()), ("H100-SXM", "vllm", "0.24.0"));
+    assert!(source.kernels.iter().any(|k| k == "vllm_flash_attn_fa3"), "{:?}", source.kernels);
+    assert_eq!(profile.provenance.device.name, "NVIDIA H100 80GB HBM3");
+    // Every kind of row arrived: bf16 and fp8 GEMMs, prefill and decode attention, all-reduces.
+    let count = |f: &dyn Fn(&Shape) -> bool| profile.rows.iter().filter(|r| f(&r.shape)).count();
+    assert_eq!(count(&|s| matches!(s, Shape::Gemm(g) if g.dtype == Dtype::Bf16)), 3 * 3 * 74);
+    assert_eq!(count(&|s| matches!(s, Shape::Gemm(g) if g.dtype == Dtype::Fp8)), 3 * 3 * 74);
+    assert!(count(&|s| matches!(s, Shape::Attention(a) if a.context_len == 0 && a.query_len > 1)) > 100);
+    assert!(count(&|s| matches!(s, Shape::Attention(a) if a.query_len == 1 && a.context_len > 0)) > 100);
+    assert_eq!(count(&|s| matches!(s, Shape::AllReduce(_))), 69);
+    // A table value, exactly: aiconfigurator's H100 bf16 GEMM m=2048, n=k=8192 (0.366 ms in
+    // its README's cross-check, against 0.395 ms from vidur and 0.394 ms from LLMServingSim).
+    let o_proj = GemmShape { m: 2048, n: 8192, k: 8192, dtype: Dtype::Bf16 };
+    let row = profile.rows.iter().find(|r| r.shape == Shape::Gemm(o_proj)).unwrap();
+    assert!((row.measurement.median_ns - 366_000.0).abs() < 1_000.0, "{:?}", row.measurement);
+    // The same input gives the same profile, byte for byte.
+    let again = dir.path().join("again.csv");
+    assert!(import(&again).status.success());
+    assert_eq!(std::fs::read(&csv).unwrap(), std::fs::read(&again).unwrap());
+}
+
+#[test]
+fn a_malformed_table_is_named_with_its_row_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = repo().join("tests/data/public/aiconfigurator-bad/h100_sxm");
+    let out = dir.path().join("x.csv");
+    let run = servesim(&["calibrate", "import", "--from", "aiconfigurator", source.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let err = stderr(&run);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("gemm_perf.parquet: row 3, column `latency`: expected a positive, finite number"), "{err}");
+    assert!(!err.contains("panicked") && !out.exists(), "{err}");
+    for (args, needle) in [
+        (vec!["--from", "vidur2"], "unknown format"),
+        (vec!["--from", "aiconfigurator", "--engine", "tgi"], "unknown engine `tgi`"),
+    ] {
+        let mut all = vec!["calibrate", "import"];
+        all.extend(args);
+        all.extend([source.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        let run = servesim(&all);
+        assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+        assert!(stderr(&run).contains(needle), "{}", stderr(&run));
+    }
+    let missing = dir.path().join("nothing");
+    let run = servesim(&["calibrate", "import", "--from", "aiconfigurator", missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(stderr(&run).contains("no gemm/vllm/<version>/ folder"), "{}", stderr(&run));
+}
+
+/// Round trip: each bundled profile prices every GEMM and attention row it holds within 3%.
+#[test]
+fn bundled_profiles_reproduce_their_own_rows() {
+    for name in BUNDLED {
+        let profile = bundled(name);
+        let index = ProfileIndex::new(&profile);
+        let mut errors = Vec::new();
+        for row in &profile.rows {
+            let predicted = match &row.shape {
+                Shape::Gemm(g) => index.predict_gemm_ns(g),
+                Shape::Attention(a) => index.predict_attention_ns(a),
+                Shape::AllReduce(_) => continue,
+            }
+            .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
+            errors.push((predicted - row.measurement.median_ns).abs() / row.measurement.median_ns);
+        }
+        let worst = errors.iter().copied().fold(0.0, f64::max);
+        println!("{name}: round trip over {} rows: {}, worst {:.3}%", errors.len(), percent(LeaveOneOut::summary(&errors)), worst * 100.0);
+        assert!(worst <= 0.03, "{name}: worst round-trip error {:.2}%", worst * 100.0);
+    }
+}
+
+/// A model's GEMMs mostly fall between a published grid's round sizes: each interior (n, k) of
+/// each bundled profile, predicted from the grid around it with that n and k removed (a cell
+/// twice as wide as the one a real shape falls in).
+#[test]
+fn bundled_profiles_price_gemm_shapes_between_their_grid_points() {
+    for name in BUNDLED {
+        let errors = leave_one_gemm_shape_out(&bundled(name));
+        let (median, p90) = LeaveOneOut::summary(&errors);
+        println!("{name}: each (n, k) left out, {} GEMMs: {}", errors.len(), percent((median, p90)));
+        assert!(errors.len() > 1000, "{name}: only {} GEMMs left out", errors.len());
+        assert!(median <= 0.10, "{name}: median {:.1}%", median * 100.0);
+    }
+}
+
+/// Another source, other conditions (fp16, Hugging Face layers, cuBLAS; 2026) on the same
+/// GPU: the bundled H100 profile (vLLM 0.24, bf16) prices LLMServingSim's measured GEMMs of
+/// Llama-3.1-8B and 70B.
+#[test]
+fn the_h100_profile_prices_another_sources_gemms() {
+    let index = ProfileIndex::new(&bundled(BUNDLED[0]));
+    let text = std::fs::read_to_string(repo().join("tests/data/public/llmservingsim-h100-gemm.csv")).unwrap();
+    let mut errors = Vec::new();
+    let mut by_layer: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (m, n, k, measured): (u32, u32, u32, f64) = (f[3].parse().unwrap(), f[4].parse().unwrap(), f[5].parse().unwrap(), f[6].parse().unwrap());
+        let predicted = index.predict_gemm_ns(&GemmShape { m, n, k, dtype: Dtype::Bf16 }).expect("every Llama GEMM is priced");
+        let error = (predicted - measured).abs() / measured;
+        errors.push(error);
+        by_layer.entry(f[2].to_string()).or_default().push(error);
+    }
+    for (layer, e) in &by_layer {
+        println!("  {layer:<10} {}", percent(LeaveOneOut::summary(e)));
+    }
+    let (median, p90) = LeaveOneOut::summary(&errors);
+    println!("H100 profile against LLMServingSim's {} GEMMs: {}", errors.len(), percent((median, p90)));
+    assert!(median <= 0.10, "median {:.1}%", median * 100.0);
+}
