@@ -44,12 +44,18 @@ fn a_cpu_profile_measured_here_drives_simulate() {
         scenario.to_str().unwrap(),
         "--profile",
         profile.to_str().unwrap(),
+        "--allow-profile-mismatch",
         "--out",
         run_dir.to_str().unwrap(),
     ]);
     assert!(sim.status.success(), "{}", stderr(&sim));
+    // A CPU's timings under an H100 scenario: used only when asked for, and loudly.
+    assert!(stderr(&sim).contains("WARNING: the profile was measured on a CPU"), "{}", stderr(&sim));
+    let refused = servesim(&["simulate", scenario.to_str().unwrap(), "--profile", profile.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("the scenario runs on H100-SXM"), "{}", stderr(&refused));
     let summary = std::fs::read_to_string(run_dir.join("summary.json")).unwrap();
-    assert!(summary.contains("\"cost_model\": \"calibrated profile\""), "{summary}");
+    assert!(summary.contains("\"cost_model\": \"calibrated profile ("), "{summary}");
     // A CPU is orders of magnitude slower than an H100: the profile, not the roofline, priced it.
     let roofline = stdout(&servesim(&["simulate", scenario.to_str().unwrap()]));
     let tpot = |text: &str| -> f64 {

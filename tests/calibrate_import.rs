@@ -157,3 +157,30 @@ fn the_h100_profile_prices_another_sources_gemms() {
     println!("H100 profile against LLMServingSim's {} GEMMs: {}", errors.len(), percent((median, p90)));
     assert!(median <= 0.10, "median {:.1}%", median * 100.0);
 }
+
+/// `--profile auto` picks the profile bundled for the scenario's GPU and says which; a profile
+/// of another GPU is refused, naming both.
+#[test]
+fn simulate_picks_the_bundled_profile_and_refuses_another_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write_file(dir.path(), "small.toml", SMALL);
+    let path = scenario.to_str().unwrap();
+    let run_dir = dir.path().join("run");
+    let auto = servesim(&["simulate", path, "--profile", "auto", "--out", run_dir.to_str().unwrap()]);
+    assert!(auto.status.success(), "{}", stderr(&auto));
+    assert!(stderr(&auto).contains("cost model: calibrated profile (bundled h100-sxm--vllm-0.24.0, measured on H100-SXM)"), "{}", stderr(&auto));
+    let summary = std::fs::read_to_string(run_dir.join("summary.json")).unwrap();
+    assert!(summary.contains("bundled h100-sxm--vllm-0.24.0"), "{summary}");
+    // The measured kernels, not the datasheet: the report differs from the roofline's.
+    let roofline = servesim(&["simulate", path]);
+    assert_ne!(stdout(&auto), stdout(&roofline));
+
+    let a100 = repo().join("calibration/public/a100-80g-sxm--vllm-0.14.0.csv.zst");
+    let refused = servesim(&["simulate", path, "--profile", a100.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let err = stderr(&refused);
+    assert!(err.contains("measured on A100-80G-SXM, and the scenario runs on H100-SXM"), "{err}");
+    let no_bundle = servesim(&["simulate", path, "--set", "hardware.gpu=\"MI300X\"", "--profile", "auto"]);
+    assert_eq!(no_bundle.status.code(), Some(2), "{}", stderr(&no_bundle));
+    assert!(stderr(&no_bundle).contains("no profile is bundled for MI300X"), "{}", stderr(&no_bundle));
+}

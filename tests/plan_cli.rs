@@ -153,6 +153,32 @@ fn a_gpu_without_a_price_is_charged_the_default_and_its_source_named() {
     }
 }
 
+/// `profile = "auto"` prices a GPU's candidates with its bundled profile, and the table says so.
+#[test]
+fn a_gpu_with_profile_auto_is_priced_by_its_bundled_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let text = PLAN.replacen("name = \"H100-SXM\"\n", "name = \"H100-SXM\"\nprofile = \"auto\"\n", 1);
+    let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
+    let sources: Vec<(&str, &str)> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (!f[13].is_empty()).then(|| (f[3], f[13]))
+        })
+        .collect();
+    assert!(sources.iter().all(|&(gpu, source)| (gpu == "H100-SXM") == (source == "calibrated")), "{sources:?}");
+    // A profile of another GPU is refused, naming the field.
+    let a100 = repo().join("calibration/public/a100-80g-sxm--vllm-0.14.0.csv.zst");
+    let text = PLAN.replacen("name = \"H100-SXM\"\n", &format!("name = \"H100-SXM\"\nprofile = {:?}\n", a100.to_str().unwrap()), 1);
+    let out = plan(dir.path(), &text, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("search.gpu[0].profile") && stderr(&out).contains("measured on A100-80G-SXM"), "{}", stderr(&out));
+}
+
 /// Shards run apart and merged give exactly the unsharded outputs; a missing or repeated shard
 /// is refused.
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::flags;
+use super::flags::{self, usage};
 use super::progress;
 use crate::Error;
 use crate::calibrate::profile::Profile;
@@ -37,9 +37,15 @@ pub struct SimulateArgs {
     /// Comma-separated metrics that get percentiles: ttft, tpot, itl, e2el.
     #[arg(long, default_value = "ttft,tpot,itl", value_name = "LIST")]
     pub percentile_metrics: String,
-    /// Price steps from a calibration profile (`servesim calibrate --out`) instead of the roofline.
-    #[arg(long, value_name = "PROFILE.csv")]
+    /// Price steps from a calibration profile instead of the roofline: a file
+    /// (`servesim calibrate --out`, or `calibrate import`), or `auto` for the profile bundled
+    /// for the scenario's GPU (calibration/public/).
+    #[arg(long, value_name = "PROFILE.csv|auto")]
     pub profile: Option<PathBuf>,
+    /// Use a profile measured on other hardware than the scenario's, with a warning (without
+    /// this flag, that is an error).
+    #[arg(long)]
+    pub allow_profile_mismatch: bool,
 }
 
 /// A fully validated `simulate` invocation.
@@ -48,8 +54,8 @@ pub struct SimulateConfig {
     pub scenario: Scenario,
     pub out: Option<PathBuf>,
     pub report: ReportOptions,
-    /// A calibration profile that prices steps instead of the roofline.
-    pub profile: Option<Profile>,
+    /// A calibration profile that prices steps instead of the roofline, and how to name it.
+    pub profile: Option<(Profile, String)>,
 }
 
 impl SimulateArgs {
@@ -70,7 +76,33 @@ impl SimulateArgs {
             // Each sweep point prints its own rate (set per point below).
             request_rate: f64::INFINITY,
         };
-        let profile = self.profile.as_deref().map(flags::profile).transpose()?;
+        let profile = match self.profile.as_deref() {
+            None => None,
+            Some(path) if path.as_os_str() == "auto" => {
+                let gpu = &scenario.hardware.gpu;
+                let (name, profile) = crate::cost::bundled::for_gpu(gpu).ok_or_else(|| {
+                    usage(
+                        "--profile",
+                        "auto",
+                        format!("no profile is bundled for {}; bundled: {}", gpu.name, crate::cost::bundled::gpus().join(", ")),
+                    )
+                })?;
+                Some((profile.clone(), format!("bundled {name}")))
+            }
+            Some(path) => Some((flags::profile(path)?, path.display().to_string())),
+        };
+        if let Some((profile, _)) = &profile
+            && let Some(mismatch) = profile.provenance.mismatch(&scenario.hardware.gpu)
+        {
+            if !self.allow_profile_mismatch {
+                return Err(usage(
+                    "--profile",
+                    self.profile.as_deref().unwrap_or(std::path::Path::new("")).display(),
+                    format!("{mismatch}; its timings would be wrong here (--allow-profile-mismatch uses it anyway)"),
+                ));
+            }
+            eprintln!("WARNING: {mismatch}: its timings price this scenario's steps anyway (--allow-profile-mismatch)");
+        }
         Ok(SimulateConfig { scenario, out: self.out, report, profile })
     }
 }
@@ -90,9 +122,13 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         e.num_gpu_blocks,
         e.block_size
     );
-    let cost: Box<dyn CostModel> = match &config.profile {
-        None => Box::new(crate::run::cost_model(scenario)),
-        Some(profile) => {
+    let (cost, cost_label): (Box<dyn CostModel>, String) = match &config.profile {
+        None => {
+            let roofline = crate::run::cost_model(scenario);
+            let label = roofline.source().to_string();
+            (Box::new(roofline), label)
+        }
+        Some((profile, name)) => {
             let calibrated = Calibrated::new(
                 profile,
                 &scenario.model,
@@ -103,7 +139,9 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
             for notice in calibrated.notices() {
                 eprintln!("note: {notice}");
             }
-            Box::new(calibrated)
+            let label = format!("{} ({name}, measured on {})", calibrated.source(), profile.provenance.measured_on());
+            eprintln!("cost model: {label}");
+            (Box::new(calibrated), label)
         }
     };
     let bar = progress::sweep(scenario.workload.num_prompts.len());
@@ -128,7 +166,7 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         .and_then(|()| lock.flush())
         .map_err(|source| Error::Output { path: "<stdout>".into(), source })?;
     if let Some(dir) = &config.out {
-        output::write_all(dir, scenario, &points, &config.report, cost.source())?;
+        output::write_all(dir, scenario, &points, &config.report, &cost_label)?;
         eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
     }
     Ok(())

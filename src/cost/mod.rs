@@ -4,6 +4,7 @@
 //! [`calibrated::Calibrated`] interpolating measured kernel profiles; either takes parameters
 //! fitted to recorded runs (`[cost]`, `servesim fit`). A prediction is a [`StepCost`].
 
+pub mod bundled;
 pub mod calibrated;
 pub mod roofline;
 

@@ -9,9 +9,10 @@ use super::objectives::Binding;
 use super::search::{Bound, Probe, RateSearch, SearchOptions, max_sustainable_rate, probe};
 use crate::calibrate::profile::Profile;
 use crate::cost::CostModel;
+use crate::cost::bundled;
 use crate::cost::calibrated::Calibrated;
 use crate::run::cost_model;
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::{GpuSpec, Scenario, ScenarioError};
 
 /// Replicas the cluster check may add beyond ⌈target ÷ per-replica rate⌉ before giving up.
 const EXTRA_REPLICAS_MAX: u32 = 4;
@@ -142,15 +143,28 @@ pub fn evaluate_with_progress(
         .iter()
         .enumerate()
         .map(|(i, gpu)| {
-            gpu.profile.as_ref().map(|path| {
-                Profile::read(path).map_err(|e| ScenarioError::Invalid {
-                    file: plan.path.clone(),
-                    field: format!("search.gpu[{i}].profile"),
-                    value: format!("{:?}", path.display().to_string()),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
+            let Some(path) = &gpu.profile else { return Ok(None) };
+            let invalid = |reason: String| ScenarioError::Invalid {
+                file: plan.path.clone(),
+                field: format!("search.gpu[{i}].profile"),
+                value: format!("{:?}", path.display().to_string()),
+                reason,
+            };
+            // An unknown GPU name is the candidates' problem (each is infeasible, with the
+            // resolver's reason); only a known GPU can be matched to a profile.
+            let Some(spec) = GpuSpec::preset(&gpu.name) else { return Ok(None) };
+            let profile = if path.as_os_str() == "auto" {
+                let (_, profile) = bundled::for_gpu(&spec).ok_or_else(|| {
+                    invalid(format!("no profile is bundled for {}; bundled: {}", spec.name, bundled::gpus().join(", ")))
+                })?;
+                profile.clone()
+            } else {
+                Profile::read(path).map_err(|e| invalid(e.to_string()))?
+            };
+            if let Some(mismatch) = profile.provenance.mismatch(&spec) {
+                return Err(invalid(format!("{mismatch}; its timings would be wrong for this GPU")));
+            }
+            Ok(Some(profile))
         })
         .collect::<Result<Vec<Option<Profile>>, ScenarioError>>()?;
     candidates

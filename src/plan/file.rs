@@ -94,7 +94,8 @@ struct RawGpu {
     name: String,
     /// Left out: the default of `plan::prices`, for a hardware preset.
     price_per_gpu_hour: Option<f64>,
-    /// A calibration profile (`servesim calibrate --out`) that prices this GPU's steps.
+    /// A calibration profile (`servesim calibrate --out` or `calibrate import`) that prices
+    /// this GPU's steps, or `auto` for the one bundled for this GPU.
     profile: Option<String>,
 }
 
@@ -210,7 +211,10 @@ impl Plan {
                     }
                 },
             };
-            let profile = gpu.profile.as_ref().map(|p| path.parent().map_or_else(|| PathBuf::from(p), |dir| dir.join(p)));
+            let profile = gpu.profile.as_ref().map(|p| match p.as_str() {
+                "auto" => PathBuf::from(p),
+                _ => path.parent().map_or_else(|| PathBuf::from(p), |dir| dir.join(p)),
+            });
             gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour, price_source, profile });
         }
         let nonempty = |field: &str, len: usize| if len == 0 { Err(invalid(field, &"[]", "give at least one value, or leave the key out")) } else { Ok(()) };
