@@ -39,6 +39,8 @@ use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
 
 const NS_PER_S: f64 = 1e9;
+/// Tensor-parallel all-reduces per layer: after attention's output projection and after the MLP.
+const ALL_REDUCES_PER_LAYER: f64 = 2.0;
 /// Coefficient of variation of contexts spread evenly over `1..=2c` (the profile's uneven
 /// decode shapes): `1/√3`.
 const UNEVEN_CV: f64 = 0.577_350_269_189_625_8;
@@ -401,6 +403,8 @@ pub struct ProfileIndex {
     peak: Peak,
     gemm: BTreeMap<(Dtype, u32, u32), GemmCurve>,
     attention: BTreeMap<AttentionKey, Surface>,
+    /// Per GPU count: ln seconds against ln bytes of one all-reduce.
+    allreduce: BTreeMap<u32, Curve>,
 }
 
 impl ProfileIndex {
@@ -411,6 +415,7 @@ impl ProfileIndex {
     fn from_rows<'a>(rows: impl Iterator<Item = &'a ProfileRow>, peak: Peak) -> ProfileIndex {
         let mut gemm_points: BTreeMap<(Dtype, u32, u32), Vec<(u32, f64)>> = BTreeMap::new();
         let mut attention_points: BTreeMap<AttentionKey, Vec<([f64; 3], f64)>> = BTreeMap::new();
+        let mut allreduce_points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
         for row in rows {
             if !(row.measurement.median_ns.is_finite() && row.measurement.median_ns > 0.0) {
                 continue;
@@ -423,10 +428,14 @@ impl ProfileIndex {
                     attention_coords(a.batch as f64, a.query_len as f64, a.context_len as f64),
                     ln_utilisation(row, &peak),
                 )),
-                Shape::AllReduce(_) => {}
+                Shape::AllReduce(a) => allreduce_points
+                    .entry(a.gpus)
+                    .or_default()
+                    .push((ln1(a.bytes as f64), (row.measurement.median_ns / NS_PER_S).ln())),
             }
         }
         ProfileIndex {
+            allreduce: allreduce_points.into_iter().filter_map(|(k, v)| Curve::new(v).map(|c| (k, c))).collect(),
             peak,
             gemm: gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect(),
             attention: attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
@@ -447,7 +456,7 @@ impl ProfileIndex {
     }
 
     /// The ln-utilisation curve of GEMM `(dtype, n, k)`, and whether it was interpolated: the
-    /// measured curve, or, where the profile measured a grid of `(n, k)` around the shape (as
+    /// measured curve, or, where the profile measured a full grid of `(n, k)` around the shape (as
     /// published tables do, on round sizes that miss most models' 14336 or 28672), one
     /// interpolated bilinearly in (ln n, ln k) between the four surrounding curves, held at the
     /// grid's edge beyond it. `None` when a surrounding curve is missing.
@@ -456,6 +465,13 @@ impl ProfileIndex {
             return Some((curve.clone(), false));
         }
         let (ns, ks) = self.gemm_axes(dtype);
+        // Only a full grid (every measured n with every measured k) has neighbours with a
+        // meaning; a profile of some models' shapes has scattered (n, k) that say little of
+        // another shape's efficiency.
+        let measured = self.gemm.keys().filter(|key| key.0 == dtype).count();
+        if measured != ns.len() * ks.len() {
+            return None;
+        }
         self.interpolate_gemm(dtype, n, k, &ns, &ks).map(|curve| (curve, true))
     }
 
@@ -501,6 +517,13 @@ impl ProfileIndex {
         Some(GemmCurve { single_row, rows })
     }
 
+    /// One all-reduce of `bytes` on `gpus` GPUs, seconds, from the measured curve for that GPU
+    /// count (log-log interpolation; below the smallest size its time, the latency floor; above
+    /// the largest, linear in bytes from it); `None` when the profile has none.
+    pub fn allreduce_s(&self, bytes: f64, gpus: u32) -> Option<f64> {
+        self.allreduce.get(&gpus).map(|curve| allreduce_time_s(curve, bytes))
+    }
+
     /// The attention shape's time, nanoseconds, from the surface of its exact phase, dtype, head
     /// configuration and evenness; `None` when the profile has none.
     pub fn predict_attention_ns(&self, shape: &AttentionShape) -> Option<f64> {
@@ -508,6 +531,16 @@ impl ProfileIndex {
         let util =
             surface.eval(attention_coords(shape.batch as f64, shape.query_len as f64, shape.context_len as f64)).exp();
         Some(attention_work(shape).roofline_s(&self.peak) * NS_PER_S / util)
+    }
+}
+
+/// One all-reduce of `bytes` from a measured (ln bytes, ln seconds) curve: interpolated inside
+/// it, its first time below it (the latency floor), linear in bytes from its last point above.
+fn allreduce_time_s(curve: &Curve, bytes: f64) -> f64 {
+    let x = ln1(bytes);
+    match (curve.xs.last(), curve.ys.last()) {
+        (Some(&last_x), Some(&last_y)) if x > last_x => (last_y + x - last_x).exp(),
+        _ => curve.eval(x).exp(),
     }
 }
 
@@ -685,6 +718,11 @@ pub struct Calibrated {
     lm_head: GemmPredictor,
     /// Prefill, decode, mixed.
     attention: [AttentionPredictor; 3],
+    /// The measured all-reduce on this TP degree, when the profile has one; else the roofline's
+    /// ring formula prices the layers' all-reduces.
+    allreduce: Option<Curve>,
+    /// Bytes each token row adds to a layer all-reduce: hidden size × activation bytes.
+    allreduce_bytes_per_row: f64,
     /// Datasheet-roofline constants for attention phases the profile lacks.
     fallback_attention_s_per_key: f64,
     fallback_prefix_attention_s_per_key: f64,
@@ -771,10 +809,22 @@ impl Calibrated {
         let attention = [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed]
             .map(|phase| resolve_attention(&index, phase, model.kv_dtype, heads, &mut notices));
 
+        let allreduce = (tensor_parallel > 1).then(|| {
+            if let Some(curve) = index.allreduce.get(&tensor_parallel) {
+                Some(curve.clone())
+            } else {
+                notices.push(format!(
+                    "calibrated profile: no all-reduce measured on {tensor_parallel} GPUs; priced by the ring formula"
+                ));
+                None
+            }
+        });
         let h = heads.num_heads as f64;
         let d = heads.head_dim as f64;
         let flops_per_key = 4.0 * h * d;
         Calibrated {
+            allreduce: allreduce.flatten(),
+            allreduce_bytes_per_row: model.hidden_size as f64 * model.weight_dtype.bytes().max(2) as f64,
             roofline,
             peak,
             num_layers: model.num_layers as f64,
@@ -940,14 +990,22 @@ impl CostModel for Calibrated {
             0.0
         };
 
+        // The layers' all-reduces run on the GEMM rows (a decode graph's padded batch).
+        let communication_ns = match &self.allreduce {
+            Some(curve) if tokens > 0.0 => {
+                let one = allreduce_time_s(curve, gemm_rows * self.allreduce_bytes_per_row);
+                to_ns(self.num_layers * ALL_REDUCES_PER_LAYER * one + self.roofline.logit_gather_s(sampled))
+            }
+            _ => base.communication_ns,
+        };
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
         StepCost {
-            total_ns: gemm_ns + attention_ns + base.elementwise_ns + base.communication_ns + base.overhead_ns,
+            total_ns: gemm_ns + attention_ns + base.elementwise_ns + communication_ns + base.overhead_ns,
             gemm_ns,
             attention_ns,
             elementwise_ns: base.elementwise_ns,
-            communication_ns: base.communication_ns,
+            communication_ns,
             overhead_ns: base.overhead_ns,
         }
     }
@@ -1160,8 +1218,8 @@ mod tests {
         let params = CostParams::default();
         let calibrated = Calibrated::new(&profile, &model, &h100(), 2, &params);
         let roofline = Roofline::new(&model, &h100(), 2, &params);
-        // 5 GEMMs + 3 attention phases.
-        assert_eq!(calibrated.notices().len(), 8, "{:#?}", calibrated.notices());
+        // 5 GEMMs + 3 attention phases + the all-reduce on 2 GPUs.
+        assert_eq!(calibrated.notices().len(), 9, "{:#?}", calibrated.notices());
         assert!(calibrated.notices()[0].contains("priced by the roofline"));
         for batch in [decode_batch(1, 100), decode_batch(64, 4000)] {
             assert_eq!(calibrated.predict(&batch), roofline.predict(&batch));
@@ -1170,6 +1228,39 @@ mod tests {
         prefill.push(SeqWork { seq: 0, new_tokens: 2000, context_tokens: 0, samples_token: true });
         assert_eq!(calibrated.predict(&prefill), roofline.predict(&prefill));
         assert_eq!(calibrated.predict(&Batch::default()), StepCost::default());
+    }
+
+    #[test]
+    fn measured_all_reduces_replace_the_ring_formula() {
+        use crate::calibrate::backend::AllReduceShape;
+        use crate::calibrate::timing::Measurement;
+        let model = tiny_model();
+        let (mut profile, _) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        let at = |bytes: u64, us: f64| {
+            let m = Measurement { median_ns: us * 1e3, p10_ns: us * 1e3, p90_ns: us * 1e3, repeats: 1 };
+            ProfileRow::new(Shape::AllReduce(AllReduceShape { bytes, gpus: 2 }), m, &gpu_peak())
+        };
+        profile.rows.extend([at(1024, 5.0), at(1 << 20, 20.0)]);
+        let params = CostParams::default();
+        let tp2 = Calibrated::new(&profile, &model, &h100(), 2, &params);
+        assert!(!tp2.notices().iter().any(|n| n.contains("all-reduce")), "{:#?}", tp2.notices());
+        let roofline = Roofline::new(&model, &h100(), 2, &params);
+        // 4 decode rows of hidden 2048 in bf16: 16 KiB per all-reduce, a quarter of the way (in ln)
+        // from 1 KiB to 1 MiB: 5 µs × 4^(4/10).
+        let one_s = 5e-6 * 4f64.powf(0.4);
+        let expected = to_ns(model.num_layers as f64 * 2.0 * one_s + roofline.logit_gather_s(4.0));
+        assert_eq!(tp2.predict(&decode_batch(4, 100)).communication_ns, expected);
+        // Beyond the largest size, linear in bytes: 2 MiB per all-reduce takes twice 1 MiB's.
+        let rows = (2u64 << 20) / (2048 * 2);
+        let one_s = 40e-6;
+        let expected = to_ns(model.num_layers as f64 * 2.0 * one_s + roofline.logit_gather_s(rows as f64));
+        assert_eq!(tp2.predict(&decode_batch(rows as u32, 10)).communication_ns, expected);
+        // On 4 GPUs nothing was measured: the ring formula, and a note.
+        let tp4 = Calibrated::new(&profile, &model, &h100(), 4, &params);
+        assert!(tp4.notices().iter().any(|n| n.contains("no all-reduce measured on 4 GPUs")));
+        let batch = decode_batch(4, 100);
+        assert_eq!(tp4.predict(&batch).communication_ns, Roofline::new(&model, &h100(), 4, &params).predict(&batch).communication_ns);
     }
 
     #[test]

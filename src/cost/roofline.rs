@@ -146,6 +146,21 @@ pub struct Roofline {
 }
 
 impl Roofline {
+    /// The layers' tensor-parallel all-reduces of a step of `tokens` token rows, seconds (ring
+    /// formula; 0 on one GPU).
+    pub(crate) fn allreduce_s(&self, tokens: f64) -> f64 {
+        if tokens > 0.0 {
+            self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer)
+        } else {
+            0.0
+        }
+    }
+
+    /// Gathering the vocab-parallel logits of `sampled` sequences, seconds (0 on one GPU).
+    pub(crate) fn logit_gather_s(&self, sampled: f64) -> f64 {
+        if sampled > 0.0 { sampled * self.logit_gather_s_per_sampled + self.logit_gather_latency_s } else { 0.0 }
+    }
+
     /// Precomputes every batch-independent quantity of `model` on `tensor_parallel` GPUs of kind
     /// `gpu` with efficiencies and overheads from `params`.
     ///
@@ -370,14 +385,7 @@ impl CostModel for Roofline {
         let elementwise_s =
             tokens * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token);
 
-        let mut communication_s = 0.0;
-        if tokens > 0.0 {
-            communication_s +=
-                self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer);
-        }
-        if sampled > 0.0 {
-            communication_s += sampled * self.logit_gather_s_per_sampled + self.logit_gather_latency_s;
-        }
+        let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
 
         let step_overhead_s =
             if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
