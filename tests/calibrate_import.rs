@@ -184,3 +184,34 @@ fn simulate_picks_the_bundled_profile_and_refuses_another_gpus() {
     assert_eq!(no_bundle.status.code(), Some(2), "{}", stderr(&no_bundle));
     assert!(stderr(&no_bundle).contains("no profile is bundled for MI300X"), "{}", stderr(&no_bundle));
 }
+
+/// A scenario names its kernel profile itself: `[cost] profile = "auto"` is `--profile auto`;
+/// on a GPU with no bundled profile it is the roofline, said once; a profile file of another
+/// GPU, or none at all, is an error naming `cost.profile`.
+#[test]
+fn a_scenario_names_its_kernel_profile_in_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_cost = |profile: &str| SMALL.to_string() + &format!("\n[cost]\nprofile = {profile:?}\n");
+    let auto = write_file(dir.path(), "auto.toml", &with_cost("auto"));
+    let plain = write_file(dir.path(), "plain.toml", SMALL);
+    let from_scenario = servesim(&["simulate", auto.to_str().unwrap()]);
+    assert!(from_scenario.status.success(), "{}", stderr(&from_scenario));
+    assert!(stderr(&from_scenario).contains("cost model: calibrated profile (bundled h100-sxm--vllm-0.24.0"), "{}", stderr(&from_scenario));
+    let from_flag = servesim(&["simulate", plain.to_str().unwrap(), "--profile", "auto"]);
+    assert_eq!(stdout(&from_scenario), stdout(&from_flag));
+
+    let mi300x = servesim(&["simulate", auto.to_str().unwrap(), "--set", "hardware.gpu=\"MI300X\""]);
+    assert!(mi300x.status.success(), "{}", stderr(&mi300x));
+    assert!(stderr(&mi300x).contains("no profile is bundled for MI300X"), "{}", stderr(&mi300x));
+    let roofline = servesim(&["simulate", plain.to_str().unwrap(), "--set", "hardware.gpu=\"MI300X\""]);
+    assert_eq!(stdout(&mi300x), stdout(&roofline));
+
+    let a100 = repo().join("calibration/public/a100-80g-sxm--vllm-0.14.0.csv.zst");
+    for (profile, needle) in [(a100.to_str().unwrap(), "measured on A100-80G-SXM"), ("missing.csv", "no such kernel profile file")] {
+        let path = write_file(dir.path(), "bad.toml", &with_cost(profile));
+        let out = servesim(&["simulate", path.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("bad.toml") && err.contains("cost.profile") && err.contains(needle), "{err}");
+    }
+}

@@ -124,9 +124,14 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
     );
     let (cost, cost_label): (Box<dyn CostModel>, String) = match &config.profile {
         None => {
-            let roofline = crate::run::cost_model(scenario);
-            let label = roofline.source().to_string();
-            (Box::new(roofline), label)
+            let named = crate::run::scenario_cost(scenario)?;
+            for note in &named.notes {
+                eprintln!("note: {note}");
+            }
+            if scenario.kernel_profile.is_some() {
+                eprintln!("cost model: {}", named.label);
+            }
+            (named.model, named.label)
         }
         Some((profile, name)) => {
             let calibrated = Calibrated::new(

@@ -195,6 +195,11 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
             Box::new(Calibrated::new(profile, &scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)),
             "calibrated".into(),
         ),
+        None if scenario.kernel_profile.is_some() => {
+            let named = crate::run::scenario_cost(&scenario)?;
+            let source = if named.label.starts_with("roofline") { "roofline" } else { "calibrated" };
+            (named.model, source.into())
+        }
         None if plan.cost.as_ref().is_some_and(|c| c.contains_key("profile")) => (Box::new(cost_model(&scenario)), "fitted".into()),
         None => (Box::new(cost_model(&scenario)), "roofline".into()),
     };

@@ -37,6 +37,18 @@ pub struct Scenario {
     pub workload: WorkloadConfig,
     /// The recorded run this scenario reproduces, if any.
     pub validation: Option<ValidationSpec>,
+    /// A kernel profile that prices steps instead of the roofline (`[cost] profile = "auto"` or
+    /// a profile CSV); `None` for the roofline (with a fitted profile's parameters, if named).
+    pub kernel_profile: Option<KernelProfile>,
+}
+
+/// Which kernel profile a scenario's steps are priced by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelProfile {
+    /// The profile bundled for the scenario's GPU (calibration/public/), if there is one.
+    Auto,
+    /// A profile CSV (`servesim calibrate` or `calibrate import`), `.csv` or `.csv.zst`.
+    File(PathBuf),
 }
 
 /// Resolved `[validation]`.

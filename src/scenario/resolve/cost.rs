@@ -1,9 +1,9 @@
 //! `[cost]`: the cost model's parameters, from defaults, a fitted profile and the scenario's keys.
 
-use super::context::Cx;
+use super::context::{Cx, quote};
 use crate::scenario::cost_params;
 use crate::scenario::schema::{RawCost, RawProfile};
-use crate::scenario::{CostParams, ScenarioError};
+use crate::scenario::{CostParams, KernelProfile, ScenarioError};
 use std::path::Path;
 
 /// The largest overhead or latency a scenario may set: no engine's CPU work per step or
@@ -31,17 +31,26 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
 };
 
 /// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
-/// by the keys given in the scenario.
-pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<CostParams, ScenarioError> {
+/// by the keys given in the scenario; and the kernel profile, if `profile` names one (`auto`,
+/// or a profile CSV) rather than a fitted profile (TOML).
+pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<(CostParams, Option<KernelProfile>), ScenarioError> {
     // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
     // from scenarios that normally load it.
-    let base = match raw.get("profile") {
-        None => DEFAULT_COST,
-        Some(toml::Value::String(path)) if path.is_empty() => DEFAULT_COST,
-        Some(toml::Value::String(path)) => load_profile(&cx.relative(path))?,
-        Some(other) => return Err(cx.invalid("cost.profile", other, "must be the path of a profile (a string)")),
+    let (base, kernel) = match raw.get("profile") {
+        None => (DEFAULT_COST, None),
+        Some(toml::Value::String(path)) if path.is_empty() => (DEFAULT_COST, None),
+        Some(toml::Value::String(path)) if path == "auto" => (DEFAULT_COST, Some(KernelProfile::Auto)),
+        Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
+            let file = cx.relative(path);
+            if !file.is_file() {
+                return Err(cx.invalid("cost.profile", quote(path), "no such kernel profile file"));
+            }
+            (DEFAULT_COST, Some(KernelProfile::File(file)))
+        }
+        Some(toml::Value::String(path)) => (load_profile(&cx.relative(path))?, None),
+        Some(other) => return Err(cx.invalid("cost.profile", other, "must be `auto`, a kernel profile (.csv) or a fitted profile (.toml)")),
     };
-    resolve_cost_over(raw, base, cx)
+    Ok((resolve_cost_over(raw, base, cx)?, kernel))
 }
 
 /// Reads a profile written by `servesim fit`; errors name the profile file.
