@@ -4,7 +4,7 @@
 //! nor on the cost models, for the format.
 
 /// One engine step, for `timeline.csv`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepRow {
     pub start_ns: u64,
     pub replica: u32,

@@ -652,23 +652,31 @@ pub fn render(v: &EngineValidation) -> String {
     let _ = writeln!(t, "| step kind | steps | step (ms) | error | GEMM (ms) | attention (ms) | elementwise (ms) | host (ms) |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for g in step_comparison(v) {
-        let (e, s) = (g.engine, g.simulated);
-        let pair = |a: f64, b: f64| format!("{a:.3} / {b:.3}");
-        let _ = writeln!(
-            t,
-            "| {} | {} / {} | {} | {:+.1}% | {} | {} | {} | {} |",
-            g.kind.describe(),
-            e.steps,
-            s.steps,
-            pair(e.total_ms, s.total_ms),
-            super::relative_error(s.total_ms, e.total_ms) * 100.0,
-            pair(e.gemm_ms, s.gemm_ms),
-            pair(e.attention_ms, s.attention_ms),
-            pair(e.elementwise_ms, s.elementwise_ms),
-            pair(e.overhead_ms, s.overhead_ms),
-        );
+        let _ = writeln!(t, "{}", step_row(&g.kind.describe(), &g.engine, &g.simulated));
     }
     t
+}
+
+/// One row of the step table. A kind that only one side ran has no mean on the other side and
+/// no error: those cells are "—", not NaN.
+fn step_row(kind: &str, e: &StepMeans, s: &StepMeans) -> String {
+    let mean = |m: &StepMeans, v: f64| if m.steps == 0 { "—".to_string() } else { format!("{v:.3}") };
+    let pair = |a: f64, b: f64| format!("{} / {}", mean(e, a), mean(s, b));
+    let error = if e.steps == 0 || s.steps == 0 {
+        "—".to_string()
+    } else {
+        format!("{:+.1}%", super::relative_error(s.total_ms, e.total_ms) * 100.0)
+    };
+    format!(
+        "| {kind} | {} / {} | {} | {error} | {} | {} | {} | {} |",
+        e.steps,
+        s.steps,
+        pair(e.total_ms, s.total_ms),
+        pair(e.gemm_ms, s.gemm_ms),
+        pair(e.attention_ms, s.attention_ms),
+        pair(e.elementwise_ms, s.elementwise_ms),
+        pair(e.overhead_ms, s.overhead_ms),
+    )
 }
 
 /// Writes `dir/README.md` (the tables), `dir/engine.toml` (the simulated scenario), `dir/cpu.csv`
@@ -722,6 +730,15 @@ mod tests {
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };
         (engine, sweep)
+    }
+
+    #[test]
+    fn a_step_kind_one_side_never_ran_prints_dashes_not_nan() {
+        let ran = StepMeans::of([StepRow::default()].iter());
+        let never = StepMeans::of(std::iter::empty());
+        let row = step_row("decode, 1 seq", &ran, &never);
+        assert!(!row.contains("NaN") && row.contains("0.000 / —") && row.contains("| — |"), "{row}");
+        assert_eq!(row.matches('—').count(), 6, "{row}");
     }
 
     #[test]
