@@ -171,9 +171,12 @@ fn simulate_picks_the_bundled_profile_and_refuses_another_gpus() {
     assert!(stderr(&auto).contains("cost model: calibrated profile (bundled h100-sxm--vllm-0.24.0, measured on H100-SXM)"), "{}", stderr(&auto));
     let summary = std::fs::read_to_string(run_dir.join("summary.json")).unwrap();
     assert!(summary.contains("bundled h100-sxm--vllm-0.24.0"), "{summary}");
-    // The measured kernels, not the datasheet: the report differs from the roofline's.
-    let roofline = servesim(&["simulate", path]);
+    // The measured kernels, not the datasheet: the report differs from the roofline's. They
+    // are the default for a GPU with a bundled profile.
+    let roofline = servesim(&["simulate", path, "--cost", "roofline"]);
+    assert!(roofline.status.success(), "{}", stderr(&roofline));
     assert_ne!(stdout(&auto), stdout(&roofline));
+    assert_eq!(stdout(&auto), stdout(&servesim(&["simulate", path])));
 
     let a100 = repo().join("calibration/public/a100-80g-sxm--vllm-0.14.0.csv.zst");
     let refused = servesim(&["simulate", path, "--profile", a100.to_str().unwrap()]);

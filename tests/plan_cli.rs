@@ -23,7 +23,8 @@ fn a_plan_ranks_its_candidates_and_writes_every_one() {
     println!("{table}");
     assert!(table.contains("plan small: 8 candidates, 30 req/s"), "{table}");
     let first = table.lines().find(|l| l.trim_start().starts_with("1 ")).expect("a rank-1 row");
-    assert!(first.contains("roofline"), "every row names its cost source: {first}");
+    // Both GPUs have bundled kernel profiles, which price their candidates by default.
+    assert!(first.contains("calibrated"), "every row names its cost source: {first}");
     let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 8, "a row per candidate: {csv}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("plan.json")).unwrap()).unwrap();
@@ -153,12 +154,15 @@ fn a_gpu_without_a_price_is_charged_the_default_and_its_source_named() {
     }
 }
 
-/// `profile = "auto"` prices a GPU's candidates with its bundled profile, and the table says so.
+/// `profile = "auto"` on a GPU prices its candidates with its bundled profile, over a plan-wide
+/// `[cost] profile = "roofline"`, and the table says which rows rest on which.
 #[test]
 fn a_gpu_with_profile_auto_is_priced_by_its_bundled_profile() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let text = PLAN.replacen("name = \"H100-SXM\"\n", "name = \"H100-SXM\"\nprofile = \"auto\"\n", 1);
+    let text = PLAN
+        .replacen("name = \"H100-SXM\"\n", "name = \"H100-SXM\"\nprofile = \"auto\"\n", 1)
+        .replacen("[target]", "[cost]\nprofile = \"roofline\"\n[target]", 1);
     let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
@@ -170,7 +174,10 @@ fn a_gpu_with_profile_auto_is_priced_by_its_bundled_profile() {
             (!f[13].is_empty()).then(|| (f[3], f[13]))
         })
         .collect();
-    assert!(sources.iter().all(|&(gpu, source)| (gpu == "H100-SXM") == (source == "calibrated")), "{sources:?}");
+    assert!(
+        sources.iter().all(|&(gpu, source)| source == if gpu == "H100-SXM" { "calibrated" } else { "roofline" }),
+        "{sources:?}"
+    );
     // A profile of another GPU is refused, naming the field.
     let a100 = repo().join("calibration/public/a100-80g-sxm--vllm-0.14.0.csv.zst");
     let text = PLAN.replacen("name = \"H100-SXM\"\n", &format!("name = \"H100-SXM\"\nprofile = {:?}\n", a100.to_str().unwrap()), 1);

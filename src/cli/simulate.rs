@@ -46,6 +46,10 @@ pub struct SimulateArgs {
     /// this flag, that is an error).
     #[arg(long)]
     pub allow_profile_mismatch: bool,
+    /// `roofline`: price steps by the datasheet roofline even where a kernel profile is bundled
+    /// for the GPU (the same as `--set cost.profile=roofline`).
+    #[arg(long, value_name = "roofline")]
+    pub cost: Option<String>,
 }
 
 /// A fully validated `simulate` invocation.
@@ -64,6 +68,11 @@ impl SimulateArgs {
         let percentiles = flags::percentiles(&self.metric_percentiles)?;
         let percentile_metrics = flags::percentile_metrics(&self.percentile_metrics)?;
         let mut overrides = self.set;
+        match self.cost.as_deref() {
+            None => {}
+            Some("roofline") => overrides.push("cost.profile=\"roofline\"".into()),
+            Some(other) => return Err(usage("--cost", other, "expected `roofline` (see also --profile)")),
+        }
         if let Some(seed) = self.seed {
             overrides.push(format!("workload.seed={seed}"));
         }

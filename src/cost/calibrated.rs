@@ -769,19 +769,13 @@ impl Calibrated {
             dtypes.insert(0, want);
             let found = dtypes.iter().find_map(|&d| index.gemm_curve(d, n, k).map(|(curve, interpolated)| (d, curve, interpolated)));
             match found {
-                Some((dtype, curve, interpolated)) => {
+                Some((dtype, curve, _interpolated)) => {
                     if dtype != want {
                         notices.push(format!(
                             "calibrated profile: no {} GEMM {n}×{k} ({}); using its {} measurements",
                             want.name(),
                             op.name(),
                             dtype.name()
-                        ));
-                    }
-                    if interpolated {
-                        notices.push(format!(
-                            "calibrated profile: GEMM n={n} k={k} ({}) interpolated between the measured (n, k) around it",
-                            op.name()
                         ));
                     }
                     predictors.push(GemmPredictor::Profiled { n, k, dtype, curve });

@@ -200,7 +200,9 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
             let source = if named.label.starts_with("roofline") { "roofline" } else { "calibrated" };
             (named.model, source.into())
         }
-        None if plan.cost.as_ref().is_some_and(|c| c.contains_key("profile")) => (Box::new(cost_model(&scenario)), "fitted".into()),
+        None if plan.cost.as_ref().and_then(|c| c.get("profile")).and_then(|p| p.as_str()).is_some_and(|p| p.ends_with(".toml")) => {
+            (Box::new(cost_model(&scenario)), "fitted".into())
+        }
         None => (Box::new(cost_model(&scenario)), "roofline".into()),
     };
     let per_replica = max_sustainable_rate(&scenario, cost.as_ref(), &plan.objectives, options);

@@ -36,9 +36,11 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
 pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<(CostParams, Option<KernelProfile>), ScenarioError> {
     // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
     // from scenarios that normally load it.
+    // Left out, `auto`: measured kernels where servesim bundles them for the GPU, else the
+    // roofline. `roofline` (or an empty path) asks for the roofline with the default guesses.
     let (base, kernel) = match raw.get("profile") {
-        None => (DEFAULT_COST, None),
-        Some(toml::Value::String(path)) if path.is_empty() => (DEFAULT_COST, None),
+        None => (DEFAULT_COST, Some(KernelProfile::Auto)),
+        Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (DEFAULT_COST, None),
         Some(toml::Value::String(path)) if path == "auto" => (DEFAULT_COST, Some(KernelProfile::Auto)),
         Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
             let file = cx.relative(path);
@@ -48,7 +50,7 @@ pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<(CostParams, Option
             (DEFAULT_COST, Some(KernelProfile::File(file)))
         }
         Some(toml::Value::String(path)) => (load_profile(&cx.relative(path))?, None),
-        Some(other) => return Err(cx.invalid("cost.profile", other, "must be `auto`, a kernel profile (.csv) or a fitted profile (.toml)")),
+        Some(other) => return Err(cx.invalid("cost.profile", other, "must be `auto`, `roofline`, a kernel profile (.csv) or a fitted profile (.toml)")),
     };
     Ok((resolve_cost_over(raw, base, cx)?, kernel))
 }
