@@ -26,6 +26,12 @@ pub const FRACTION_FLOOR: f64 = 1e-4;
 /// (steps take milliseconds), so the floor changes no prediction that matters.
 pub const MICROS_FLOOR_US: f64 = 0.1;
 
+/// The physical band of an efficiency and of a fitted overhead: a fitted value outside it is
+/// flagged (see [`ParamKind::is_pinned`]).
+const PHYSICAL_EFFICIENCY_MAX: f64 = 0.98;
+const PHYSICAL_EFFICIENCY_MIN: f64 = 0.02;
+const PHYSICAL_OVERHEAD_MIN_US: f64 = 1.0;
+
 /// What range a parameter lives in, and so how the optimiser's coordinate maps to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {
@@ -65,14 +71,16 @@ impl ParamKind {
         }
     }
 
-    /// Whether `value` sits against the edge of the range, where the fit would have gone
-    /// further if the transform let it: an efficiency of 0.999 or more (the model asks for a
-    /// kernel faster than peak) or 0.001 or less, or an overhead under the floor (the model
-    /// asks for a negative one). Such a value is a sign the model is wrong, not a result.
+    /// Whether `value` sits at the edge of what is physical, where the fit was pushing the
+    /// parameter out of its meaning: an efficiency of 0.98 or more (no kernel runs at its
+    /// datasheet peak; the model asks for one faster) or 0.02 or less (a kernel 50× slower than
+    /// its roofline is a missing mechanism, not a kernel), or a fitted overhead under 1 µs (no
+    /// engine's per-step or per-sequence CPU work is that small: the model asks for zero, or a
+    /// negative one) or at the ceiling. Such a value is a sign the model is wrong, not a result.
     pub fn is_pinned(self, value: f64) -> bool {
         match self {
-            ParamKind::Fraction => value >= 0.999 || value <= 1e-3,
-            ParamKind::NonNegativeMicros => value < MICROS_FLOOR_US || value >= MAX_OVERHEAD_US,
+            ParamKind::Fraction => value >= PHYSICAL_EFFICIENCY_MAX || value <= PHYSICAL_EFFICIENCY_MIN,
+            ParamKind::NonNegativeMicros => value < PHYSICAL_OVERHEAD_MIN_US || value >= MAX_OVERHEAD_US,
         }
     }
 
@@ -242,6 +250,21 @@ mod tests {
                 assert_eq!(other.get(&q), want, "setting {} changed {}", spec.name, other.name);
             }
         }
+    }
+
+    #[test]
+    fn fitted_values_at_the_edge_of_physics_are_flagged() {
+        // Values a fit once returned unflagged: a 0.17 µs overhead and a 0.995 efficiency.
+        assert!(ParamKind::NonNegativeMicros.is_pinned(0.17));
+        assert!(ParamKind::Fraction.is_pinned(0.995));
+        assert!(ParamKind::Fraction.is_pinned(0.0106));
+        for fine in [0.25, 0.57, 0.9] {
+            assert!(!ParamKind::Fraction.is_pinned(fine), "{fine}");
+        }
+        for fine in [4.1, 250.0, 24_000.0] {
+            assert!(!ParamKind::NonNegativeMicros.is_pinned(fine), "{fine}");
+        }
+        assert!(ParamKind::NonNegativeMicros.is_pinned(MAX_OVERHEAD_US));
     }
 
     #[test]
