@@ -133,13 +133,12 @@ fn bundled_profiles_price_gemm_shapes_between_their_grid_points() {
     }
 }
 
-/// Another source, other conditions (fp16, Hugging Face layers, cuBLAS; 2026) on the same
-/// GPU: the bundled H100 profile (vLLM 0.24, bf16) prices LLMServingSim's measured GEMMs of
-/// Llama-3.1-8B and 70B.
-#[test]
-fn the_h100_profile_prices_another_sources_gemms() {
-    let index = ProfileIndex::new(&bundled(BUNDLED[0]));
-    let text = std::fs::read_to_string(repo().join("tests/data/public/llmservingsim-h100-gemm.csv")).unwrap();
+/// Prices another source's measured GEMMs (`tests/data/public/<file>`: model, tp, layer, m, n,
+/// k, latency_ns) with a bundled profile; prints the errors per layer and overall, and returns
+/// the overall (median, p90).
+fn cross_source(profile: &str, file: &str) -> (f64, f64) {
+    let index = ProfileIndex::new(&bundled(profile));
+    let text = std::fs::read_to_string(repo().join("tests/data/public").join(file)).unwrap();
     let mut errors = Vec::new();
     let mut by_layer: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for line in text.lines().skip(1) {
@@ -151,10 +150,27 @@ fn the_h100_profile_prices_another_sources_gemms() {
         by_layer.entry(f[2].to_string()).or_default().push(error);
     }
     for (layer, e) in &by_layer {
-        println!("  {layer:<10} {}", percent(LeaveOneOut::summary(e)));
+        println!("  {layer:<15} {}", percent(LeaveOneOut::summary(e)));
     }
-    let (median, p90) = LeaveOneOut::summary(&errors);
-    println!("H100 profile against LLMServingSim's {} GEMMs: {}", errors.len(), percent((median, p90)));
+    let summary = LeaveOneOut::summary(&errors);
+    println!("{profile} against {file}, {} GEMMs: {}", errors.len(), percent(summary));
+    summary
+}
+
+/// Another source, other conditions (fp16, Hugging Face layers, cuBLAS; 2026) on the same
+/// GPU: the bundled H100 profile (vLLM 0.24, bf16) prices LLMServingSim's measured GEMMs of
+/// Llama-3.1-8B and 70B.
+#[test]
+fn the_h100_profile_prices_another_sources_gemms() {
+    let (median, _) = cross_source(BUNDLED[0], "llmservingsim-h100-gemm.csv");
+    assert!(median <= 0.10, "median {:.1}%", median * 100.0);
+}
+
+/// The same on A100: the bundled profile (vLLM 0.14, bf16) against vidur's measured GEMMs of
+/// Llama-3-8B and 70B (fp16, sarathi-serve layers, 2024), fused QKV and gate+up.
+#[test]
+fn the_a100_profile_prices_another_sources_gemms() {
+    let (median, _) = cross_source(BUNDLED[3], "vidur-a100-gemm.csv");
     assert!(median <= 0.10, "median {:.1}%", median * 100.0);
 }
 
