@@ -281,6 +281,9 @@ pub struct SourceProvenance {
     pub dtypes: Vec<String>,
     /// Files read, relative to the source's data folder.
     pub files: Vec<String>,
+    /// How far other sources' timings of the same shapes differ, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<String>,
     /// How the source timed each op.
     pub method: String,
 }

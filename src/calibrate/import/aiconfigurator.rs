@@ -89,6 +89,39 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
         files.push(allreduce_file.clone());
     }
 
+    // Where other engines' builds timed the same GEMMs, how far they differ from this one: the
+    // rule keeps one source per profile (the engine asked for, its newest version), and says
+    // how much the choice matters.
+    let mut agreement = Vec::new();
+    for other in ENGINES.iter().filter(|&&e| e != engine) {
+        let Some(other_version) = newest_version(&gpu_dir.join("gemm").join(other)) else { continue };
+        let file = gpu_dir.join("gemm").join(other).join(&other_version).join("gemm_perf.parquet");
+        let Ok(table) = Table::read_parquet(&file) else { continue };
+        let mut theirs = Accumulator::default();
+        read_gemms(&table, &mut theirs)?;
+        let errors: Vec<f64> = theirs
+            .times_ms
+            .iter()
+            .filter_map(|(shape, times)| {
+                let ours = acc.times_ms.get(shape)?;
+                let (a, b) = (median(ours), median(times));
+                Some((b - a).abs() / a)
+            })
+            .collect();
+        if errors.is_empty() {
+            continue;
+        }
+        let (mid, p90) = (percentile(&errors, 0.5), percentile(&errors, 0.9));
+        let line = format!(
+            "{other} {other_version} against {engine} {version} on {} shared GEMM shapes: median {:.1}%, p90 {:.1}%",
+            errors.len(),
+            mid * 100.0,
+            p90 * 100.0
+        );
+        acc.notes.push(format!("sources differ: {line}"));
+        agreement.push(line);
+    }
+
     let peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
     let origin = origin(&gemm_file);
     if !origin.is_known() {
@@ -118,6 +151,7 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
             kernels,
             dtypes,
             files: files.iter().map(relative).collect(),
+            agreement,
             method: "mean of CUDA-graph replays per op after warm-up (aiconfigurator collector); GEMM weights not \
                      resident in L2; attention excludes the QKV/O projections and RoPE"
                 .into(),
@@ -207,6 +241,17 @@ impl Accumulator {
             .collect();
         (rows, self.kernels.into_iter().collect(), dtypes.into_iter().collect(), self.notes)
     }
+}
+
+fn median(values: &[f64]) -> f64 {
+    percentile(values, 0.5)
+}
+
+/// The `q` quantile of `values` (nearest rank, on a sorted copy); 0 when empty.
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
 }
 
 fn dim(value: u64) -> u32 {
