@@ -804,7 +804,21 @@ impl Calibrated {
         let layer_gemms: [GemmPredictor; 4] = predictors.try_into().expect("four layer GEMMs");
 
         let heads = model_heads(model, tensor_parallel);
-        let attention = [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed]
+        // Chunks of a prompt over its cached prefix run the prefill kernel with a longer key
+        // range. Where the profile measured no such chunks (published tables have none), their
+        // work is priced at the utilisation the same GPU's prefill kernel reaches for the
+        // chunk's batch and length, rather than at the roofline's guessed efficiency.
+        let has_phase = |phase| index.attention.keys().any(|k| k.phase == phase);
+        let mixed_from = if !has_phase(AttentionPhase::Mixed) && has_phase(AttentionPhase::Prefill) {
+            notices.push(
+                "calibrated profile: no chunked-prefill attention over a cached prefix measured; priced at the utilisation of its prefill attention for the chunk's batch and length"
+                    .into(),
+            );
+            AttentionPhase::Prefill
+        } else {
+            AttentionPhase::Mixed
+        };
+        let attention = [AttentionPhase::Prefill, AttentionPhase::Decode, mixed_from]
             .map(|phase| resolve_attention(&index, phase, model.kv_dtype, heads, &mut notices));
 
         let allreduce = (tensor_parallel > 1).then(|| {
@@ -1259,6 +1273,35 @@ mod tests {
         assert!(tp4.notices().iter().any(|n| n.contains("no all-reduce measured on 4 GPUs")));
         let batch = decode_batch(4, 100);
         assert_eq!(tp4.predict(&batch).communication_ns, Roofline::new(&model, &h100(), 4, &params).predict(&batch).communication_ns);
+    }
+
+    #[test]
+    fn chunks_over_a_cached_prefix_take_the_prefill_kernels_utilisation_when_unmeasured() {
+        let model = tiny_model();
+        let (mut profile, _) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        profile.rows.retain(|r| !matches!(r.shape, Shape::Attention(a) if a.phase == AttentionPhase::Mixed));
+        let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &CostParams::default());
+        assert!(
+            calibrated.notices().iter().any(|n| n.contains("priced at the utilisation of its prefill attention")),
+            "{:#?}",
+            calibrated.notices()
+        );
+        let chunk = |context_tokens| {
+            let mut batch = Batch::default();
+            batch.push(SeqWork { seq: 0, new_tokens: 256, context_tokens, samples_token: false });
+            calibrated.predict(&batch).attention_ns as f64
+        };
+        // The same utilisation on more work: time in proportion to the roofline time of the
+        // work (the keys over the prefix, and its K and V read).
+        let heads = model_heads(&model, 1);
+        let roofline_s = |c: f64| {
+            let (keys, kv_tokens, query_tokens) = attention_totals(1.0, 256.0, c);
+            attention_work_from_totals(heads, Dtype::Bf16, keys, kv_tokens, query_tokens).roofline_s(&profile.peak())
+        };
+        let expected = roofline_s(768.0) / roofline_s(0.0);
+        let ratio = chunk(768) / chunk(0);
+        assert!(expected > 2.0 && (ratio / expected - 1.0).abs() < 1e-3, "{ratio} against {expected}");
     }
 
     #[test]
