@@ -453,19 +453,19 @@ impl ProfileIndex {
     /// interpolated between measured `(n, k)` (see [`ProfileIndex::gemm_curve`]); `None` when
     /// the profile has neither.
     pub fn predict_gemm_ns(&self, shape: &GemmShape) -> Option<f64> {
-        let (curve, _) = self.gemm_curve(shape.dtype, shape.n, shape.k)?;
+        let curve = self.gemm_curve(shape.dtype, shape.n, shape.k)?;
         let util = curve.eval(shape.m as f64).exp();
         Some(gemm_work(shape).roofline_s(&self.peak) * NS_PER_S / util)
     }
 
-    /// The ln-utilisation curve of GEMM `(dtype, n, k)`, and whether it was interpolated: the
+    /// The ln-utilisation curve of GEMM `(dtype, n, k)`: the
     /// measured curve, or, where the profile measured a full grid of `(n, k)` around the shape (as
     /// published tables do, on round sizes that miss most models' 14336 or 28672), one
     /// interpolated bilinearly in (ln n, ln k) between the four surrounding curves, held at the
     /// grid's edge beyond it. `None` when a surrounding curve is missing.
-    fn gemm_curve(&self, dtype: Dtype, n: u32, k: u32) -> Option<(GemmCurve, bool)> {
+    fn gemm_curve(&self, dtype: Dtype, n: u32, k: u32) -> Option<GemmCurve> {
         if let Some(curve) = self.gemm.get(&(dtype, n, k)) {
-            return Some((curve.clone(), false));
+            return Some(curve.clone());
         }
         let (ns, ks) = self.gemm_axes(dtype);
         // Only a grid (nearly every measured n with every measured k: published tables leave
@@ -476,7 +476,7 @@ impl ProfileIndex {
         if (measured as f64) < GRID_DENSITY_MIN * (ns.len() * ks.len()) as f64 {
             return None;
         }
-        self.interpolate_gemm(dtype, n, k, &ns, &ks).map(|curve| (curve, true))
+        self.interpolate_gemm(dtype, n, k, &ns, &ks)
     }
 
     /// The `n` and `k` values of the profile's `dtype` GEMMs, sorted.
@@ -767,9 +767,9 @@ impl Calibrated {
             let mut dtypes: Vec<Dtype> = index.gemm.keys().map(|key| key.0).filter(|&d| d != want).collect();
             dtypes.dedup();
             dtypes.insert(0, want);
-            let found = dtypes.iter().find_map(|&d| index.gemm_curve(d, n, k).map(|(curve, interpolated)| (d, curve, interpolated)));
+            let found = dtypes.iter().find_map(|&d| index.gemm_curve(d, n, k).map(|curve| (d, curve)));
             match found {
-                Some((dtype, curve, _interpolated)) => {
+                Some((dtype, curve)) => {
                     if dtype != want {
                         notices.push(format!(
                             "calibrated profile: no {} GEMM {n}×{k} ({}); using its {} measurements",

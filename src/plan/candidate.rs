@@ -25,16 +25,7 @@ impl SearchSpace {
     /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype (the last varies
     /// fastest).
     pub fn candidates(&self) -> Vec<Candidate> {
-        let lens = [
-            self.gpus.len(),
-            self.policies.len(),
-            self.tensor_parallel.len(),
-            self.max_num_seqs.len(),
-            self.max_num_batched_tokens.len(),
-            self.enable_chunked_prefill.len(),
-            self.dtypes.len(),
-            self.kv_cache_dtypes.len(),
-        ];
+        let lens = self.list_lens();
         (0..self.len())
             .map(|index| {
                 // The candidate's position in each list: `index` in mixed radix, last list fastest.

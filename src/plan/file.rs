@@ -282,8 +282,9 @@ impl Plan {
 }
 
 impl SearchSpace {
-    /// The number of candidates.
-    pub fn len(&self) -> usize {
+    /// The length of each searched list, in enumeration order (the last varies fastest in
+    /// [`SearchSpace::candidates`]).
+    pub fn list_lens(&self) -> [usize; 8] {
         [
             self.gpus.len(),
             self.policies.len(),
@@ -294,8 +295,11 @@ impl SearchSpace {
             self.dtypes.len(),
             self.kv_cache_dtypes.len(),
         ]
-        .iter()
-        .fold(1usize, |n, &k| n.saturating_mul(k))
+    }
+
+    /// The number of candidates.
+    pub fn len(&self) -> usize {
+        self.list_lens().iter().fold(1usize, |n, &k| n.saturating_mul(k))
     }
 
     pub fn is_empty(&self) -> bool {
