@@ -41,7 +41,6 @@ use serde::{Deserialize, Serialize};
 use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
 use super::grid::{GridOptions, Shape, Work};
 use super::timing::{Measurement, TimingOptions};
-use crate::scenario::GpuSpec;
 use crate::scenario::model::Dtype;
 
 /// The CSV header, in order.
@@ -296,23 +295,6 @@ impl Provenance {
             Some(source) => source.gpu.clone(),
             None if self.device.device == "cpu" => format!("a CPU ({})", self.device.name),
             None => self.device.name.clone(),
-        }
-    }
-
-    /// Why this profile does not describe `gpu`, or `None` when it does: a profile prices the
-    /// kernels of one hardware, and another's timings (a CPU's under a GPU scenario, an A100's
-    /// under an H100) would be silently wrong. GPUs are matched by model (H100, A100, …); a
-    /// scenario on a CPU (servesim's engine twin) matches a CPU profile.
-    pub fn mismatch(&self, gpu: &GpuSpec) -> Option<String> {
-        let family = |name: &str| -> Option<&'static str> {
-            let upper = name.to_ascii_uppercase();
-            ["H100", "H200", "H20", "H800", "B200", "A100", "MI300X", "L40S", "CPU"].into_iter().find(|f| upper.contains(f))
-        };
-        let measured = self.measured_on();
-        let profile_family = if self.source.is_none() && self.device.device == "cpu" { Some("CPU") } else { family(&measured) };
-        match (profile_family, family(&gpu.name)) {
-            (Some(a), Some(b)) if a == b => None,
-            _ => Some(format!("the profile was measured on {measured}, and the scenario runs on {}", gpu.name)),
         }
     }
 

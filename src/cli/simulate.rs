@@ -8,9 +8,6 @@ use clap::Args;
 use super::flags::{self, usage};
 use super::progress;
 use crate::Error;
-use crate::calibrate::profile::Profile;
-use crate::cost::CostModel;
-use crate::cost::calibrated::Calibrated;
 use crate::metrics::format::{ReportOptions, write_report};
 use crate::run::output;
 use crate::scenario::Scenario;
@@ -58,8 +55,8 @@ pub struct SimulateConfig {
     pub scenario: Scenario,
     pub out: Option<PathBuf>,
     pub report: ReportOptions,
-    /// A calibration profile that prices steps instead of the roofline, and how to name it.
-    pub profile: Option<(Profile, String)>,
+    /// Price steps with a profile that does not describe the scenario, with a warning.
+    pub allow_profile_mismatch: bool,
 }
 
 impl SimulateArgs {
@@ -76,6 +73,16 @@ impl SimulateArgs {
         if let Some(seed) = self.seed {
             overrides.push(format!("workload.seed={seed}"));
         }
+        // `--profile` is `[cost] profile`, with a path from the working directory rather than
+        // the scenario's folder.
+        if let Some(path) = &self.profile {
+            let value = if path.as_os_str() == "auto" {
+                "auto".to_string()
+            } else {
+                std::path::absolute(path).map_err(|e| usage("--profile", path.display(), e.to_string()))?.display().to_string()
+            };
+            overrides.push(format!("cost.profile={}", toml::Value::from(value)));
+        }
         let scenario = Scenario::load(&self.scenario, &overrides)?;
         let report = ReportOptions {
             layout,
@@ -85,34 +92,7 @@ impl SimulateArgs {
             // Each sweep point prints its own rate (set per point below).
             request_rate: f64::INFINITY,
         };
-        let profile = match self.profile.as_deref() {
-            None => None,
-            Some(path) if path.as_os_str() == "auto" => {
-                let gpu = &scenario.hardware.gpu;
-                let (name, profile) = crate::cost::bundled::for_gpu(gpu).ok_or_else(|| {
-                    usage(
-                        "--profile",
-                        "auto",
-                        format!("no profile is bundled for {}; bundled: {}", gpu.name, crate::cost::bundled::gpus().join(", ")),
-                    )
-                })?;
-                Some((profile.clone(), format!("bundled {name}")))
-            }
-            Some(path) => Some((flags::profile(path)?, path.display().to_string())),
-        };
-        if let Some((profile, _)) = &profile
-            && let Some(mismatch) = profile.provenance.mismatch(&scenario.hardware.gpu)
-        {
-            if !self.allow_profile_mismatch {
-                return Err(usage(
-                    "--profile",
-                    self.profile.as_deref().unwrap_or(std::path::Path::new("")).display(),
-                    format!("{mismatch}; its timings would be wrong here (--allow-profile-mismatch uses it anyway)"),
-                ));
-            }
-            eprintln!("WARNING: {mismatch}: its timings price this scenario's steps anyway (--allow-profile-mismatch)");
-        }
-        Ok(SimulateConfig { scenario, out: self.out, report, profile })
+        Ok(SimulateConfig { scenario, out: self.out, report, allow_profile_mismatch: self.allow_profile_mismatch })
     }
 }
 
@@ -131,33 +111,17 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         e.num_gpu_blocks,
         e.block_size
     );
-    let (cost, cost_label): (Box<dyn CostModel>, String) = match &config.profile {
-        None => {
-            let named = crate::run::scenario_cost(scenario)?;
-            for note in &named.notes {
-                eprintln!("note: {note}");
-            }
-            if scenario.kernel_profile.is_some() {
-                eprintln!("cost model: {}", named.label);
-            }
-            (named.model, named.label)
-        }
-        Some((profile, name)) => {
-            let calibrated = Calibrated::new(
-                profile,
-                &scenario.model,
-                &scenario.hardware.gpu,
-                e.tensor_parallel,
-                &scenario.cost,
-            );
-            for notice in calibrated.notices() {
-                eprintln!("note: {notice}");
-            }
-            let label = format!("{} ({name}, measured on {})", calibrated.source(), profile.provenance.measured_on());
-            eprintln!("cost model: {label}");
-            (Box::new(calibrated), label)
-        }
-    };
+    let named = crate::run::scenario_cost(scenario, config.allow_profile_mismatch)?;
+    for warning in &named.warnings {
+        eprintln!("WARNING: {warning}");
+    }
+    for note in &named.notes {
+        eprintln!("note: {note}");
+    }
+    if named.kind != crate::run::CostKind::Roofline {
+        eprintln!("cost model: {}", named.label);
+    }
+    let (cost, cost_label) = (named.model, named.label);
     let bar = progress::sweep(scenario.workload.num_prompts.len());
     let points =
         crate::run::run_scenario_with_progress(scenario, cost.as_ref(), &config.report.percentiles, &mut |_| bar.inc(1));

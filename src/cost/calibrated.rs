@@ -746,10 +746,44 @@ impl Calibrated {
         tensor_parallel: u32,
         params: &CostParams,
     ) -> Calibrated {
+        Self::build(ProfileIndex::new(profile), model, gpu, tensor_parallel, params, Vec::new())
+    }
+
+    /// The cost model of `gpu`, which no profile measured, from `profile` of another GPU: each
+    /// kernel is priced at the utilisation of `gpu`'s datasheet peaks that it reached on the
+    /// measured GPU (a GEMM at 60% of peak FLOP/s there is at 60% here). That carries over how
+    /// efficiency varies with shape, which one guessed efficiency cannot; launch latencies and
+    /// the vendor's kernel quality do not carry over, so the notes say which GPU stands in. The
+    /// measured all-reduces ran on the other GPU's interconnect: the ring formula prices them.
+    pub fn transferred(
+        profile: &Profile,
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        tensor_parallel: u32,
+        params: &CostParams,
+    ) -> Calibrated {
+        let mut index = ProfileIndex::new(profile);
+        index.peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
+        index.allreduce.clear();
+        let note = format!(
+            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there, all-reduces by the ring formula",
+            profile.provenance.measured_on(),
+            gpu.name,
+            gpu.name
+        );
+        Self::build(index, model, gpu, tensor_parallel, params, vec![note])
+    }
+
+    fn build(
+        index: ProfileIndex,
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        tensor_parallel: u32,
+        params: &CostParams,
+        mut notices: Vec<String>,
+    ) -> Calibrated {
         let roofline = Roofline::new(model, gpu, tensor_parallel, params);
-        let index = ProfileIndex::new(profile);
         let peak = index.peak;
-        let mut notices = Vec::new();
 
         // Datasheet roofline for what the profile lacks (the same formulas as `Roofline`).
         let peak_16bit = gpu.peak_flops_16bit;
@@ -1240,6 +1274,41 @@ mod tests {
         prefill.push(SeqWork { seq: 0, new_tokens: 2000, context_tokens: 0, samples_token: true });
         assert_eq!(calibrated.predict(&prefill), roofline.predict(&prefill));
         assert_eq!(calibrated.predict(&Batch::default()), StepCost::default());
+    }
+
+    /// A profile carried to another GPU prices each kernel at the utilisation it reached where
+    /// measured: a compute-bound kernel scales by the FLOP/s ratio, a bandwidth-bound one by the
+    /// bandwidth ratio, and nothing outside those two; its all-reduces fall back to the ring.
+    #[test]
+    fn a_transferred_profile_keeps_each_kernels_utilisation_at_the_new_peaks() {
+        use crate::calibrate::backend::AllReduceShape;
+        use crate::calibrate::timing::Measurement;
+        let model = tiny_model();
+        let (mut profile, _) =
+            synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        let m = Measurement { median_ns: 5e3, p10_ns: 5e3, p90_ns: 5e3, repeats: 1 };
+        profile.rows.push(ProfileRow::new(Shape::AllReduce(AllReduceShape { bytes: 1024, gpus: 2 }), m, &gpu_peak()));
+        let params = CostParams::default();
+        let mi300x = GpuSpec::preset("MI300X").unwrap();
+        let here = Calibrated::new(&profile, &model, &h100(), 2, &params);
+        let there = Calibrated::transferred(&profile, &model, &mi300x, 2, &params);
+        assert!(there.notices()[0].contains("not on MI300X"), "{:#?}", there.notices());
+        let flops_ratio = gpu_peak().flops_per_s / mi300x.peak_flops_16bit;
+        let bandwidth_ratio = gpu_peak().memory_bytes_per_s / mi300x.memory_bandwidth_bytes_per_s;
+        let (low, high) = (flops_ratio.min(bandwidth_ratio), flops_ratio.max(bandwidth_ratio));
+        let mut batches = vec![decode_batch(1, 100), decode_batch(64, 2000)];
+        let mut prefill = Batch::default();
+        prefill.push(SeqWork { seq: 0, new_tokens: 1024, context_tokens: 0, samples_token: true });
+        batches.push(prefill);
+        for batch in &batches {
+            let (a, b) = (here.predict(batch), there.predict(batch));
+            for (name, ns_here, ns_there) in [("GEMM", a.gemm_ns, b.gemm_ns), ("attention", a.attention_ns, b.attention_ns)] {
+                let ratio = ns_there as f64 / ns_here as f64;
+                assert!(ratio >= low * 0.999 && ratio <= high * 1.001, "{name}: {ratio} outside [{low}, {high}]");
+            }
+        }
+        let ring = Roofline::new(&model, &mi300x, 2, &params).predict(&batches[1]).communication_ns;
+        assert_eq!(there.predict(&batches[1]).communication_ns, ring);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod bundled;
 pub mod calibrated;
+pub mod profile_match;
 pub mod roofline;
 
 use crate::sched::batch::Batch;

@@ -111,8 +111,13 @@ impl Candidate {
             engine.insert("enable_chunked_prefill".into(), chunked.into());
         }
         table.insert("engine".into(), engine.into());
-        if let Some(cost) = &plan.cost {
-            table.insert("cost".into(), cost.clone().into());
+        let mut cost = plan.cost.clone().unwrap_or_default();
+        // A GPU's own profile prices its candidates, whatever the plan's `[cost]` names.
+        if let Some(profile) = &plan.space.gpus[self.gpu].profile {
+            cost.insert("profile".into(), profile.display().to_string().into());
+        }
+        if !cost.is_empty() {
+            table.insert("cost".into(), cost.into());
         }
         let mut workload = plan.workload.clone();
         workload.insert("num_prompts".into(), i64::from(num_prompts).into());

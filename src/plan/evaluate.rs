@@ -7,12 +7,7 @@ use super::candidate::Candidate;
 use super::file::Plan;
 use super::objectives::Binding;
 use super::search::{Bound, Probe, RateSearch, SearchOptions, max_sustainable_rate, probe};
-use crate::calibrate::profile::Profile;
-use crate::cost::CostModel;
-use crate::cost::bundled;
-use crate::cost::calibrated::Calibrated;
-use crate::run::cost_model;
-use crate::scenario::{GpuSpec, Scenario, ScenarioError};
+use crate::scenario::{Scenario, ScenarioError};
 
 /// Replicas the cluster check may add beyond ⌈target ÷ per-replica rate⌉ before giving up.
 const EXTRA_REPLICAS_MAX: u32 = 4;
@@ -137,40 +132,28 @@ pub fn evaluate_with_progress(
     options: &SearchOptions,
     on_done: &(dyn Fn(&Evaluation) + Sync),
 ) -> Result<Vec<Evaluation>, ScenarioError> {
-    let profiles = plan
-        .space
-        .gpus
-        .iter()
-        .enumerate()
-        .map(|(i, gpu)| {
-            let Some(path) = &gpu.profile else { return Ok(None) };
-            let invalid = |reason: String| ScenarioError::Invalid {
+    // A GPU's profile that cannot price its candidates fails the plan before any simulation,
+    // named as the plan's field: checked on the GPU's first candidate that loads.
+    for (i, gpu) in plan.space.gpus.iter().enumerate() {
+        let Some(path) = &gpu.profile else { continue };
+        let Some(scenario) = candidates.iter().filter(|c| c.gpu == i).find_map(|c| c.scenario(plan, 1).ok()) else { continue };
+        if let Err(e) = crate::run::scenario_cost(&scenario, false) {
+            let reason = match e {
+                ScenarioError::Invalid { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            return Err(ScenarioError::Invalid {
                 file: plan.path.clone(),
                 field: format!("search.gpu[{i}].profile"),
                 value: format!("{:?}", path.display().to_string()),
                 reason,
-            };
-            // An unknown GPU name is the candidates' problem (each is infeasible, with the
-            // resolver's reason); only a known GPU can be matched to a profile.
-            let Some(spec) = GpuSpec::preset(&gpu.name) else { return Ok(None) };
-            let profile = if path.as_os_str() == "auto" {
-                let (_, profile) = bundled::for_gpu(&spec).ok_or_else(|| {
-                    invalid(format!("no profile is bundled for {}; bundled: {}", spec.name, bundled::gpus().join(", ")))
-                })?;
-                profile.clone()
-            } else {
-                Profile::read(path).map_err(|e| invalid(e.to_string()))?
-            };
-            if let Some(mismatch) = profile.provenance.mismatch(&spec) {
-                return Err(invalid(format!("{mismatch}; its timings would be wrong for this GPU")));
-            }
-            Ok(Some(profile))
-        })
-        .collect::<Result<Vec<Option<Profile>>, ScenarioError>>()?;
+            });
+        }
+    }
     candidates
         .par_iter()
         .map(|c| {
-            let evaluation = evaluate_one(plan, c, profiles[c.gpu].as_ref(), options);
+            let evaluation = evaluate_one(plan, c, options);
             if let Ok(done) = &evaluation {
                 on_done(done);
             }
@@ -179,7 +162,7 @@ pub fn evaluate_with_progress(
         .collect()
 }
 
-fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, options: &SearchOptions) -> Result<Evaluation, ScenarioError> {
+fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> Result<Evaluation, ScenarioError> {
     let scenario = match candidate.scenario(plan, 1) {
         Ok(s) => s,
         // The candidate's own fields: this configuration cannot run.
@@ -190,21 +173,8 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, profile: Option<&Profile>, o
         Err(e) => return Err(e),
     };
     let gpu = &plan.space.gpus[candidate.gpu];
-    let (cost, cost_source): (Box<dyn CostModel + Sync>, String) = match profile {
-        Some(profile) => (
-            Box::new(Calibrated::new(profile, &scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)),
-            "calibrated".into(),
-        ),
-        None if scenario.kernel_profile.is_some() => {
-            let named = crate::run::scenario_cost(&scenario)?;
-            let source = if named.label.starts_with("roofline") { "roofline" } else { "calibrated" };
-            (named.model, source.into())
-        }
-        None if plan.cost.as_ref().and_then(|c| c.get("profile")).and_then(|p| p.as_str()).is_some_and(|p| p.ends_with(".toml")) => {
-            (Box::new(cost_model(&scenario)), "fitted".into())
-        }
-        None => (Box::new(cost_model(&scenario)), "roofline".into()),
-    };
+    let named = crate::run::scenario_cost(&scenario, false)?;
+    let (cost, cost_source) = (named.model, named.kind.name().to_string());
     let per_replica = max_sustainable_rate(&scenario, cost.as_ref(), &plan.objectives, options);
     let gpus_per_replica = scenario.engine.tensor_parallel;
     let mut replicas = 1;

@@ -7,6 +7,8 @@ use crate::cost::roofline::Roofline;
 use crate::metrics::Summary;
 use crate::calibrate::profile::Profile;
 use crate::cost::calibrated::Calibrated;
+use crate::cost::bundled;
+use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
 use crate::scenario::{KernelProfile, Scenario, ScenarioError, SweepPoint};
 use crate::sched::SchedulerConfig;
 use crate::sim::{self, SimConfig, SimOutput};
@@ -54,12 +56,40 @@ pub fn cost_model(scenario: &Scenario) -> Roofline {
     Roofline::new(&scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)
 }
 
-/// The cost model a scenario names, with a label for reports and the notes to print once.
+/// Where a scenario's step prices come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CostKind {
+    /// Datasheet peaks and `[cost]` efficiencies (the defaults' guesses, or the scenario's).
+    Roofline,
+    /// The roofline with a fitted profile's values (`servesim fit`).
+    Fitted,
+    /// Kernel timings measured on the scenario's GPU.
+    Calibrated,
+    /// Kernel utilisations measured on the nearest bundled GPU, applied to this GPU's peaks.
+    Transferred,
+}
+
+impl CostKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CostKind::Roofline => "roofline",
+            CostKind::Fitted => "fitted",
+            CostKind::Calibrated => "calibrated",
+            CostKind::Transferred => "transferred",
+        }
+    }
+}
+
+/// The cost model a scenario names, with a label for reports and the lines to print once.
 pub struct ScenarioCost {
     pub model: Box<dyn CostModel + Sync>,
+    pub kind: CostKind,
     /// `roofline`, or `calibrated profile (NAME, measured on GPU)`.
     pub label: String,
+    /// What the model could not price from measurements, and how it did instead.
     pub notes: Vec<String>,
+    /// Mismatches the user allowed (`--allow-profile-mismatch`): to print loudly.
+    pub warnings: Vec<String>,
 }
 
 /// Kernel profiles read from files, once per process: a plan prices many candidates with one.
@@ -76,50 +106,97 @@ fn read_profile(path: &std::path::Path) -> Result<std::sync::Arc<Profile>, Strin
 }
 
 /// The scenario's cost model: its kernel profile (`[cost] profile = "auto"` or a profile CSV)
-/// where it names one, else the roofline with its `[cost]` parameters. A profile of other
-/// hardware than the scenario's is an error naming `cost.profile`; `auto` on a GPU with no
-/// bundled profile is the roofline, with a note.
-pub fn scenario_cost(scenario: &Scenario) -> Result<ScenarioCost, ScenarioError> {
+/// where it names one, else the roofline with its `[cost]` parameters (fitted ones, if it names
+/// a fitted profile).
+///
+/// A profile that does not describe the scenario (another GPU, engine or weight dtype; see
+/// [`profile_match`](crate::cost::profile_match)) is an error naming `cost.profile`, or with
+/// `allow_mismatch` a warning. `auto` picks the profile bundled for the GPU, and says in a note
+/// where it differs from the scenario; for a GPU with none, the nearest bundled GPU's
+/// utilisations at this GPU's peaks ([`Calibrated::transferred`]).
+pub fn scenario_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
     let invalid = |value: String, reason: String| ScenarioError::Invalid {
         file: scenario.path.clone(),
         field: "cost.profile".into(),
         value,
         reason,
     };
-    let gpu = &scenario.hardware.gpu;
-    let from_file;
-    let (profile, name): (&Profile, String) = match &scenario.kernel_profile {
-        None => {
-            let roofline = cost_model(scenario);
-            let label = roofline.source().to_string();
-            return Ok(ScenarioCost { model: Box::new(roofline), label, notes: Vec::new() });
+    let mut warnings = Vec::new();
+    let mut check = |name: &str, mismatches: Vec<String>| -> Result<(), ScenarioError> {
+        if mismatches.is_empty() {
+            return Ok(());
         }
-        Some(KernelProfile::Auto) => match crate::cost::bundled::for_gpu(gpu) {
-            Some((name, profile)) => (profile, format!("bundled {name}")),
-            None => {
-                let roofline = cost_model(scenario);
-                let label = roofline.source().to_string();
-                let note = format!(
-                    "cost.profile = \"auto\": no profile is bundled for {} (bundled: {}); priced by the roofline",
-                    gpu.name,
-                    crate::cost::bundled::gpus().join(", ")
-                );
-                return Ok(ScenarioCost { model: Box::new(roofline), label, notes: vec![note] });
+        let all = mismatches.join("; ");
+        if !allow_mismatch {
+            return Err(invalid(
+                format!("{name:?}"),
+                format!("{all}: its numbers would be wrong here (--allow-profile-mismatch uses it anyway)"),
+            ));
+        }
+        warnings.push(format!("{all}: {name} prices this scenario's steps anyway (--allow-profile-mismatch)"));
+        Ok(())
+    };
+    let gpu = &scenario.hardware.gpu;
+    let tp = scenario.engine.tensor_parallel;
+    let roofline = |kind: CostKind, notes: Vec<String>, warnings: Vec<String>| {
+        let model = cost_model(scenario);
+        let label = match (kind, &scenario.fitted_profile) {
+            (CostKind::Fitted, Some(fitted)) => format!("{} (fitted profile {})", model.source(), fitted.path.display()),
+            _ => model.source().to_string(),
+        };
+        ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
+    };
+    let from_file;
+    let (profile, name, mut notes): (&Profile, String, Vec<String>) = match &scenario.kernel_profile {
+        None => {
+            let Some(fitted) = &scenario.fitted_profile else { return Ok(roofline(CostKind::Roofline, Vec::new(), warnings)) };
+            check(&fitted.path.display().to_string(), fitted_profile_mismatches(fitted, scenario))?;
+            return Ok(roofline(CostKind::Fitted, Vec::new(), warnings));
+        }
+        Some(KernelProfile::Auto) => match bundled::for_gpu(gpu) {
+            Some((name, profile)) => {
+                // `auto` is the best there is for this GPU; what it lacks is said, not refused.
+                (profile, format!("bundled {name}"), auto_notes(name, kernel_profile_mismatches(profile, scenario)))
             }
+            None => match bundled::nearest(gpu) {
+                Some((name, profile, _)) => {
+                    let model = Calibrated::transferred(profile, &scenario.model, gpu, tp, &scenario.cost);
+                    let label = format!(
+                        "{} (bundled {name}, measured on {}, transferred to {})",
+                        model.source(),
+                        profile.provenance.measured_on(),
+                        gpu.name
+                    );
+                    let mut notes = auto_notes(name, kernel_mismatches(profile, scenario));
+                    notes.extend_from_slice(model.notices());
+                    return Ok(ScenarioCost { model: Box::new(model), kind: CostKind::Transferred, label, notes, warnings });
+                }
+                None => {
+                    let note = format!(
+                        "cost.profile = \"auto\": no profile is bundled for {} and its datasheet has no peaks to transfer one to; priced by the roofline",
+                        gpu.name
+                    );
+                    return Ok(roofline(CostKind::Roofline, vec![note], warnings));
+                }
+            },
         },
         Some(KernelProfile::File(path)) => {
             let shown = format!("{:?}", path.display().to_string());
             from_file = read_profile(path).map_err(|e| invalid(shown, e))?;
-            (&*from_file, path.display().to_string())
+            check(&path.display().to_string(), kernel_profile_mismatches(&from_file, scenario))?;
+            (&*from_file, path.display().to_string(), Vec::new())
         }
     };
-    if let Some(mismatch) = profile.provenance.mismatch(gpu) {
-        return Err(invalid(name, format!("{mismatch}; its timings would be wrong here")));
-    }
-    let calibrated = Calibrated::new(profile, &scenario.model, gpu, scenario.engine.tensor_parallel, &scenario.cost);
+    let calibrated = Calibrated::new(profile, &scenario.model, gpu, tp, &scenario.cost);
     let label = format!("{} ({name}, measured on {})", calibrated.source(), profile.provenance.measured_on());
-    let notes = calibrated.notices().to_vec();
-    Ok(ScenarioCost { model: Box::new(calibrated), label, notes })
+    notes.extend_from_slice(calibrated.notices());
+    Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
+}
+
+/// `auto` picks the best profile there is for the GPU; where it still differs from the scenario,
+/// that is said, not refused.
+fn auto_notes(name: &str, mismatches: Vec<String>) -> Vec<String> {
+    mismatches.into_iter().map(|m| format!("cost.profile = \"auto\": {m}; the bundled {name} is the nearest there is")).collect()
 }
 
 /// Simulates every point of the scenario's sweep. `percentiles` are those the summaries compute

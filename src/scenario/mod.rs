@@ -40,6 +40,19 @@ pub struct Scenario {
     /// A kernel profile that prices steps instead of the roofline (`[cost] profile = "auto"` or
     /// a profile CSV); `None` for the roofline (with a fitted profile's parameters, if named).
     pub kernel_profile: Option<KernelProfile>,
+    /// The fitted profile (`servesim fit`) whose values `cost` holds, if `[cost] profile` names
+    /// one.
+    pub fitted_profile: Option<FittedProfile>,
+}
+
+/// What a fitted profile says it was fitted on, to check it against the scenario that loads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FittedProfile {
+    pub path: PathBuf,
+    /// `provenance.hardware`, e.g. `MI300X x8`.
+    pub hardware: Option<String>,
+    /// `provenance.engine_policy`, e.g. `tgi`.
+    pub engine_policy: Option<String>,
 }
 
 /// Which kernel profile a scenario's steps are priced by.

@@ -14,6 +14,7 @@ use crate::Error;
 use crate::metrics::LatencyMetric;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::metrics::recorded::{RecordedBlock, parse_file};
+use crate::cost::CostModel;
 use crate::run::{cost_model, run_point, sim_config};
 use crate::scenario::{DEFAULT_VALIDATION_METRICS, Scenario, SweepPoint};
 
@@ -131,16 +132,27 @@ pub fn percentiles_for(metrics: &[String]) -> Vec<f64> {
     out
 }
 
-/// Simulates `points` of `scenario` and reads `metrics` from each summary, by vLLM JSON key.
+/// Simulates `points` of `scenario` priced by the roofline with its `[cost]` parameters (what
+/// `servesim fit` varies, whatever kernel profile the scenario names), and reads `metrics` from
+/// each summary, by vLLM JSON key.
 pub fn simulate_metrics(scenario: &Scenario, points: &[SweepPoint], metrics: &[String]) -> Result<Vec<Vec<f64>>, Error> {
+    simulate_metrics_with(scenario, &cost_model(scenario), points, metrics)
+}
+
+/// [`simulate_metrics`] priced by `cost`.
+pub fn simulate_metrics_with(
+    scenario: &Scenario,
+    cost: &dyn CostModel,
+    points: &[SweepPoint],
+    metrics: &[String],
+) -> Result<Vec<Vec<f64>>, Error> {
     let percentiles = percentiles_for(metrics);
     let opts = ReportOptions { percentile_metrics: LatencyMetric::ALL.to_vec(), percentiles: percentiles.clone(), ..ReportOptions::default() };
     let config = sim_config(scenario);
-    let cost = cost_model(scenario);
     points
         .iter()
         .map(|point| {
-            let result = run_point(scenario, &config, &cost, point, &percentiles);
+            let result = run_point(scenario, &config, cost, point, &percentiles);
             let json = to_json(&result.summary, &opts);
             metrics
                 .iter()
@@ -154,10 +166,12 @@ pub fn simulate_metrics(scenario: &Scenario, points: &[SweepPoint], metrics: &[S
         .collect()
 }
 
-/// Runs the scenario and compares every sweep point with its recorded block.
+/// Runs the scenario, priced as `simulate` prices it, and compares every sweep point with its
+/// recorded block.
 pub fn validate(scenario: &Scenario, plan: &Plan) -> Result<Validation, Error> {
     let points = scenario.workload.points();
-    let simulated = simulate_metrics(scenario, &points, &plan.metrics)?;
+    let cost = crate::run::scenario_cost(scenario, false)?;
+    let simulated = simulate_metrics_with(scenario, cost.model.as_ref(), &points, &plan.metrics)?;
     let mut out = Vec::with_capacity(points.len());
     for (i, (point, values)) in points.iter().zip(simulated).enumerate() {
         let block = plan.block(i);

@@ -3,7 +3,7 @@
 use super::context::{Cx, quote};
 use crate::scenario::cost_params;
 use crate::scenario::schema::{RawCost, RawProfile};
-use crate::scenario::{CostParams, KernelProfile, ScenarioError};
+use crate::scenario::{CostParams, FittedProfile, KernelProfile, ScenarioError};
 use std::path::Path;
 
 /// The largest overhead or latency a scenario may set: no engine's CPU work per step or
@@ -33,37 +33,48 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
 /// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
 /// by the keys given in the scenario; and the kernel profile, if `profile` names one (`auto`,
 /// or a profile CSV) rather than a fitted profile (TOML).
-pub(super) fn resolve_cost(raw: &RawCost, cx: &Cx) -> Result<(CostParams, Option<KernelProfile>), ScenarioError> {
+pub(super) fn resolve_cost(
+    raw: &RawCost,
+    cx: &Cx,
+) -> Result<(CostParams, Option<KernelProfile>, Option<FittedProfile>), ScenarioError> {
     // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
     // from scenarios that normally load it.
     // Left out, `auto`: measured kernels where servesim bundles them for the GPU, else the
     // roofline. `roofline` (or an empty path) asks for the roofline with the default guesses.
-    let (base, kernel) = match raw.get("profile") {
-        None => (DEFAULT_COST, Some(KernelProfile::Auto)),
-        Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (DEFAULT_COST, None),
-        Some(toml::Value::String(path)) if path == "auto" => (DEFAULT_COST, Some(KernelProfile::Auto)),
+    let (base, kernel, fitted) = match raw.get("profile") {
+        None => (DEFAULT_COST, Some(KernelProfile::Auto), None),
+        Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (DEFAULT_COST, None, None),
+        Some(toml::Value::String(path)) if path == "auto" => (DEFAULT_COST, Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
             let file = cx.relative(path);
             if !file.is_file() {
                 return Err(cx.invalid("cost.profile", quote(path), "no such kernel profile file"));
             }
-            (DEFAULT_COST, Some(KernelProfile::File(file)))
+            (DEFAULT_COST, Some(KernelProfile::File(file)), None)
         }
-        Some(toml::Value::String(path)) => (load_profile(&cx.relative(path))?, None),
+        Some(toml::Value::String(path)) => {
+            let (params, fitted) = load_profile(&cx.relative(path))?;
+            (params, None, Some(fitted))
+        }
         Some(other) => return Err(cx.invalid("cost.profile", other, "must be `auto`, `roofline`, a kernel profile (.csv) or a fitted profile (.toml)")),
     };
-    Ok((resolve_cost_over(raw, base, cx)?, kernel))
+    Ok((resolve_cost_over(raw, base, cx)?, kernel, fitted))
 }
 
-/// Reads a profile written by `servesim fit`; errors name the profile file.
-fn load_profile(path: &Path) -> Result<CostParams, ScenarioError> {
+/// Reads a profile written by `servesim fit`, and what it says it was fitted on; errors name the
+/// profile file.
+fn load_profile(path: &Path) -> Result<(CostParams, FittedProfile), ScenarioError> {
     let cx = Cx { file: path.to_path_buf() };
     let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { file: path.to_path_buf(), source })?;
     let profile: RawProfile = toml::from_str(&text).map_err(|e| cx.parse(e.to_string()))?;
     if let Some(nested) = profile.cost.get("profile") {
         return Err(cx.invalid("cost.profile", nested, "a profile cannot name another profile"));
     }
-    resolve_cost_over(&profile.cost, DEFAULT_COST, &cx)
+    let said = |key: &str| -> Option<String> {
+        profile.provenance.as_ref()?.get(key)?.as_str().map(str::to_string)
+    };
+    let fitted = FittedProfile { path: path.to_path_buf(), hardware: said("hardware"), engine_policy: said("engine_policy") };
+    Ok((resolve_cost_over(&profile.cost, DEFAULT_COST, &cx)?, fitted))
 }
 
 /// `base` with every named parameter of `raw` set, each checked against the registry's range.

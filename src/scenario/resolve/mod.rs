@@ -121,7 +121,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
     let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
     let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
     hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
-    let (cost, kernel_profile) = cost::resolve_cost(&raw.cost, cx)?;
+    let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, cx)?;
     let workload = workload::resolve_workload(&raw.workload, &engine, cx)?;
     let validation = raw.validation.as_ref().map(|v| resolve_validation(v, &workload, cx)).transpose()?;
     Ok(Scenario {
@@ -134,6 +134,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         workload,
         validation,
         kernel_profile,
+        fitted_profile,
     })
 }
 

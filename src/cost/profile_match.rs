@@ -1,0 +1,142 @@
+//! Whether a profile describes the deployment a scenario prices: the same GPU, an engine whose
+//! kernels it timed, and the scenario's dtypes. Kernel timings of other hardware or another
+//! engine price every step wrongly without any visible sign, so a mismatch is an error unless
+//! the user asks to go on (then a warning that names it).
+//!
+//! Tensor parallelism is not a mismatch: kernel profiles hold per-GPU shapes, which interpolate
+//! to any sharding, and an all-reduce the profile did not measure is priced by the ring formula
+//! with a note (see [`Calibrated`](super::calibrated::Calibrated)).
+
+use crate::calibrate::grid::Shape;
+use crate::calibrate::profile::Profile;
+use crate::scenario::{Dtype, FittedProfile, Policy, Scenario};
+
+/// The GPU families that profiles are matched by: a profile of an H100 SXM prices an H100 PCIe's
+/// kernels better than none, but an A100's do not.
+const FAMILIES: [&str; 9] = ["H100", "H200", "H20", "H800", "B200", "A100", "MI300X", "L40S", "CPU"];
+
+/// The family a hardware name belongs to (`None` for a name outside [`FAMILIES`], which then
+/// matches nothing).
+pub fn gpu_family(name: &str) -> Option<&'static str> {
+    let upper = name.to_ascii_uppercase();
+    // Longest first, so that `H200` is not read as `H20`.
+    let mut families = FAMILIES;
+    families.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    families.into_iter().find(|f| upper.contains(f))
+}
+
+/// The engine whose kernels a scenario's policy stands for, as profiles name engines.
+fn engine_of(policy: Policy) -> &'static str {
+    match policy {
+        Policy::VllmV0 | Policy::VllmV1 => "vllm",
+        Policy::Tgi => "tgi",
+        Policy::Servesim => "servesim",
+    }
+}
+
+/// Why `profile` does not describe `scenario`, one phrase per mismatch; empty when it does.
+pub fn kernel_profile_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> {
+    let mut out: Vec<String> = gpu_mismatch(profile, scenario).into_iter().collect();
+    out.extend(kernel_mismatches(profile, scenario));
+    out
+}
+
+/// Whether `profile` was measured on another GPU family than the scenario's.
+fn gpu_mismatch(profile: &Profile, scenario: &Scenario) -> Option<String> {
+    let provenance = &profile.provenance;
+    let measured = provenance.measured_on();
+    let profile_family = if provenance.source.is_none() && provenance.device.device == "cpu" {
+        Some("CPU")
+    } else {
+        gpu_family(&measured)
+    };
+    let gpu = &scenario.hardware.gpu;
+    (profile_family.is_none() || profile_family != gpu_family(&gpu.name))
+        .then(|| format!("the profile was measured on {measured}, and the scenario runs on {}", gpu.name))
+}
+
+/// Whether `profile`'s kernels are another engine's or dtype's than the scenario's, whatever GPU
+/// they ran on (for a profile carried over to another GPU on purpose, only these apply).
+pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> {
+    let mut out = Vec::new();
+    // Imported tables name the engine whose kernels they timed; a profile servesim measured
+    // itself times kernels (cuBLAS GEMMs, FlashAttention-style attention) that stand for any
+    // engine on that GPU.
+    if let Some(source) = &profile.provenance.source {
+        let wanted = engine_of(scenario.engine.policy);
+        if source.engine != wanted {
+            out.push(format!(
+                "the profile timed {} {}'s kernels, and the scenario's engine is {} ({})",
+                source.engine,
+                source.engine_version,
+                wanted,
+                scenario.engine.policy.name()
+            ));
+        }
+    }
+    let weight = scenario.model.weight_dtype;
+    let gemm_dtypes: Vec<Dtype> = dtypes_of(profile, |shape| match shape {
+        Shape::Gemm(g) => Some(g.dtype),
+        _ => None,
+    });
+    if !gemm_dtypes.is_empty() && !gemm_dtypes.contains(&weight) {
+        out.push(format!(
+            "the profile's GEMMs are {}, and the scenario's weights are {}",
+            names(&gemm_dtypes),
+            weight.name()
+        ));
+    }
+    out
+}
+
+/// The distinct dtypes of the profile's rows that `pick` selects, in first-seen order.
+fn dtypes_of(profile: &Profile, pick: impl Fn(&Shape) -> Option<Dtype>) -> Vec<Dtype> {
+    let mut out = Vec::new();
+    for dtype in profile.rows.iter().filter_map(|row| pick(&row.shape)) {
+        if !out.contains(&dtype) {
+            out.push(dtype);
+        }
+    }
+    out
+}
+
+fn names(dtypes: &[Dtype]) -> String {
+    dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// Why a fitted profile (`servesim fit`) does not describe `scenario`: its efficiencies were
+/// fitted on one GPU and its overheads on one engine's scheduler, so another GPU or policy
+/// inherits numbers that were never true of it. A profile that does not record one of them is
+/// not checked on it.
+pub fn fitted_profile_mismatches(fitted: &FittedProfile, scenario: &Scenario) -> Vec<String> {
+    let mut out = Vec::new();
+    let gpu = &scenario.hardware.gpu;
+    if let Some(hardware) = &fitted.hardware
+        && (gpu_family(hardware).is_none() || gpu_family(hardware) != gpu_family(&gpu.name))
+    {
+        out.push(format!("the profile was fitted on {hardware}, and the scenario runs on {}", gpu.name));
+    }
+    if let Some(policy) = &fitted.engine_policy
+        && policy != scenario.engine.policy.name()
+    {
+        out.push(format!(
+            "the profile was fitted to the {policy} engine, and the scenario's policy is {}",
+            scenario.engine.policy.name()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_are_matched_longest_first() {
+        assert_eq!(gpu_family("NVIDIA H200"), Some("H200"));
+        assert_eq!(gpu_family("H20"), Some("H20"));
+        assert_eq!(gpu_family("h100_sxm"), Some("H100"));
+        assert_eq!(gpu_family("MI300X x8"), Some("MI300X"));
+        assert_eq!(gpu_family("RTX 4090"), None);
+    }
+}
