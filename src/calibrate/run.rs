@@ -1,33 +1,37 @@
 //! A calibration run: every shape of a [`Grid`] through a [`Backend`], timed by
 //! [`measure`], into a [`Profile`].
 //!
-//! Shapes run coarse to fine ([`Grid::shapes_in_run_order`]), so a run cut short by its budget
-//! still spans every sweep. Shapes the backend cannot run are skipped and counted; a shape that
-//! fails (e.g. out of memory) is skipped, counted and its reason kept; "device unavailable" ends
-//! the run with an error.
+//! Shapes run coarse to fine with the op kinds interleaved ([`Grid::shapes_in_run_order`]), so
+//! a run cut short by its budget still spans every sweep of every kind. Shapes the backend cannot
+//! run are skipped and counted (the first few reasons kept: a shape over the CPU's memory cap
+//! says what it needs); a shape that fails (e.g. out of memory) is skipped, counted and its
+//! reason kept; "device unavailable" ends the run with an error. With `noise_check`, a reference
+//! kernel is timed before and after every pass ([`super::noise`]).
 
 use std::time::{Duration, Instant, SystemTime};
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::backend::{
     AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp,
 };
 use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
+use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
+use super::progress::Progress;
 use super::timing::{Measurement, TimingOptions, measure_samples};
+use crate::cost::calibrated::{LeaveOneOut, leave_one_out};
 use crate::scenario::model::Dtype;
 
-/// Failure reasons kept in the provenance, at most.
+/// Failure reasons (and reasons a shape could not run) kept in the provenance, at most.
 const FAILURES_KEPT: usize = 10;
 
-/// How a calibration run behaves. The default: no budget, no progress bar, GPU timing
-/// ([`TimingOptions::default`]), one pass.
+/// How a calibration run behaves. The default: no budget, no progress, GPU timing
+/// ([`TimingOptions::default`]), one pass, no noise check.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunOptions {
     /// Stop starting new shapes once this much wall time has passed; what was measured is kept.
     pub budget: Option<Duration>,
-    /// Draw a progress bar with an ETA on standard error (the caller sets it only on a terminal).
+    /// Report progress on standard error ([`Progress`]): a bar on a terminal, else a line
+    /// every few seconds.
     pub progress: bool,
     pub timing: TimingOptions,
     /// Times the whole grid is measured, one pass after another (0 counts as 1). A shape's
@@ -37,11 +41,14 @@ pub struct RunOptions {
     ///
     /// [`Measurement::from_passes`]: super::timing::Measurement::from_passes
     pub passes: u32,
+    /// Time a reference kernel before the first pass and after each, and warn when the machine
+    /// was too noisy ([`super::noise`]); the timings go into the provenance.
+    pub noise_check: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1 }
+        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1, noise_check: false }
     }
 }
 
@@ -73,24 +80,28 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     let shapes = grid.shapes_in_run_order();
 
     let passes = options.passes.max(1);
-    let bar = if options.progress {
-        let bar = ProgressBar::with_draw_target(Some(shapes.len() as u64 * passes as u64), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} calibrating [{bar:40}] {pos}/{len} shape runs, {elapsed} elapsed, ETA {eta} {msg}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
+    let mut progress = Progress::new(options.progress, shapes.len() as u64 * passes as u64, passes, options.budget);
+    let mut reference = Vec::new();
+    let mut time_reference_now = |backend: &mut dyn Backend, progress: &Progress| -> Result<(), DeviceError> {
+        if !options.noise_check {
+            return Ok(());
+        }
+        match time_reference(backend, &grid.options.dtypes, &options.timing) {
+            Ok(Some((shape, median_ns))) => reference.push((shape, median_ns)),
+            Ok(None) | Err(DeviceError::Unsupported(_)) => {}
+            Err(e @ DeviceError::Unavailable(_)) => return Err(e),
+            Err(DeviceError::Failed(reason)) => progress.note(&format!("the reference kernel failed: {reason}")),
+        }
+        Ok(())
     };
+    time_reference_now(backend, &progress)?;
 
     let spent = || options.budget.is_some_and(|budget| start.elapsed() >= budget);
     let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
     let mut passes_run = 0;
-    'passes: for _ in 0..passes {
+    let mut passes_done = 0;
+    let mut reasons_unsupported: Vec<String> = Vec::new();
+    'passes: for pass in 1..=passes {
         if spent() {
             break;
         }
@@ -99,29 +110,47 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             if spent() {
                 break 'passes;
             }
-            if outcome.unsupported || outcome.failure.is_some() {
-                bar.inc(1);
-                continue;
-            }
-            bar.set_message(describe(shape));
-            match measure_shape(backend, grid, shape, &options.timing) {
-                Ok(Some(samples)) => outcome.passes.push(samples),
-                Ok(None) | Err(DeviceError::Unsupported(_)) => outcome.unsupported = true,
-                Err(e @ DeviceError::Unavailable(_)) => {
-                    bar.abandon();
-                    return Err(e);
+            progress.begin(shape.kind(), pass, &describe(shape));
+            if !(outcome.unsupported || outcome.failure.is_some()) {
+                match measure_shape(backend, grid, shape, &options.timing) {
+                    Ok(Some(samples)) => outcome.passes.push(samples),
+                    Ok(None) => outcome.unsupported = true,
+                    Err(DeviceError::Unsupported(reason)) => {
+                        outcome.unsupported = true;
+                        if reasons_unsupported.len() < FAILURES_KEPT {
+                            let line = format!("{}: {reason}", describe(shape));
+                            progress.note(&format!("skipped {line}"));
+                            reasons_unsupported.push(line);
+                        }
+                    }
+                    Err(e @ DeviceError::Unavailable(_)) => {
+                        progress.finish();
+                        return Err(e);
+                    }
+                    Err(DeviceError::Failed(reason)) => outcome.failure = Some(reason),
                 }
-                Err(DeviceError::Failed(reason)) => outcome.failure = Some(reason),
             }
-            bar.inc(1);
+            progress.end();
         }
+        passes_done += 1;
+        time_reference_now(backend, &progress)?;
     }
-    bar.finish_and_clear();
+    if passes_done < passes_run {
+        // The budget ended a pass: the reference after it is still wanted.
+        time_reference_now(backend, &progress)?;
+    }
+    progress.finish();
 
     let mut summary = RunSummary {
         shapes_in_grid: shapes.len() as u64,
         budget_s: options.budget.map(|b| b.as_secs_f64()),
         passes: passes_run,
+        cut_short: passes_done < passes,
+        unsupported_reasons: reasons_unsupported,
+        reference: reference.first().map(|(shape, _)| {
+            let kernel = describe(&Shape::Gemm(*shape));
+            ReferenceTimings::judge(kernel, reference.iter().map(|r| r.1).collect(), NOISE_THRESHOLD)
+        }),
         ..RunSummary::default()
     };
     let mut rows = Vec::with_capacity(shapes.len());
@@ -167,6 +196,25 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             source: None,
         },
     })
+}
+
+/// Fewest leave-one-out points of a kind whose median and p90 are worth printing.
+const LOO_POINTS_MIN: usize = 3;
+
+/// One line for the end of a run: the leave-one-out interpolation error
+/// ([`leave_one_out`]) of GEMMs and of attention, each as median and p90 over its points, or
+/// "too few points to judge" (a run cut short early, or a kind the grid barely covers): never
+/// NaN.
+pub fn leave_one_out_summary(profile: &Profile) -> String {
+    let loo = leave_one_out(profile);
+    let part = |name: &str, errors: &[f64]| {
+        if errors.len() < LOO_POINTS_MIN {
+            return format!("{name} too few points to judge ({})", errors.len());
+        }
+        let (median, p90) = LeaveOneOut::summary(errors);
+        format!("{name} median {:.1}%, p90 {:.1}% over {} points", median * 100.0, p90 * 100.0, errors.len())
+    };
+    format!("leave-one-out interpolation error: {}; {}", part("GEMM", &loo.gemm), part("attention", &loo.attention))
 }
 
 /// The repeats of one measurement of `shape`; `Ok(None)`: the backend cannot run this kind of
