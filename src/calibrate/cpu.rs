@@ -478,10 +478,15 @@ impl CpuBackend {
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
         // The set this shape reads is taken out of the kept ones, so that making room does not
-        // free it, and counted with the shape's own operands.
-        let kept = self.weights_kept.iter().position(|w| w.sequence == step.sequence && w.copies.len() == copies);
+        // free it, and counted with the shape's own operands. A set with more copies serves
+        // (its first `copies`); one with fewer is replaced, not kept beside the new.
+        let kept = self.weights_kept.iter().position(|w| w.sequence == step.sequence && w.copies.len() >= copies);
         let reused = kept.map(|i| self.weights_kept.remove(i));
-        let own = (m * k_max + m * n_max) as u64 + (copies * weights_bytes / 4) as u64;
+        if reused.is_none() {
+            self.weights_kept.retain(|w| w.sequence != step.sequence);
+        }
+        let own = (m * k_max + m * n_max) as u64
+            + reused.as_ref().map_or((copies * weights_bytes / 4) as u64, |set| set.bytes() / 4);
         if let Err(e) = self.make_room(own, &what, true) {
             self.weights_kept.extend(reused);
             return Err(e);
@@ -502,7 +507,7 @@ impl CpuBackend {
         };
         self.weights_kept.push(set);
         let this: &CpuBackend = self;
-        let weights = &this.weights_kept.last().expect("just pushed").copies;
+        let weights = &this.weights_kept.last().expect("just pushed").copies[..copies];
         Ok(Box::new(GemmSequenceOp { backend: this, gemms, timed: step.timed, a, weights, c }))
     }
 

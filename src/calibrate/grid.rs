@@ -34,9 +34,10 @@ use crate::scenario::model::Dtype;
 /// The model of [`GridOptions::cpu_default`].
 pub const CPU_DEFAULT_MODEL: &str = "Llama-3.2-1B";
 
-/// Most shapes in [`GridOptions::cpu_default`]'s grid: at the CPU's timing policy (at most 0.3 s
-/// a shape, 0.1–0.2 s typical on two cores) and three passes, 300 shapes is a few minutes.
-pub const CPU_DEFAULT_SHAPES_MAX: usize = 300;
+/// Most shapes in [`GridOptions::cpu_default`]'s grid: 256, or 302 with the AVX-512 few-row
+/// kernel's breakpoints. At the CPU's timing policy (at most 0.3 s a shape, 0.1–0.2 s typical
+/// on two cores) and three passes, 320 shapes is a few minutes.
+pub const CPU_DEFAULT_SHAPES_MAX: usize = 320;
 
 /// How dense the grid is and how much work one shape may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -609,21 +610,28 @@ impl Grid {
     }
 
     /// Every shape with its subdivision level ([`level_of`]): GEMMs on the m axis, attention
-    /// the finest of its batch, query and context axes, all-reduces on the bytes axis.
+    /// the finest of its phase's batch, query and context axes, all-reduces on the bytes axis.
     fn leveled(&self) -> Vec<(u32, Shape)> {
         let m_axis: Vec<u32> = sorted_unique(self.gemms.iter().map(|s| s.m));
-        let batch_axis = sorted_unique(self.attention.iter().map(|s| s.batch));
-        let query_axis = sorted_unique(self.attention.iter().map(|s| s.query_len));
-        let context_axis = sorted_unique(self.attention.iter().map(|s| s.context_len));
+        // Each phase's own axes: mixed shapes' batches and lengths lie inside prefill's and
+        // decode's, and on shared axes they would never reach the first levels.
+        let phase_axis = |phase: AttentionPhase, value: fn(&AttentionShape) -> u32| {
+            sorted_unique(self.attention.iter().filter(|s| s.phase == phase).map(value))
+        };
+        let axes: BTreeMap<AttentionPhase, [Vec<u32>; 3]> = [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed]
+            .into_iter()
+            .map(|p| (p, [phase_axis(p, |s| s.batch), phase_axis(p, |s| s.query_len), phase_axis(p, |s| s.context_len)]))
+            .collect();
         let bytes_axis: Vec<u64> = sorted_unique(self.allreduce.iter().map(|s| s.bytes));
         let mut leveled: Vec<(u32, Shape)> = Vec::with_capacity(self.len());
         for s in &self.gemms {
             leveled.push((level_of(&m_axis, s.m), Shape::Gemm(*s)));
         }
         for s in &self.attention {
-            let level = level_of(&batch_axis, s.batch)
-                .max(level_of(&query_axis, s.query_len))
-                .max(level_of(&context_axis, s.context_len));
+            let [batch_axis, query_axis, context_axis] = &axes[&s.phase];
+            let level = level_of(batch_axis, s.batch)
+                .max(level_of(query_axis, s.query_len))
+                .max(level_of(context_axis, s.context_len));
             leveled.push((level, Shape::Attention(*s)));
         }
         for s in &self.allreduce {

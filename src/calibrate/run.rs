@@ -377,7 +377,7 @@ impl Backend for SyntheticBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::grid::{GridOptions, GridScale};
+    use crate::calibrate::grid::{GridOptions, GridScale, OpKind};
     use crate::scenario::ModelSpec;
 
     fn gpu_peak() -> Peak {
@@ -457,14 +457,140 @@ mod tests {
         let grid = tiny_grid(vec![Dtype::Bf16]);
         let mut backend = Slow(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
-        let options = RunOptions { budget: Some(Duration::from_millis(30)), progress: false, timing, passes: 2 };
+        let options = RunOptions { budget: Some(Duration::from_millis(30)), timing, passes: 2, ..RunOptions::default() };
         let profile = calibrate(&mut backend, &grid, &options).unwrap();
         let run = &profile.provenance.run;
-        assert!(run.measured >= 1 && run.skipped_budget > 0, "{run:?}");
+        assert!(run.measured >= 1 && run.skipped_budget > 0 && run.cut_short, "{run:?}");
         assert_eq!(run.measured + run.skipped_budget + run.failed + run.skipped_unsupported, grid.len() as u64);
         assert_eq!(profile.rows.len() as u64, run.measured);
         // Coarse to fine: the measured GEMMs include m = 1 for several (n, k).
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
+    }
+
+    /// Each run takes 1 ms of wall time and reports the synthetic law's duration.
+    struct Sleepy(SyntheticBackend);
+    struct SleepyOp(f64);
+    impl PreparedOp for SleepyOp {
+        fn run_once(&mut self) -> Result<f64, DeviceError> {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(self.0)
+        }
+    }
+    impl Backend for Sleepy {
+        fn device_info(&self) -> DeviceInfo {
+            self.0.device_info()
+        }
+        fn peak(&self) -> Peak {
+            self.0.peak()
+        }
+        fn supports(&self, dtype: Dtype) -> bool {
+            self.0.supports(dtype)
+        }
+        fn kernel_hashes(&self) -> Vec<(String, String)> {
+            vec![]
+        }
+        fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+            Ok(Box::new(SleepyOp(self.0.gemm_ns(shape))))
+        }
+        fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+            Ok(Box::new(SleepyOp(self.0.attention_ns(shape))))
+        }
+    }
+
+    #[test]
+    fn a_budget_cut_run_covers_every_op_kind() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut backend = Sleepy(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        // Three passes take over 1.5 s; the budget is an eighth of that. Before kinds were
+        // interleaved, GEMMs ran first and alone until a budget was spent.
+        assert!(grid.len() > 500, "{}", grid.len());
+        let options = RunOptions { budget: Some(Duration::from_millis(200)), timing, passes: 3, ..RunOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let run = &profile.provenance.run;
+        assert!(run.cut_short && run.skipped_budget > 0, "{run:?}");
+        for kind in [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed] {
+            let rows = profile.rows.iter().filter(|r| r.shape.kind() == kind).count();
+            assert!(rows >= 1, "no {} rows in {} measured", kind.name(), profile.rows.len());
+        }
+        // Whatever was cut, the leave-one-out line has no NaN.
+        let line = leave_one_out_summary(&profile);
+        assert!(line.starts_with("leave-one-out interpolation error: GEMM ") && !line.contains("NaN"), "{line}");
+    }
+
+    #[test]
+    fn the_leave_one_out_line_says_when_a_kind_has_too_few_points() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut profile = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &RunOptions::default()).unwrap();
+        let line = leave_one_out_summary(&profile);
+        assert!(line.contains("GEMM median ") && line.contains("attention median "), "{line}");
+        // GEMMs and one attention row, alone in its surface.
+        let last = profile.rows.last().cloned().expect("rows");
+        profile.rows.retain(|r| matches!(r.shape, Shape::Gemm(_)) || *r == last);
+        let line = leave_one_out_summary(&profile);
+        assert!(line.contains("GEMM median ") && line.ends_with("attention too few points to judge (0)"), "{line}");
+        profile.rows.clear();
+        assert_eq!(
+            leave_one_out_summary(&profile),
+            "leave-one-out interpolation error: GEMM too few points to judge (0); attention too few points to judge (0)"
+        );
+    }
+
+    #[test]
+    fn a_reference_kernel_that_slows_down_marks_the_run_noisy() {
+        /// The reference GEMM takes 5 ms, then 6.5 ms from its third timing on (another process
+        /// started during pass 2); every other op 1 µs.
+        struct Busy {
+            references: u32,
+        }
+        struct Op(f64);
+        impl PreparedOp for Op {
+            fn run_once(&mut self) -> Result<f64, DeviceError> {
+                Ok(self.0)
+            }
+        }
+        impl Backend for Busy {
+            fn device_info(&self) -> DeviceInfo {
+                DeviceInfo::default()
+            }
+            fn peak(&self) -> Peak {
+                gpu_peak()
+            }
+            fn supports(&self, _: Dtype) -> bool {
+                true
+            }
+            fn kernel_hashes(&self) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                if *shape != crate::calibrate::noise::reference_shape(shape.dtype) {
+                    return Ok(Box::new(Op(1000.0)));
+                }
+                self.references += 1;
+                Ok(Box::new(Op(if self.references >= 3 { 6.5e6 } else { 5e6 })))
+            }
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                Ok(Box::new(Op(1000.0)))
+            }
+        }
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let options = RunOptions { timing, passes: 3, noise_check: true, ..RunOptions::default() };
+        let mut backend = Busy { references: 0 };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let reference = profile.provenance.run.reference.clone().expect("timed");
+        assert_eq!(reference.median_ns, vec![5e6, 5e6, 6.5e6, 6.5e6]);
+        assert_eq!(reference.kernel, "gemm 256×1024×1024 bf16");
+        assert!(reference.noisy, "{reference:?}");
+        assert!(reference.warning().unwrap().contains("5.00 ms before the run and 6.50 ms after pass 2"));
+        // In the provenance file, under [run.reference].
+        let text = profile.provenance.to_toml_string();
+        assert!(text.contains("[run.reference]") && text.contains("noisy = true"), "{text}");
+        // A quiet machine: no warning. Without the check: nothing timed.
+        let quiet = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &options).unwrap();
+        assert!(quiet.provenance.run.reference.as_ref().is_some_and(|r| !r.noisy && r.median_ns.len() == 4));
+        let unchecked = calibrate(&mut Busy { references: 0 }, &grid, &RunOptions { timing, ..RunOptions::default() }).unwrap();
+        assert_eq!(unchecked.provenance.run.reference, None);
     }
 
     #[test]
