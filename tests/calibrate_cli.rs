@@ -33,7 +33,10 @@ fn a_cpu_profile_measured_here_drives_simulate() {
     let csv = std::fs::read_to_string(&profile).unwrap();
     assert!(csv.starts_with("op,phase,dtype,m,n,k,"), "{csv}");
     assert!(csv.lines().filter(|l| l.starts_with("gemm,")).count() >= 5, "too few GEMM rows");
-    assert!(csv.lines().any(|l| l.starts_with("attention,decode,")), "no decode attention rows");
+    // The budget is spent on every op kind, not on GEMMs first.
+    for phase in ["prefill", "decode", "mixed"] {
+        assert!(csv.lines().any(|l| l.starts_with(&format!("attention,{phase},"))), "no {phase} attention rows:\n{err}");
+    }
     let provenance = std::fs::read_to_string(dir.path().join("cpu.provenance.toml")).unwrap();
     assert!(provenance.contains("device") && provenance.contains("engine/cpu/"), "{provenance}");
 
@@ -65,11 +68,47 @@ fn a_cpu_profile_measured_here_drives_simulate() {
     assert!(tpot(&stdout(&sim)) > 10.0 * tpot(&roofline), "calibrated TPOT is not the CPU's");
 }
 
+/// The default CPU run as a new user starts it, cut short by a tiny budget: a bounded grid,
+/// progress lines on a stderr that is not a terminal, what was measured written with the cut
+/// and the reference timings in its provenance, and no NaN.
+#[test]
+fn the_default_cpu_run_is_bounded_shows_progress_and_writes_what_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("default.csv");
+    let out = servesim(&["calibrate", "--device", "cpu", "--budget-minutes", "0.05", "--out", profile.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let planned: usize = err
+        .lines()
+        .find_map(|l| l.strip_prefix("calibrating ")?.split_once(" shapes (")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("no plan line:\n{err}"));
+    // servesim::calibrate::grid::CPU_DEFAULT_SHAPES_MAX; every preset at TP 1/2/4/8 was 5,740.
+    assert!((100..=320).contains(&planned), "{planned} shapes planned");
+    assert!(err.contains("of Llama-3.2-1B at TP 1 on cpu (tiny grid, 3 passes)"), "{err}");
+    // A line as soon as the first shape starts, though stderr is a pipe.
+    assert!(err.contains("calibrating: 0/") && err.contains(" elapsed, "), "{err}");
+    assert!(!err.contains("NaN"), "{err}");
+    assert!(err.contains("leave-one-out interpolation error: GEMM "), "{err}");
+    assert!(err.contains("the budget ran out: the profile holds what was measured"), "{err}");
+    assert!(profile.exists(), "nothing written:\n{err}");
+    let provenance = std::fs::read_to_string(dir.path().join("default.provenance.toml")).unwrap();
+    assert!(provenance.contains("cut_short = true"), "{provenance}");
+    assert!(provenance.contains("[run.reference]") && provenance.contains("kernel = \"gemm 256×1024×1024 fp32\""), "{provenance}");
+}
+
 #[test]
 fn bad_calibrate_flags_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let out_csv = dir.path().join("p.csv");
-    for args in [["--device", "tpu:0"], ["--grid", "huge"], ["--tp", "0"], ["--model", "GPT-9"]] {
+    for args in [
+        ["--device", "tpu:0"],
+        ["--grid", "huge"],
+        ["--tp", "0"],
+        ["--model", "GPT-9"],
+        ["--memory-gib", "0"],
+        ["--memory-gib", "NaN"],
+        ["--memory-gib", "1e300"],
+    ] {
         let out = servesim(&["calibrate", args[0], args[1], "--out", out_csv.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(args[0]), "{args:?}: {}", stderr(&out));

@@ -59,6 +59,19 @@ pub const CALIBRATION_B_LAYOUT: BLayout = BLayout::RowMajor;
 /// three passes a shape's median drops one disturbed pass.
 pub const PASSES_DEFAULT: u32 = 3;
 
+/// Most bytes of operands a CPU calibration holds at once by default (see
+/// [`memory_cap_default_bytes`]). It was half the memory available at start-up: 11 GiB on the
+/// development machine, where the default grid (every preset) kept a 70B model's layer and LM
+/// head and grew to 12.4 GB. 4 GiB holds every shape of the 1B-3B models and an 8B model's
+/// layer with its LM head (3 GiB), and leaves a shared machine its memory.
+pub const MEMORY_CAP_BYTES: u64 = 4 << 30;
+
+/// The cap on operands held at once: [`MEMORY_CAP_BYTES`], or a quarter of the memory available
+/// at start-up where that is less.
+pub fn memory_cap_default_bytes() -> u64 {
+    mem_available_bytes().map_or(MEMORY_CAP_BYTES, |b| (b / 4).min(MEMORY_CAP_BYTES))
+}
+
 /// Assumed last-level cache when sysfs does not say (a common server L3 slice).
 const LLC_BYTES_DEFAULT: usize = 32 << 20;
 
@@ -70,7 +83,8 @@ pub struct CpuBackend {
     name: String,
     /// Read between repeats to evict the caches: 2 × the last-level cache (see [`llc_bytes`]).
     flush: Vec<f32>,
-    /// Bytes that one prepared op may allocate: half the memory available at start-up.
+    /// Most bytes of operands held at once: kept weights, KV-cache copies and the shape being
+    /// prepared (see [`memory_cap_default_bytes`]).
     bytes_max: u64,
     /// Seed for operand fills; advanced per prepared op so operands differ between shapes.
     seed: u64,
@@ -112,8 +126,7 @@ impl CpuBackend {
             .build()
             .map_err(|e| DeviceError::Failed(format!("building a pool of {threads} threads: {e}")))?;
         let llc = llc_bytes();
-        // Operands of a shape may take half of what is free now; the rest is the system's.
-        let bytes_max = mem_available_bytes().map_or(4 << 30, |b| b / 2);
+        let bytes_max = memory_cap_default_bytes();
         let mut backend = CpuBackend {
             pool,
             threads,
@@ -133,6 +146,16 @@ impl CpuBackend {
 
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Sets the most bytes of operands held at once; shapes that need more are refused
+    /// (`Unsupported`, with what they need).
+    pub fn set_memory_cap(&mut self, bytes: u64) {
+        self.bytes_max = bytes;
+    }
+
+    pub fn memory_cap_bytes(&self) -> u64 {
+        self.bytes_max
     }
 
     /// Best FLOP/s of a few 1024×1024×1024 GEMMs (the engine's kernel, on the pool).
@@ -202,18 +225,34 @@ impl CpuBackend {
         v
     }
 
-    /// Refuses operands larger than [`CpuBackend::bytes_max`], so a too-large shape is
-    /// "unsupported here" rather than an allocation failure that aborts the process.
-    fn ensure_fits(&self, floats: u64, what: &str) -> Result<(), DeviceError> {
+    /// Makes room for `floats` new operands within [`CpuBackend::bytes_max`], freeing kept
+    /// weights (oldest first) and, with `free_kv`, the KV-cache copies. A shape that needs more
+    /// than the cap by itself is refused ("unsupported here", with what it needs) rather than
+    /// an allocation failure that aborts the process, or a machine driven into swap.
+    fn make_room(&mut self, floats: u64, what: &str, free_kv: bool) -> Result<(), DeviceError> {
         let bytes = floats.saturating_mul(4);
         if bytes > self.bytes_max {
             return Err(DeviceError::Unsupported(format!(
-                "{what} needs {:.2} GiB; this backend allows {:.2} GiB per shape",
+                "{what} needs {:.2} GiB of operands; the CPU calibration holds at most {:.2} GiB at once (--memory-gib)",
                 bytes as f64 / (1u64 << 30) as f64,
                 self.bytes_max as f64 / (1u64 << 30) as f64
             )));
         }
+        while self.held_bytes() + bytes > self.bytes_max {
+            if !self.weights_kept.is_empty() {
+                self.weights_kept.remove(0);
+            } else if free_kv && !self.kv.copies.is_empty() {
+                self.kv.copies.clear();
+            } else {
+                break;
+            }
+        }
         Ok(())
+    }
+
+    /// Bytes of operands kept between shapes.
+    fn held_bytes(&self) -> u64 {
+        self.weights_kept.iter().map(SequenceWeights::bytes).sum::<u64>() + self.kv.bytes()
     }
 
     /// Reads the flush buffer on every pool thread, evicting the operands of the last run from
@@ -262,12 +301,7 @@ impl Backend for CpuBackend {
         if !gemm_skinny::available() {
             return Vec::new();
         }
-        let (first, last) = (*gemm_skinny::ROWS.start(), *gemm_skinny::ROWS.end());
-        let mut m = vec![first - 1, first];
-        for step in (gemm_skinny::MR..=last).step_by(gemm_skinny::MR) {
-            m.extend([step, step + 1]);
-        }
-        m.iter().map(|&m| m as u32).collect()
+        few_row_kernel_breakpoints()
     }
 
     fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
@@ -314,11 +348,27 @@ impl Backend for CpuBackend {
         let block_floats = CALIBRATION_BLOCK_SIZE * dims.num_kv_heads * dims.head_dim;
         let cache_floats = layout.num_blocks * block_floats;
         let copies = (KV_COPIES_BYTES_MAX / (2 * 4 * cache_floats).max(1)).clamp(1, KV_COPIES);
-        self.ensure_fits((2 * q_floats + 2 * kv_new_floats) as u64 + (2 * copies * cache_floats) as u64, "attention shape")?;
+        let what = format!("attention {:?} of {} sequences, {} cached blocks", shape.phase, shape.batch, layout.num_blocks);
+        let own = (2 * q_floats + 2 * kv_new_floats) as u64;
+        // Copies that do not serve this shape are freed before the new are counted.
+        let grow = self.kv_growth(block_floats, layout.num_blocks, copies);
+        if grow.is_some() {
+            self.kv.copies.clear();
+        }
+        let exact = (2 * copies * cache_floats) as u64;
+        let kv_floats = match grow {
+            None => 0,
+            Some(roomy) if own + (2 * copies * roomy) as u64 <= self.bytes_max / 4 => (2 * copies * roomy) as u64,
+            Some(_) => exact,
+        };
+        self.make_room(own + kv_floats, &what, false)?;
         let q = self.random(q_floats);
         let k_new = self.random(kv_new_floats);
         let v_new = self.random(kv_new_floats);
-        self.ensure_kv_copies(block_floats, layout.num_blocks, copies);
+        if grow.is_some() {
+            let floats = (kv_floats / (2 * copies as u64)) as usize;
+            self.fill_kv_copies(block_floats, floats, copies);
+        }
         let CpuBackend { pool, flush, threads, kv, .. } = self;
         Ok(Box::new(AttentionOp {
             pool,
@@ -360,21 +410,31 @@ struct KvCopies {
     copies: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
+impl KvCopies {
+    fn bytes(&self) -> u64 {
+        self.copies.iter().map(|(k, v)| (k.len() + v.len()) as u64 * 4).sum()
+    }
+}
+
 impl CpuBackend {
-    /// Makes [`CpuBackend::kv`] hold at least `copies` caches of `blocks` blocks of
-    /// `block_floats`, refilling them when the head layout or size changes.
-    fn ensure_kv_copies(&mut self, block_floats: usize, blocks: usize, copies: usize) {
+    /// `None` when [`CpuBackend::kv`] holds at least `copies` caches of `blocks` blocks of
+    /// `block_floats`; else the floats of each K or V copy to fill: grown with room (twice what
+    /// was held, within [`KV_COPIES_BYTES_MAX`]), so a grid of growing contexts refills a few
+    /// times, not per shape.
+    fn kv_growth(&self, block_floats: usize, blocks: usize, copies: usize) -> Option<usize> {
         let floats = blocks * block_floats;
         let held = self.kv.copies.first().map_or(0, |(k, _)| k.len());
         let same_heads = self.kv.block_floats == block_floats;
         if same_heads && self.kv.copies.len() >= copies && held >= floats {
-            return;
+            return None;
         }
-        // Grown with room, so a grid of growing contexts refills a few times, not per shape;
-        // the room stays within the bytes allowed.
         let room = if same_heads { 2 * held } else { 0 };
-        let floats = floats.max(room.min(KV_COPIES_BYTES_MAX / (2 * 4 * copies)));
-        self.kv.copies.clear(); // frees the old copies before the new are filled
+        Some(floats.max(room.min(KV_COPIES_BYTES_MAX / (2 * 4 * copies))))
+    }
+
+    /// Fills [`CpuBackend::kv`] with `copies` caches of `floats` each (K and V) for
+    /// `block_floats` per block; the old copies must have been freed.
+    fn fill_kv_copies(&mut self, block_floats: usize, floats: usize, copies: usize) {
         // Cloned like a GEMM sequence's weights: each clone is an allocation of its own.
         let first = (self.random(floats), self.random(floats));
         self.kv = KvCopies { block_floats, copies: vec![first; copies] };
@@ -417,21 +477,28 @@ impl CpuBackend {
         let copies = stream_bytes.div_ceil(weights_bytes).max(placements).clamp(1, B_COPIES_MAX);
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
-        self.ensure_fits((m * k_max + m * n_max) as u64 + (copies * weights_bytes / 4) as u64, &what)?;
+        // The set this shape reads is taken out of the kept ones, so that making room does not
+        // free it, and counted with the shape's own operands. A set with more copies serves
+        // (its first `copies`); one with fewer is replaced, not kept beside the new.
+        let kept = self.weights_kept.iter().position(|w| w.sequence == step.sequence && w.copies.len() >= copies);
+        let reused = kept.map(|i| self.weights_kept.remove(i));
+        if reused.is_none() {
+            self.weights_kept.retain(|w| w.sequence != step.sequence);
+        }
+        let own = (m * k_max + m * n_max) as u64
+            + reused.as_ref().map_or((copies * weights_bytes / 4) as u64, |set| set.bytes() / 4);
+        if let Err(e) = self.make_room(own, &what, true) {
+            self.weights_kept.extend(reused);
+            return Err(e);
+        }
+        while self.weights_kept.len() >= WEIGHTS_KEPT {
+            self.weights_kept.remove(0);
+        }
         let a = self.random(m * k_max);
         let c = vec![0.0; m * n_max];
-        let kept = self.weights_kept.iter().position(|w| w.sequence == step.sequence && w.copies.len() == copies);
-        let set = match kept {
-            Some(i) => self.weights_kept.remove(i),
+        let set = match reused {
+            Some(set) => set,
             None => {
-                // Room first: the sets kept and the new one stay within one shape's allowance.
-                let new_bytes = (copies * weights_bytes) as u64;
-                while self.weights_kept.len() >= WEIGHTS_KEPT
-                    || (!self.weights_kept.is_empty()
-                        && self.weights_kept.iter().map(SequenceWeights::bytes).sum::<u64>() + new_bytes > self.bytes_max)
-                {
-                    self.weights_kept.remove(0);
-                }
                 // One random copy, cloned: the values do not change the timing, and a copy is
                 // a fresh allocation (a placement of its own) at memcpy speed.
                 let first: Vec<Vec<f32>> = gemms.iter().map(|g| self.random(g.k * g.n)).collect();
@@ -440,7 +507,7 @@ impl CpuBackend {
         };
         self.weights_kept.push(set);
         let this: &CpuBackend = self;
-        let weights = &this.weights_kept.last().expect("just pushed").copies;
+        let weights = &this.weights_kept.last().expect("just pushed").copies[..copies];
         Ok(Box::new(GemmSequenceOp { backend: this, gemms, timed: step.timed, a, weights, c }))
     }
 
@@ -513,6 +580,17 @@ impl PreparedOp for GemmSequenceOp<'_> {
         self.backend.flush_caches();
         Ok(())
     }
+}
+
+/// [`CpuBackend::gemm_m_breakpoints`] where the few-row kernel runs: both sides of the switch
+/// into it, and of each multiple of its tile.
+pub fn few_row_kernel_breakpoints() -> Vec<u32> {
+    let (first, last) = (*gemm_skinny::ROWS.start(), *gemm_skinny::ROWS.end());
+    let mut m = vec![first - 1, first];
+    for step in (gemm_skinny::MR..=last).step_by(gemm_skinny::MR) {
+        m.extend([step, step + 1]);
+    }
+    m.iter().map(|&m| m as u32).collect()
 }
 
 /// Sequence lengths, block tables and cache slots of an attention shape.
@@ -903,6 +981,29 @@ mod tests {
         assert!(matches!(b.prepare_attention(&long_decode), Err(DeviceError::Failed(_))));
         let huge = GemmShape { m: 1 << 20, n: 1 << 20, k: 1 << 20, dtype: Dtype::Fp32 };
         assert!(matches!(b.prepare_gemm(&huge), Err(DeviceError::Unsupported(_))));
+    }
+
+    #[test]
+    fn operands_held_stay_within_the_memory_cap() {
+        let mut b = backend();
+        // Room for every shape below on any machine (copies of small weights grow with the
+        // last-level cache, up to 64), not for all of them kept at once.
+        let cap = 320u64 << 20;
+        b.set_memory_cap(cap);
+        let step = StepGemms { sequence: vec![(1024, 512), (512, 1024)], timed: 0 };
+        for m in [1, 2, 64] {
+            drop(b.prepare_gemm_in_step(&GemmShape { m, n: 1024, k: 512, dtype: Dtype::Fp32 }, &step).expect("fits"));
+            assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
+        }
+        drop(b.prepare_attention(&attention(AttentionPhase::Decode, 8, 1, 1000, (8, 8, 64))).expect("fits"));
+        assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
+        drop(b.prepare_gemm(&GemmShape { m: 4, n: 2048, k: 4096, dtype: Dtype::Fp32 }).expect("fits"));
+        assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
+        // One shape over the cap is refused, saying what it needs; what is kept stays usable.
+        let e = b.prepare_gemm(&GemmShape { m: 1, n: 65536, k: 2048, dtype: Dtype::Fp32 }).err().expect("over the cap");
+        assert!(matches!(e, DeviceError::Unsupported(ref r) if r.contains("needs 0.50 GiB") && r.contains("at most 0.31 GiB")), "{e}");
+        assert!(b.held_bytes() <= cap);
+        assert!(b.prepare_gemm(&GemmShape { m: 1, n: 1024, k: 512, dtype: Dtype::Fp32 }).is_ok());
     }
 
     #[test]

@@ -25,11 +25,19 @@
 //! each shape so that a CPU, which runs a 16384 × 53248 GEMM in minutes, calibrates a small model
 //! in seconds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak, StepGemms};
 use crate::scenario::ModelSpec;
 use crate::scenario::model::Dtype;
+
+/// The model of [`GridOptions::cpu_default`].
+pub const CPU_DEFAULT_MODEL: &str = "Llama-3.2-1B";
+
+/// Most shapes in [`GridOptions::cpu_default`]'s grid: 256, or 302 with the AVX-512 few-row
+/// kernel's breakpoints. At the CPU's timing policy (at most 0.3 s a shape, 0.1–0.2 s typical
+/// on two cores) and three passes, 320 shapes is a few minutes.
+pub const CPU_DEFAULT_SHAPES_MAX: usize = 320;
 
 /// How dense the grid is and how much work one shape may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -192,6 +200,16 @@ impl GridOptions {
             scale,
             allreduce_gpus: Vec::new(),
         }
+    }
+
+    /// What `calibrate --device cpu` measures unless told otherwise: the smallest preset model
+    /// (Llama-3.2-1B) at TP 1, in f32 (what the CPU engine computes in), on the tiny grid. A CPU
+    /// serves one small model on one device; every preset at TP 1/2/4/8 was 5,740 shapes here
+    /// (6,576 with the AVX-512 kernel's breakpoints) and a 405B LM head of 8 GiB, hours of work.
+    /// At most [`CPU_DEFAULT_SHAPES_MAX`] shapes with any backend's extra rows.
+    pub fn cpu_default() -> GridOptions {
+        let model = ModelSpec::preset(CPU_DEFAULT_MODEL).expect("a preset model");
+        GridOptions::for_model(model, vec![1], vec![Dtype::Fp32], GridScale::Tiny)
     }
 
     /// One model at the given TP degrees and dtypes.
@@ -378,6 +396,44 @@ impl Shape {
             Shape::AllReduce(_) => None,
         }
     }
+
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Shape::Gemm(_) => OpKind::Gemm,
+            Shape::Attention(a) => match a.phase {
+                AttentionPhase::Prefill => OpKind::Prefill,
+                AttentionPhase::Decode => OpKind::Decode,
+                AttentionPhase::Mixed => OpKind::Mixed,
+            },
+            Shape::AllReduce(_) => OpKind::AllReduce,
+        }
+    }
+}
+
+/// The kinds of op the cost model prices from separate curves or surfaces: a profile lacking one
+/// prices it with the roofline, so a run cut short by its budget must still have each
+/// ([`Grid::shapes_in_run_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OpKind {
+    Gemm,
+    Prefill,
+    Decode,
+    Mixed,
+    AllReduce,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 5] = [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed, OpKind::AllReduce];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Gemm => "GEMM",
+            OpKind::Prefill => "prefill attention",
+            OpKind::Decode => "decode attention",
+            OpKind::Mixed => "mixed attention",
+            OpKind::AllReduce => "all-reduce",
+        }
+    }
 }
 
 /// The shapes a calibration run measures, deduplicated and sorted, with the options that made
@@ -518,32 +574,70 @@ impl Grid {
         self.len() == 0
     }
 
-    /// Every shape, coarse to fine: the first shapes measured span each sweep's whole range
-    /// (smallest, largest, then midpoints, …), so a run stopped by its budget still covers every
-    /// op end to end and only lacks resolution. Within a level, GEMMs, then attention, then
-    /// all-reduces, each in sorted order.
+    /// Every shape, coarse to fine, the op kinds interleaved: the first shapes measured span each
+    /// sweep's whole range (smallest, largest, then midpoints, …), so a run stopped by its budget
+    /// still covers every op end to end and only lacks resolution. Within a level the kinds
+    /// ([`OpKind`]) take turns in proportion to their shapes in the level (each shape is keyed by
+    /// its position within its kind's share of the level), so a budget is spent on every kind
+    /// in proportion to the grid, not on GEMMs first; each kind's shapes keep sorted order.
     pub fn shapes_in_run_order(&self) -> Vec<Shape> {
+        let mut leveled = self.leveled();
+        // Stable sort by (level, kind) keeps each kind's sorted order within a level.
+        leveled.sort_by_key(|(level, shape)| (*level, shape.kind()));
+        let mut in_group: BTreeMap<(u32, OpKind), u64> = BTreeMap::new();
+        for (level, shape) in &leveled {
+            *in_group.entry((*level, shape.kind())).or_default() += 1;
+        }
+        // Shape i of n in its (level, kind) sits at (2i + 1) / 2n of the level; compared exactly
+        // as fractions, ties broken by kind.
+        let mut seen: BTreeMap<(u32, OpKind), u64> = BTreeMap::new();
+        let mut keyed: Vec<(u32, u64, u64, OpKind, Shape)> = leveled
+            .into_iter()
+            .map(|(level, shape)| {
+                let group = (level, shape.kind());
+                let i = seen.entry(group).or_default();
+                let key = (level, 2 * *i + 1, 2 * in_group[&group], shape.kind(), shape);
+                *i += 1;
+                key
+            })
+            .collect();
+        keyed.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| (a.1 as u128 * b.2 as u128).cmp(&(b.1 as u128 * a.2 as u128)))
+                .then_with(|| a.3.cmp(&b.3))
+        });
+        keyed.into_iter().map(|k| k.4).collect()
+    }
+
+    /// Every shape with its subdivision level ([`level_of`]): GEMMs on the m axis, attention
+    /// the finest of its phase's batch, query and context axes, all-reduces on the bytes axis.
+    fn leveled(&self) -> Vec<(u32, Shape)> {
         let m_axis: Vec<u32> = sorted_unique(self.gemms.iter().map(|s| s.m));
-        let batch_axis = sorted_unique(self.attention.iter().map(|s| s.batch));
-        let query_axis = sorted_unique(self.attention.iter().map(|s| s.query_len));
-        let context_axis = sorted_unique(self.attention.iter().map(|s| s.context_len));
+        // Each phase's own axes: mixed shapes' batches and lengths lie inside prefill's and
+        // decode's, and on shared axes they would never reach the first levels.
+        let phase_axis = |phase: AttentionPhase, value: fn(&AttentionShape) -> u32| {
+            sorted_unique(self.attention.iter().filter(|s| s.phase == phase).map(value))
+        };
+        let axes: BTreeMap<AttentionPhase, [Vec<u32>; 3]> = [AttentionPhase::Prefill, AttentionPhase::Decode, AttentionPhase::Mixed]
+            .into_iter()
+            .map(|p| (p, [phase_axis(p, |s| s.batch), phase_axis(p, |s| s.query_len), phase_axis(p, |s| s.context_len)]))
+            .collect();
         let bytes_axis: Vec<u64> = sorted_unique(self.allreduce.iter().map(|s| s.bytes));
-        let mut keyed: Vec<(u32, Shape)> = Vec::with_capacity(self.len());
+        let mut leveled: Vec<(u32, Shape)> = Vec::with_capacity(self.len());
         for s in &self.gemms {
-            keyed.push((level_of(&m_axis, s.m), Shape::Gemm(*s)));
+            leveled.push((level_of(&m_axis, s.m), Shape::Gemm(*s)));
         }
         for s in &self.attention {
-            let level = level_of(&batch_axis, s.batch)
-                .max(level_of(&query_axis, s.query_len))
-                .max(level_of(&context_axis, s.context_len));
-            keyed.push((level, Shape::Attention(*s)));
+            let [batch_axis, query_axis, context_axis] = &axes[&s.phase];
+            let level = level_of(batch_axis, s.batch)
+                .max(level_of(query_axis, s.query_len))
+                .max(level_of(context_axis, s.context_len));
+            leveled.push((level, Shape::Attention(*s)));
         }
         for s in &self.allreduce {
-            keyed.push((level_of(&bytes_axis, s.bytes), Shape::AllReduce(*s)));
+            leveled.push((level_of(&bytes_axis, s.bytes), Shape::AllReduce(*s)));
         }
-        // Stable sort by level keeps kind and shape order within a level.
-        keyed.sort_by_key(|(level, _)| *level);
-        keyed.into_iter().map(|(_, s)| s).collect()
+        leveled
     }
 }
 
@@ -698,25 +792,61 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), grid.len());
+        // Levels never decrease along the order.
+        let level: BTreeMap<Shape, u32> = grid.leveled().into_iter().map(|(l, s)| (s, l)).collect();
+        assert!(order.windows(2).all(|w| level[&w[0]] <= level[&w[1]]));
         // The first level holds both ends of the m sweep for every (n, k): a run stopped early
         // still spans every GEMM's range.
         let m_axis = sorted_unique(grid.gemms.iter().map(|s| s.m));
-        let level0 = order.iter().take_while(|s| match s {
-            Shape::Gemm(g) => level_of(&m_axis, g.m) == 0,
-            _ => false,
-        });
-        let ends: BTreeSet<(u32, u32, u32)> = level0
-            .map(|s| match s {
-                Shape::Gemm(g) => (g.m, g.n, g.k),
-                _ => unreachable!(),
-            })
-            .collect();
+        let level0 = order.iter().take_while(|s| level[*s] == 0).count();
         for g in &grid.gemms {
             if g.m == m_axis[0] || g.m == *m_axis.last().unwrap() {
-                assert!(ends.contains(&(g.m, g.n, g.k)), "{g:?}");
+                assert!(order[..level0].contains(&Shape::Gemm(*g)), "{g:?}");
             }
         }
-        assert!(order.iter().position(|s| matches!(s, Shape::Gemm(g) if g.m == 2)).unwrap() > ends.len());
+        assert!(order.iter().position(|s| matches!(s, Shape::Gemm(g) if g.m == 2)).unwrap() > level0);
+    }
+
+    #[test]
+    fn kinds_take_turns_in_proportion_within_a_level() {
+        let mut options = GridOptions::cpu_default();
+        options.allreduce_gpus = vec![2];
+        let grid = Grid::new(options);
+        let order = grid.shapes_in_run_order();
+        let level: BTreeMap<Shape, u32> = grid.leveled().into_iter().map(|(l, s)| (s, l)).collect();
+        // Every kind is in the grid and in its first level.
+        let level0 = order.iter().take_while(|s| level[*s] == 0).count();
+        for kind in OpKind::ALL {
+            assert!(order[..level0].iter().any(|s| s.kind() == kind), "{kind:?} in level 0");
+        }
+        // Along each level, a kind's shapes done stay within 3 (half a shape, plus half a shape
+        // per kind of the others) of its share of the shapes done.
+        let mut start = 0;
+        while start < order.len() {
+            let l = level[&order[start]];
+            let end = start + order[start..].iter().take_while(|s| level[*s] == l).count();
+            let total = |kind: OpKind| order[start..end].iter().filter(|s| s.kind() == kind).count() as f64;
+            for p in 1..=end - start {
+                for kind in OpKind::ALL {
+                    let done = order[start..start + p].iter().filter(|s| s.kind() == kind).count() as f64;
+                    let share = p as f64 * total(kind) / (end - start) as f64;
+                    assert!((done - share).abs() <= 3.0, "level {l}, {p} done: {kind:?} {done} vs {share:.1}");
+                }
+            }
+            start = end;
+        }
+    }
+
+    #[test]
+    fn the_cpu_default_grid_is_bounded() {
+        let mut options = GridOptions::cpu_default();
+        // With the most extra rows a CPU backend asks for (where the few-row kernel runs).
+        options.extra_m = crate::calibrate::cpu::few_row_kernel_breakpoints();
+        let worst = Grid::new(options).len();
+        let plain = Grid::new(GridOptions::cpu_default()).len();
+        println!("CPU default grid: {plain} shapes, {worst} with the few-row kernel's breakpoints");
+        assert!(worst <= CPU_DEFAULT_SHAPES_MAX, "{worst} shapes");
+        assert!(plain >= 100, "{plain} shapes: too few to price a model");
     }
 
     #[test]

@@ -6,6 +6,8 @@ pub mod cpu;
 pub mod cuda;
 pub mod grid;
 pub mod import;
+pub mod noise;
 pub mod profile;
+pub mod progress;
 pub mod run;
 pub mod timing;

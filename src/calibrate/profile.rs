@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
 use super::grid::{GridOptions, Shape, Work};
+use super::noise::ReferenceTimings;
 use super::timing::{Measurement, TimingOptions};
 use crate::scenario::model::Dtype;
 
@@ -215,6 +216,18 @@ pub struct RunSummary {
     pub passes: u32,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
+    /// The budget ran out before every pass asked for finished: some shapes were measured in
+    /// fewer passes (or not at all: `skipped_budget`).
+    #[serde(default)]
+    pub cut_short: bool,
+    /// Why the backend could not run a shape, for the first few it could not (e.g. a CPU shape
+    /// over the memory cap, with what it needs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported_reasons: Vec<String>,
+    /// The reference kernel timed before and after the passes, and whether the machine was too
+    /// noisy ([`ReferenceTimings`]); absent when not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<ReferenceTimings>,
 }
 
 fn one_pass() -> u32 {
@@ -234,8 +247,14 @@ impl std::fmt::Display for RunSummary {
         if self.passes > 1 {
             write!(f, ", in {} passes", self.passes)?;
         }
+        if self.cut_short {
+            write!(f, "; cut short by the budget")?;
+        }
         for failure in &self.failures {
             write!(f, "\n  failed: {failure}")?;
+        }
+        for reason in &self.unsupported_reasons {
+            write!(f, "\n  skipped: {reason}")?;
         }
         Ok(())
     }
@@ -652,6 +671,9 @@ mod tests {
                     budget_s: Some(60.0),
                     passes: 2,
                     failures: vec![],
+                    cut_short: true,
+                    unsupported_reasons: vec!["gemm 1×2×3 fp32: needs 9 GiB".into()],
+                    reference: Some(ReferenceTimings::judge("gemm 256×1024×1024 f32".into(), vec![5e6, 6e6], 0.1)),
                 },
             },
         }
@@ -671,7 +693,8 @@ mod tests {
         assert_eq!(back.provenance.to_toml_string(), profile.provenance.to_toml_string());
         assert_eq!(
             back.provenance.run.to_string(),
-            "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed, in 2 passes"
+            "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed, in 2 passes; cut short by the \
+             budget\n  skipped: gemm 1×2×3 fp32: needs 9 GiB"
         );
         // A provenance written before passes existed made one.
         let text = profile.provenance.to_toml_string();

@@ -1,33 +1,37 @@
 //! A calibration run: every shape of a [`Grid`] through a [`Backend`], timed by
 //! [`measure`], into a [`Profile`].
 //!
-//! Shapes run coarse to fine ([`Grid::shapes_in_run_order`]), so a run cut short by its budget
-//! still spans every sweep. Shapes the backend cannot run are skipped and counted; a shape that
-//! fails (e.g. out of memory) is skipped, counted and its reason kept; "device unavailable" ends
-//! the run with an error.
+//! Shapes run coarse to fine with the op kinds interleaved ([`Grid::shapes_in_run_order`]), so
+//! a run cut short by its budget still spans every sweep of every kind. Shapes the backend cannot
+//! run are skipped and counted (the first few reasons kept: a shape over the CPU's memory cap
+//! says what it needs); a shape that fails (e.g. out of memory) is skipped, counted and its
+//! reason kept; "device unavailable" ends the run with an error. With `noise_check`, a reference
+//! kernel is timed before and after every pass ([`super::noise`]).
 
 use std::time::{Duration, Instant, SystemTime};
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::backend::{
     AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp,
 };
 use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
+use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
+use super::progress::Progress;
 use super::timing::{Measurement, TimingOptions, measure_samples};
+use crate::cost::calibrated::{LeaveOneOut, leave_one_out};
 use crate::scenario::model::Dtype;
 
-/// Failure reasons kept in the provenance, at most.
+/// Failure reasons (and reasons a shape could not run) kept in the provenance, at most.
 const FAILURES_KEPT: usize = 10;
 
-/// How a calibration run behaves. The default: no budget, no progress bar, GPU timing
-/// ([`TimingOptions::default`]), one pass.
+/// How a calibration run behaves. The default: no budget, no progress, GPU timing
+/// ([`TimingOptions::default`]), one pass, no noise check.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunOptions {
     /// Stop starting new shapes once this much wall time has passed; what was measured is kept.
     pub budget: Option<Duration>,
-    /// Draw a progress bar with an ETA on standard error (the caller sets it only on a terminal).
+    /// Report progress on standard error ([`Progress`]): a bar on a terminal, else a line
+    /// every few seconds.
     pub progress: bool,
     pub timing: TimingOptions,
     /// Times the whole grid is measured, one pass after another (0 counts as 1). A shape's
@@ -37,11 +41,14 @@ pub struct RunOptions {
     ///
     /// [`Measurement::from_passes`]: super::timing::Measurement::from_passes
     pub passes: u32,
+    /// Time a reference kernel before the first pass and after each, and warn when the machine
+    /// was too noisy ([`super::noise`]); the timings go into the provenance.
+    pub noise_check: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1 }
+        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1, noise_check: false }
     }
 }
 
@@ -73,24 +80,28 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     let shapes = grid.shapes_in_run_order();
 
     let passes = options.passes.max(1);
-    let bar = if options.progress {
-        let bar = ProgressBar::with_draw_target(Some(shapes.len() as u64 * passes as u64), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} calibrating [{bar:40}] {pos}/{len} shape runs, {elapsed} elapsed, ETA {eta} {msg}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
+    let mut progress = Progress::new(options.progress, shapes.len() as u64 * passes as u64, passes, options.budget);
+    let mut reference = Vec::new();
+    let mut time_reference_now = |backend: &mut dyn Backend, progress: &Progress| -> Result<(), DeviceError> {
+        if !options.noise_check {
+            return Ok(());
+        }
+        match time_reference(backend, &grid.options.dtypes, &options.timing) {
+            Ok(Some((shape, median_ns))) => reference.push((shape, median_ns)),
+            Ok(None) | Err(DeviceError::Unsupported(_)) => {}
+            Err(e @ DeviceError::Unavailable(_)) => return Err(e),
+            Err(DeviceError::Failed(reason)) => progress.note(&format!("the reference kernel failed: {reason}")),
+        }
+        Ok(())
     };
+    time_reference_now(backend, &progress)?;
 
     let spent = || options.budget.is_some_and(|budget| start.elapsed() >= budget);
     let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
     let mut passes_run = 0;
-    'passes: for _ in 0..passes {
+    let mut passes_done = 0;
+    let mut reasons_unsupported: Vec<String> = Vec::new();
+    'passes: for pass in 1..=passes {
         if spent() {
             break;
         }
@@ -99,29 +110,47 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             if spent() {
                 break 'passes;
             }
-            if outcome.unsupported || outcome.failure.is_some() {
-                bar.inc(1);
-                continue;
-            }
-            bar.set_message(describe(shape));
-            match measure_shape(backend, grid, shape, &options.timing) {
-                Ok(Some(samples)) => outcome.passes.push(samples),
-                Ok(None) | Err(DeviceError::Unsupported(_)) => outcome.unsupported = true,
-                Err(e @ DeviceError::Unavailable(_)) => {
-                    bar.abandon();
-                    return Err(e);
+            progress.begin(shape.kind(), pass, &describe(shape));
+            if !(outcome.unsupported || outcome.failure.is_some()) {
+                match measure_shape(backend, grid, shape, &options.timing) {
+                    Ok(Some(samples)) => outcome.passes.push(samples),
+                    Ok(None) => outcome.unsupported = true,
+                    Err(DeviceError::Unsupported(reason)) => {
+                        outcome.unsupported = true;
+                        if reasons_unsupported.len() < FAILURES_KEPT {
+                            let line = format!("{}: {reason}", describe(shape));
+                            progress.note(&format!("skipped {line}"));
+                            reasons_unsupported.push(line);
+                        }
+                    }
+                    Err(e @ DeviceError::Unavailable(_)) => {
+                        progress.finish();
+                        return Err(e);
+                    }
+                    Err(DeviceError::Failed(reason)) => outcome.failure = Some(reason),
                 }
-                Err(DeviceError::Failed(reason)) => outcome.failure = Some(reason),
             }
-            bar.inc(1);
+            progress.end();
         }
+        passes_done += 1;
+        time_reference_now(backend, &progress)?;
     }
-    bar.finish_and_clear();
+    if passes_done < passes_run {
+        // The budget ended a pass: the reference after it is still wanted.
+        time_reference_now(backend, &progress)?;
+    }
+    progress.finish();
 
     let mut summary = RunSummary {
         shapes_in_grid: shapes.len() as u64,
         budget_s: options.budget.map(|b| b.as_secs_f64()),
         passes: passes_run,
+        cut_short: passes_done < passes,
+        unsupported_reasons: reasons_unsupported,
+        reference: reference.first().map(|(shape, _)| {
+            let kernel = describe(&Shape::Gemm(*shape));
+            ReferenceTimings::judge(kernel, reference.iter().map(|r| r.1).collect(), NOISE_THRESHOLD)
+        }),
         ..RunSummary::default()
     };
     let mut rows = Vec::with_capacity(shapes.len());
@@ -167,6 +196,25 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
             source: None,
         },
     })
+}
+
+/// Fewest leave-one-out points of a kind whose median and p90 are worth printing.
+const LOO_POINTS_MIN: usize = 3;
+
+/// One line for the end of a run: the leave-one-out interpolation error
+/// ([`leave_one_out`]) of GEMMs and of attention, each as median and p90 over its points, or
+/// "too few points to judge" (a run cut short early, or a kind the grid barely covers): never
+/// NaN.
+pub fn leave_one_out_summary(profile: &Profile) -> String {
+    let loo = leave_one_out(profile);
+    let part = |name: &str, errors: &[f64]| {
+        if errors.len() < LOO_POINTS_MIN {
+            return format!("{name} too few points to judge ({})", errors.len());
+        }
+        let (median, p90) = LeaveOneOut::summary(errors);
+        format!("{name} median {:.1}%, p90 {:.1}% over {} points", median * 100.0, p90 * 100.0, errors.len())
+    };
+    format!("leave-one-out interpolation error: {}; {}", part("GEMM", &loo.gemm), part("attention", &loo.attention))
 }
 
 /// The repeats of one measurement of `shape`; `Ok(None)`: the backend cannot run this kind of
@@ -329,7 +377,7 @@ impl Backend for SyntheticBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::grid::{GridOptions, GridScale};
+    use crate::calibrate::grid::{GridOptions, GridScale, OpKind};
     use crate::scenario::ModelSpec;
 
     fn gpu_peak() -> Peak {
@@ -409,14 +457,140 @@ mod tests {
         let grid = tiny_grid(vec![Dtype::Bf16]);
         let mut backend = Slow(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
-        let options = RunOptions { budget: Some(Duration::from_millis(30)), progress: false, timing, passes: 2 };
+        let options = RunOptions { budget: Some(Duration::from_millis(30)), timing, passes: 2, ..RunOptions::default() };
         let profile = calibrate(&mut backend, &grid, &options).unwrap();
         let run = &profile.provenance.run;
-        assert!(run.measured >= 1 && run.skipped_budget > 0, "{run:?}");
+        assert!(run.measured >= 1 && run.skipped_budget > 0 && run.cut_short, "{run:?}");
         assert_eq!(run.measured + run.skipped_budget + run.failed + run.skipped_unsupported, grid.len() as u64);
         assert_eq!(profile.rows.len() as u64, run.measured);
         // Coarse to fine: the measured GEMMs include m = 1 for several (n, k).
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
+    }
+
+    /// Each run takes 1 ms of wall time and reports the synthetic law's duration.
+    struct Sleepy(SyntheticBackend);
+    struct SleepyOp(f64);
+    impl PreparedOp for SleepyOp {
+        fn run_once(&mut self) -> Result<f64, DeviceError> {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(self.0)
+        }
+    }
+    impl Backend for Sleepy {
+        fn device_info(&self) -> DeviceInfo {
+            self.0.device_info()
+        }
+        fn peak(&self) -> Peak {
+            self.0.peak()
+        }
+        fn supports(&self, dtype: Dtype) -> bool {
+            self.0.supports(dtype)
+        }
+        fn kernel_hashes(&self) -> Vec<(String, String)> {
+            vec![]
+        }
+        fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+            Ok(Box::new(SleepyOp(self.0.gemm_ns(shape))))
+        }
+        fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+            Ok(Box::new(SleepyOp(self.0.attention_ns(shape))))
+        }
+    }
+
+    #[test]
+    fn a_budget_cut_run_covers_every_op_kind() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut backend = Sleepy(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        // Three passes take over 1.5 s; the budget is an eighth of that. Before kinds were
+        // interleaved, GEMMs ran first and alone until a budget was spent.
+        assert!(grid.len() > 500, "{}", grid.len());
+        let options = RunOptions { budget: Some(Duration::from_millis(200)), timing, passes: 3, ..RunOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let run = &profile.provenance.run;
+        assert!(run.cut_short && run.skipped_budget > 0, "{run:?}");
+        for kind in [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed] {
+            let rows = profile.rows.iter().filter(|r| r.shape.kind() == kind).count();
+            assert!(rows >= 1, "no {} rows in {} measured", kind.name(), profile.rows.len());
+        }
+        // Whatever was cut, the leave-one-out line has no NaN.
+        let line = leave_one_out_summary(&profile);
+        assert!(line.starts_with("leave-one-out interpolation error: GEMM ") && !line.contains("NaN"), "{line}");
+    }
+
+    #[test]
+    fn the_leave_one_out_line_says_when_a_kind_has_too_few_points() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut profile = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &RunOptions::default()).unwrap();
+        let line = leave_one_out_summary(&profile);
+        assert!(line.contains("GEMM median ") && line.contains("attention median "), "{line}");
+        // GEMMs and one attention row, alone in its surface.
+        let last = profile.rows.last().cloned().expect("rows");
+        profile.rows.retain(|r| matches!(r.shape, Shape::Gemm(_)) || *r == last);
+        let line = leave_one_out_summary(&profile);
+        assert!(line.contains("GEMM median ") && line.ends_with("attention too few points to judge (0)"), "{line}");
+        profile.rows.clear();
+        assert_eq!(
+            leave_one_out_summary(&profile),
+            "leave-one-out interpolation error: GEMM too few points to judge (0); attention too few points to judge (0)"
+        );
+    }
+
+    #[test]
+    fn a_reference_kernel_that_slows_down_marks_the_run_noisy() {
+        /// The reference GEMM takes 5 ms, then 6.5 ms from its third timing on (another process
+        /// started during pass 2); every other op 1 µs.
+        struct Busy {
+            references: u32,
+        }
+        struct Op(f64);
+        impl PreparedOp for Op {
+            fn run_once(&mut self) -> Result<f64, DeviceError> {
+                Ok(self.0)
+            }
+        }
+        impl Backend for Busy {
+            fn device_info(&self) -> DeviceInfo {
+                DeviceInfo::default()
+            }
+            fn peak(&self) -> Peak {
+                gpu_peak()
+            }
+            fn supports(&self, _: Dtype) -> bool {
+                true
+            }
+            fn kernel_hashes(&self) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                if *shape != crate::calibrate::noise::reference_shape(shape.dtype) {
+                    return Ok(Box::new(Op(1000.0)));
+                }
+                self.references += 1;
+                Ok(Box::new(Op(if self.references >= 3 { 6.5e6 } else { 5e6 })))
+            }
+            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
+                Ok(Box::new(Op(1000.0)))
+            }
+        }
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let options = RunOptions { timing, passes: 3, noise_check: true, ..RunOptions::default() };
+        let mut backend = Busy { references: 0 };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let reference = profile.provenance.run.reference.clone().expect("timed");
+        assert_eq!(reference.median_ns, vec![5e6, 5e6, 6.5e6, 6.5e6]);
+        assert_eq!(reference.kernel, "gemm 256×1024×1024 bf16");
+        assert!(reference.noisy, "{reference:?}");
+        assert!(reference.warning().unwrap().contains("5.00 ms before the run and 6.50 ms after pass 2"));
+        // In the provenance file, under [run.reference].
+        let text = profile.provenance.to_toml_string();
+        assert!(text.contains("[run.reference]") && text.contains("noisy = true"), "{text}");
+        // A quiet machine: no warning. Without the check: nothing timed.
+        let quiet = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &options).unwrap();
+        assert!(quiet.provenance.run.reference.as_ref().is_some_and(|r| !r.noisy && r.median_ns.len() == 4));
+        let unchecked = calibrate(&mut Busy { references: 0 }, &grid, &RunOptions { timing, ..RunOptions::default() }).unwrap();
+        assert_eq!(unchecked.provenance.run.reference, None);
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! `servesim calibrate`: real kernels timed over a grid of shapes, written as a profile.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -10,8 +9,9 @@ use crate::Error;
 use crate::calibrate::backend::Backend;
 use crate::calibrate::cpu::{CpuBackend, PASSES_DEFAULT};
 use crate::calibrate::cuda::CudaBackend;
-use crate::calibrate::grid::{Grid, GridOptions, GridScale};
-use crate::calibrate::run::{RunOptions, calibrate};
+use crate::calibrate::grid::{Grid, GridOptions, GridScale, OpKind};
+use crate::calibrate::noise::ReferenceTimings;
+use crate::calibrate::run::{RunOptions, calibrate, leave_one_out_summary};
 use crate::calibrate::timing::TimingOptions;
 use crate::cost::calibrated::{LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
 use crate::scenario::{Dtype, ModelSpec};
@@ -35,12 +35,18 @@ pub struct CalibrateArgs {
     /// Default: full on a GPU, tiny on a CPU.
     #[arg(long, value_name = "SCALE")]
     pub grid: Option<String>,
-    /// Only this preset model's shapes (repeatable); default: every preset.
+    /// Only this preset model's shapes (repeatable); default: every preset on a GPU,
+    /// Llama-3.2-1B on a CPU.
     #[arg(long = "model", value_name = "PRESET")]
     pub models: Vec<String>,
-    /// Comma-separated tensor-parallel degrees whose per-GPU shapes are measured.
-    #[arg(long, default_value = "1,2,4,8", value_name = "LIST")]
-    pub tp: String,
+    /// Comma-separated tensor-parallel degrees whose per-GPU shapes are measured (default:
+    /// 1,2,4,8 on a GPU, 1 on a CPU).
+    #[arg(long, value_name = "LIST")]
+    pub tp: Option<String>,
+    /// CPU: most GiB of operands held at once; a shape that needs more is skipped, saying what
+    /// it needs (default: 4, or a quarter of the memory available if less).
+    #[arg(long, value_name = "GIB")]
+    pub memory_gib: Option<f64>,
     /// CPU threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -111,22 +117,31 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     let out = args.out.clone().ok_or_else(|| usage("--out", "", "give the profile's path, FILE.csv"))?;
     let gpu = flags::device(&args.device)?;
     let on_gpu = gpu.is_some();
-    let mut backend: Box<dyn Backend> = match gpu {
-        None => {
-            let threads = args.threads.unwrap_or_else(flags::all_cores);
-            Box::new(CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?)
-        }
-        Some(ordinal) => Box::new(CudaBackend::new(ordinal).map_err(|e| usage("--device", &args.device, e.to_string()))?),
-    };
+    if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
+        return Err(usage("--budget-minutes", minutes, "must be a positive number of minutes"));
+    }
+    if args.passes == Some(0) {
+        return Err(usage("--passes", "0", "must be at least 1"));
+    }
+    // Bounded so that GiB → bytes cannot overflow: no machine holds a million GiB.
+    if let Some(gib) = args.memory_gib.filter(|g| !(g.is_finite() && *g > 0.0 && *g <= 1e6)) {
+        return Err(usage("--memory-gib", gib, "must be a positive number of GiB, at most 1000000"));
+    }
+    if on_gpu && args.memory_gib.is_some() {
+        return Err(usage("--memory-gib", args.memory_gib.unwrap_or_default(), "applies to `--device cpu` only"));
+    }
     let scale_name = args.grid.clone().unwrap_or_else(|| if on_gpu { "full" } else { "tiny" }.into());
     let scale = GridScale::parse(&scale_name).ok_or_else(|| usage("--grid", &scale_name, "expected `full`, `quick` or `tiny`"))?;
-    let tensor_parallel = flags::positive_integers("--tp", &args.tp)?;
-    // The CPU engine computes in f32; GPUs are calibrated in the dtypes engines serve with.
-    let dtypes = if on_gpu { vec![Dtype::Bf16, Dtype::Fp16, Dtype::Fp8] } else { vec![Dtype::Fp32] };
-    let mut options = GridOptions::all_presets(scale);
+    let tp_default = if on_gpu { "1,2,4,8" } else { "1" };
+    let tensor_parallel = flags::positive_integers("--tp", args.tp.as_deref().unwrap_or(tp_default))?;
+    let mut options = if on_gpu {
+        // GPUs are calibrated in the dtypes engines serve with.
+        GridOptions { dtypes: vec![Dtype::Bf16, Dtype::Fp16, Dtype::Fp8], ..GridOptions::all_presets(scale) }
+    } else {
+        // The CPU engine computes in f32, on one device: see `GridOptions::cpu_default`.
+        GridOptions { scale, ..GridOptions::cpu_default() }
+    };
     options.tensor_parallel = tensor_parallel;
-    options.dtypes = dtypes;
-    options.extra_m = backend.gemm_m_breakpoints();
     if !args.models.is_empty() {
         options.models = args
             .models
@@ -138,34 +153,69 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
             })
             .collect::<Result<_, _>>()?;
     }
+
+    let mut backend: Box<dyn Backend> = match gpu {
+        None => {
+            let threads = args.threads.unwrap_or_else(flags::all_cores);
+            eprintln!("measuring this CPU's peak FLOP/s and memory bandwidth on {threads} threads");
+            let mut cpu = CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?;
+            if let Some(gib) = args.memory_gib {
+                cpu.set_memory_cap((gib * (1u64 << 30) as f64) as u64);
+            }
+            eprintln!("operands held at once are capped at {:.2} GiB (--memory-gib)", cpu.memory_cap_bytes() as f64 / (1u64 << 30) as f64);
+            Box::new(cpu)
+        }
+        Some(ordinal) => Box::new(CudaBackend::new(ordinal).map_err(|e| usage("--device", &args.device, e.to_string()))?),
+    };
+    options.extra_m = backend.gemm_m_breakpoints();
     let grid = Grid::new(options);
-    if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
-        return Err(usage("--budget-minutes", minutes, "must be a positive number of minutes"));
-    }
-    if args.passes == Some(0) {
-        return Err(usage("--passes", "0", "must be at least 1"));
-    }
     let run_options = RunOptions {
         budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
-        progress: std::io::stderr().is_terminal(),
+        progress: true,
         timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
         passes: args.passes.unwrap_or(if on_gpu { 1 } else { PASSES_DEFAULT }),
+        noise_check: true,
     };
-    eprintln!("calibrating {} shapes on {} ({scale_name} grid)", grid.len(), args.device);
+    eprintln!("{}", plan(&grid, &args.device, &scale_name, run_options.passes));
     let profile = calibrate(backend.as_mut(), &grid, &run_options)
         .map_err(|e| usage("--device", &args.device, e.to_string()))?;
     profile.write(&out).map_err(|e| Error::Output {
         path: out.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let loo = leave_one_out(&profile);
-    let (median, p90) = LeaveOneOut::summary(&loo.all());
-    eprintln!("{}", profile.provenance.run);
-    eprintln!(
-        "leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; wrote {}",
-        median * 100.0,
-        p90 * 100.0,
-        out.display()
-    );
+    let run = &profile.provenance.run;
+    eprintln!("{run}");
+    if run.cut_short {
+        eprintln!(
+            "the budget ran out: the profile holds what was measured ({} of {} shapes), coarse to fine over every op kind",
+            run.measured, run.shapes_in_grid
+        );
+    }
+    eprintln!("{}", leave_one_out_summary(&profile));
+    if let Some(warning) = run.reference.as_ref().and_then(ReferenceTimings::warning) {
+        eprintln!("\n{warning}\n");
+    }
+    eprintln!("wrote {}", out.display());
     Ok(())
+}
+
+/// What the run will measure, before it starts: shapes by op kind, models, TP degrees, passes.
+fn plan(grid: &Grid, device: &str, scale_name: &str, passes: u32) -> String {
+    let shapes = grid.shapes_in_run_order();
+    let kinds: Vec<String> = OpKind::ALL
+        .iter()
+        .map(|&kind| (kind, shapes.iter().filter(|s| s.kind() == kind).count()))
+        .filter(|&(_, n)| n > 0)
+        .map(|(kind, n)| format!("{n} {}", kind.name()))
+        .collect();
+    let models: Vec<&str> = grid.options.models.iter().map(|m| m.name.as_str()).collect();
+    let tp: Vec<String> = grid.options.tensor_parallel.iter().map(u32::to_string).collect();
+    format!(
+        "calibrating {} shapes ({}) of {} at TP {} on {device} ({scale_name} grid, {passes} pass{})",
+        grid.len(),
+        kinds.join(", "),
+        models.join(", "),
+        tp.join("/"),
+        if passes == 1 { "" } else { "es" }
+    )
 }

@@ -239,11 +239,16 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
                 progress: false,
                 timing: TimingOptions::quick(),
                 passes: crate::calibrate::cpu::PASSES_DEFAULT,
+                noise_check: true,
             };
             let started = std::time::Instant::now();
             let profile =
                 crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?;
             log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
+            // A machine too noisy to calibrate is too noisy to validate against: say so first.
+            if let Some(warning) = profile.provenance.run.reference.as_ref().and_then(|r| r.warning()) {
+                log(&format!("    {warning}"));
+            }
             profile
         }
     };
