@@ -151,7 +151,7 @@ fn summary(result: &FitResult) -> String {
                 let _ = writeln!(
                     s,
                     "  {} {role} ({} points): {:<20} median {:5.1}%  worst {:5.1}%",
-                    target.recorded.display(),
+                    target.scenario.display(),
                     st.points,
                     st.key,
                     st.median_abs * 100.0,

@@ -370,3 +370,18 @@ fn read_csv(path: &Path, defaults: Defaults, series: &mut Series) -> Result<(), 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_keys_are_recognised_by_vllms_names() {
+        for key in ["mean_ttft_ms", "median_tpot_ms", "std_itl_ms", "p99_e2el_ms", "p99.9_ttft_ms", "output_throughput", "completed"] {
+            assert!(is_metric_key(key), "{key}");
+        }
+        for key in ["date", "notes", "mean_tft_ms", "p101_ttft_ms", "mean_ttft", "request_rate", "input_len"] {
+            assert!(!is_metric_key(key), "{key}");
+        }
+    }
+}
