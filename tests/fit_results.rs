@@ -221,8 +221,9 @@ fn a_vllm_rate_sweep_is_one_scenario_and_recovers_known_parameters() {
         let fitted = cost[name].as_float().unwrap();
         let error = fitted / true_value - 1.0;
         println!("{name:<22} fitted {fitted:>12.4}  true {true_value:>8}  error {:+.2}%", error * 100.0);
-        // 5%: the simulator's steps are discrete, so the objective is flat over small moves.
-        assert!(error.abs() < 0.05, "{name}: fitted {fitted}, true {true_value}");
+        // 2%: the simulator's steps are discrete, so the objective is flat over small moves
+        // (measured: within 0.01%).
+        assert!(error.abs() < 0.02, "{name}: fitted {fitted}, true {true_value}");
     }
     assert!(provenance["pinned_at_range_edge"].as_array().unwrap().is_empty());
 }
