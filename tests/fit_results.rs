@@ -103,7 +103,7 @@ fn malformed_files_name_file_field_and_value() {
         (write_file(d, "results.txt", "num_prompts,request_rate\n"), vec!["results.txt", ".json", ".csv"]),
     ];
     for (path, wanted) in cases {
-        let err = read_err(&[path.clone()]);
+        let err = read_err(std::slice::from_ref(&path));
         for w in wanted {
             assert!(err.contains(w), "{}: error lacks {w:?}: {err}", path.display());
         }

@@ -295,7 +295,7 @@ pub const START_POINTS: usize = 5;
 /// trade against each other.
 fn start_points(x0: &[f64]) -> Vec<Vec<f64>> {
     let shifted = |sign: &dyn Fn(usize) -> f64| x0.iter().enumerate().map(|(i, &x)| x + START_SPREAD * sign(i)).collect();
-    let alternate = |i: usize| if i % 2 == 0 { 1.0 } else { -1.0 };
+    let alternate = |i: usize| if i.is_multiple_of(2) { 1.0 } else { -1.0 };
     let starts = vec![
         x0.to_vec(),
         shifted(&|_| 1.0),
@@ -348,7 +348,7 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
                 Some(v) if v > 0.0 && v.is_finite() => Ok(Some(v)),
                 // A recorded 0 (TPOT of one-token outputs, a rate printed as 0.00) says nothing
                 // about relative error: that metric is left out at that point.
-                Some(v) if v == 0.0 => Ok(None),
+                Some(0.0) => Ok(None),
                 Some(v) => Err(Error::Recorded(format!(
                     "{}: block {} (line {}): {key} = {v} cannot be fitted (the error is a log-ratio, so it needs a positive value)",
                     plan.recorded.display(),
