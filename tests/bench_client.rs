@@ -445,6 +445,13 @@ async fn the_cli_prints_vllm_blocks_and_saves_results() {
     assert_eq!(saved["completed"], json!(3));
     assert_eq!(saved["output_lens"], json!([5, 5, 5]));
     assert_eq!(saved["itls"].as_array().unwrap().len(), 3);
+    // The load is saved as vLLM saves it, so `servesim fit --results` reads the file as it is.
+    assert_eq!((&saved["request_rate"], &saved["max_concurrency"], &saved["burstiness"]), (&json!("inf"), &json!(2), &json!(1.0)));
+    let files = [dir.path().join("bench-openai-3.json")];
+    let series = servesim::fit::results::read_series(&files, servesim::fit::results::Defaults { request_rate: None }).unwrap();
+    let point = &series.points[0];
+    assert_eq!((point.num_prompts, point.request_rate, point.max_concurrency), (3, f64::INFINITY, Some(2)));
+    assert_eq!(point.metrics.get("completed"), Some(&3.0));
     // The per-request CSV beside it: simulate's requests.csv columns, one row per request.
     let csv = std::fs::read_to_string(dir.path().join("bench-openai-3.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();

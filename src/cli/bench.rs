@@ -203,6 +203,12 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             obj.insert("backend".into(), serde_json::json!(args.backend));
             obj.insert("model_id".into(), serde_json::json!(args.model));
             obj.insert("num_prompts".into(), serde_json::json!(n));
+            // The load, as vLLM saves it (a burst's rate as "inf"), so `servesim fit --results`
+            // knows what each file ran at.
+            let rate = if request_rate.is_finite() { serde_json::json!(request_rate) } else { serde_json::json!("inf") };
+            obj.insert("request_rate".into(), rate);
+            obj.insert("burstiness".into(), serde_json::json!(args.burstiness));
+            obj.insert("max_concurrency".into(), serde_json::json!(args.max_concurrency));
             crate::metrics::format::insert_request_arrays(obj, records);
             obj.insert(
                 "itls".into(),

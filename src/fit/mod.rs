@@ -25,6 +25,8 @@
 
 pub mod nelder_mead;
 pub mod params;
+pub mod results;
+pub mod series;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -56,6 +58,9 @@ pub struct FitTarget {
     /// `[validation] fit_blocks`) are the points fitted; when empty, every sweep point is fitted
     /// (and [`TargetFit::all_points`] says so).
     pub plan: Plan,
+    /// True when every point of this target is held out: it is simulated for the report with
+    /// the fitted values, never fitted.
+    pub reported_only: bool,
 }
 
 /// What to fit, and to what.
@@ -69,7 +74,20 @@ pub struct FitConfig {
     pub metrics: Vec<String>,
     /// Limit on objective evaluations (each one simulates every fit point of every target).
     pub max_evaluations: usize,
+    /// Fit [`FRONTEND_PARAM`] too, when `params` leaves it out and a fitted point is a burst
+    /// (`request_rate = inf`): with a front end that costs nothing, a burst's requests all reach
+    /// the scheduler at once and prefill as one batch, which no real API server does.
+    pub frontend_on_bursts: bool,
 }
+
+/// The API server's per-request time, the parameter a burst identifies.
+pub const FRONTEND_PARAM: &str = "frontend_overhead_us";
+
+/// Where a fit starts [`FRONTEND_PARAM`] when its default is 0: one millisecond per request, the
+/// order of an HTTP request's parsing and a short prompt's tokenization in a Python server. The
+/// fit moves it from there; starting at 0 (the log transform's floor, 0.1 µs) would leave it
+/// where it has no effect on any prediction, so the optimiser would never see it matter.
+const FRONTEND_START_US: f64 = 1_000.0;
 
 /// One target after the fit.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,6 +126,8 @@ pub struct FitResult {
     pub metrics: Vec<String>,
     /// Per target, the error at every sweep point with the fitted values.
     pub targets: Vec<TargetFit>,
+    /// Parameters fitted without being named, and why (e.g. [`FRONTEND_PARAM`] for bursts).
+    pub added: Vec<(String, String)>,
 }
 
 impl FitResult {
@@ -116,15 +136,22 @@ impl FitResult {
         self.objective.sqrt()
     }
 
-    /// Fitted parameters that ended against the edge of their physical range (see
-    /// [`params::ParamKind::is_pinned`]): the fit wanted an absurd value there, which means the
-    /// model lacks a mechanism, and should be reported as such.
-    pub fn pinned_parameters(&self) -> Vec<String> {
+    /// Fitted parameters that ended at an end of their physical range, with the end (see
+    /// [`params::ParamKind::edge`]): the fit wanted a value outside it, which means the model
+    /// lacks a mechanism the data shows, and is reported as such.
+    pub fn range_edges(&self) -> Vec<(String, f64, params::RangeEdge)> {
         self.values
             .iter()
-            .filter(|(name, value)| params::lookup(name).is_ok_and(|p| p.kind.is_pinned(*value)))
-            .map(|(name, _)| name.clone())
+            .filter_map(|(name, value)| {
+                let edge = params::lookup(name).ok()?.kind.edge(*value)?;
+                Some((name.clone(), *value, edge))
+            })
             .collect()
+    }
+
+    /// The names of [`range_edges`](Self::range_edges).
+    pub fn pinned_parameters(&self) -> Vec<String> {
+        self.range_edges().into_iter().map(|(name, _, _)| name).collect()
     }
 }
 
@@ -151,7 +178,6 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
             reason: format!("name at least one parameter to fit; known parameters: {}", params::known_names()),
         });
     }
-    let specs = params::lookup_all(&config.params)?;
     let metrics: Vec<String> = if config.metrics.is_empty() {
         DEFAULT_FIT_METRICS.iter().map(|m| m.to_string()).collect()
     } else {
@@ -165,11 +191,22 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         });
     }
     let prepared = config.targets.iter().map(|t| prepare(t, &metrics)).collect::<Result<Vec<_>, _>>()?;
+    if prepared.iter().all(|p| p.points.is_empty()) {
+        return Err(Error::Recorded("every point is held out: nothing is left to fit".into()));
+    }
+    let mut names = config.params.clone();
+    let mut added = Vec::new();
+    let bursts = prepared.iter().any(|p| p.points.iter().any(|pt| pt.request_rate.is_infinite()));
+    if config.frontend_on_bursts && bursts && !names.iter().any(|n| n == FRONTEND_PARAM) {
+        names.push(FRONTEND_PARAM.to_string());
+        added.push((FRONTEND_PARAM.to_string(), "the fitted points include bursts (request_rate = inf)".to_string()));
+    }
+    let specs = params::lookup_all(&names)?;
 
     // Fitted parameters start from the defaults, not from the scenarios' values: scenarios load
     // the very profile a fit writes, and regenerating it must not depend on the previous result.
     let defaults = CostParams::default();
-    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(s.get(&defaults))).collect();
+    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(start_value(s, &defaults))).collect();
     // Evaluated here so that an error (an unknown metric key) surfaces before any search.
     let start_objective = evaluate(&prepared, &specs, &x0, &metrics)?;
 
@@ -235,7 +272,15 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         converged: minimum.converged,
         metrics,
         targets,
+        added,
     })
+}
+
+/// A parameter's starting value: its default, except [`FRONTEND_START_US`] for a front end
+/// whose default is 0.
+fn start_value(spec: &ParamSpec, defaults: &CostParams) -> f64 {
+    let value = spec.get(defaults);
+    if spec.name == FRONTEND_PARAM && value == 0.0 { FRONTEND_START_US } else { value }
 }
 
 /// Distance of the extra starting points from the defaults, in optimiser coordinates: a factor
@@ -250,7 +295,7 @@ pub const START_POINTS: usize = 5;
 /// trade against each other.
 fn start_points(x0: &[f64]) -> Vec<Vec<f64>> {
     let shifted = |sign: &dyn Fn(usize) -> f64| x0.iter().enumerate().map(|(i, &x)| x + START_SPREAD * sign(i)).collect();
-    let alternate = |i: usize| if i % 2 == 0 { 1.0 } else { -1.0 };
+    let alternate = |i: usize| if i.is_multiple_of(2) { 1.0 } else { -1.0 };
     let starts = vec![
         x0.to_vec(),
         shifted(&|_| 1.0),
@@ -291,6 +336,7 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
         )));
     }
     let point_indices: Vec<usize> = (0..sweep.len())
+        .filter(|_| !target.reported_only)
         .filter(|&i| plan.fit_blocks.is_empty() || plan.fit_blocks.contains(&plan.block_of_point[i]))
         .collect();
     let mut recorded = Vec::with_capacity(point_indices.len());
@@ -302,7 +348,7 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
                 Some(v) if v > 0.0 && v.is_finite() => Ok(Some(v)),
                 // A recorded 0 (TPOT of one-token outputs, a rate printed as 0.00) says nothing
                 // about relative error: that metric is left out at that point.
-                Some(v) if v == 0.0 => Ok(None),
+                Some(0.0) => Ok(None),
                 Some(v) => Err(Error::Recorded(format!(
                     "{}: block {} (line {}): {key} = {v} cannot be fitted (the error is a log-ratio, so it needs a positive value)",
                     plan.recorded.display(),
@@ -389,7 +435,7 @@ fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[Strin
         scenario: p.target.scenario.path.clone(),
         recorded: plan.recorded.clone(),
         fit_points: p.points.iter().map(|pt| pt.num_prompts).collect(),
-        all_points: plan.fit_blocks.is_empty(),
+        all_points: plan.fit_blocks.is_empty() && !p.target.reported_only,
         points,
     })
 }
@@ -402,6 +448,7 @@ fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[Strin
 /// written in Rust's shortest round-trip form, so loading the file gives back the exact `f64`s.
 pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, command_line: &str) -> String {
     let fitted: Vec<&str> = result.values.iter().map(|(n, _)| n.as_str()).collect();
+    let edges = result.range_edges();
     let unique = |f: &dyn Fn(&FitTarget) -> String| -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for t in &config.targets {
@@ -434,7 +481,12 @@ pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, c
         "fixed_parameters = {}",
         string_array(params::PARAMS.iter().map(|p| p.name).filter(|n| !fitted.contains(n)))
     );
-    let _ = writeln!(s, "pinned_at_range_edge = {}", string_array(result.pinned_parameters().iter().map(String::as_str)));
+    let _ = writeln!(s, "pinned_at_range_edge = {}", string_array(edges.iter().map(|(n, _, _)| n.as_str())));
+    let _ = writeln!(
+        s,
+        "added_parameters = {}",
+        string_array(result.added.iter().map(|(n, _)| n.as_str()))
+    );
     let _ = writeln!(s, "objective_before = {}", float(result.start_objective));
     let _ = writeln!(s, "objective_after = {}", float(result.objective));
     let _ = writeln!(s, "evaluations = {}", result.evaluations);
@@ -448,6 +500,10 @@ pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, c
         let _ = writeln!(s, "recorded = {}", string(&target.plan.recorded.display().to_string()));
         let _ = writeln!(s, "hardware = {}", string(&target.scenario.hardware.gpu.name));
         let _ = writeln!(s, "engine_policy = {}", string(target.scenario.engine.policy.name()));
+        if target.scenario.workload.sweeps_rate() {
+            let rates: Vec<String> = target.scenario.workload.request_rate.iter().map(|&r| float(r)).collect();
+            let _ = writeln!(s, "request_rates = [{}]", rates.join(", "));
+        }
         let _ = writeln!(s, "num_prompts_fitted = [{}]", fit.fit_points.iter().map(u32::to_string).collect::<Vec<_>>().join(", "));
         let held_out: Vec<String> =
             fit.points.iter().filter(|p| !p.fitted).map(|p| p.num_prompts.to_string()).collect();
@@ -464,7 +520,11 @@ pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, c
     for spec in &params::PARAMS {
         let value = result.values.iter().find(|(n, _)| n == spec.name).map_or_else(|| spec.get(base), |(_, v)| *v);
         let role = if fitted.contains(&spec.name) { "fitted" } else { "fixed" };
-        let _ = writeln!(s, "{} = {}  # {role}, {}", spec.name, float(value), spec.kind.describe());
+        let flag = match edges.iter().find(|(n, _, _)| n == spec.name) {
+            Some((_, _, edge)) => format!("; FLAGGED: {edge}"),
+            None => String::new(),
+        };
+        let _ = writeln!(s, "{} = {}  # {role}, {}{flag}", spec.name, float(value), spec.kind.describe());
     }
     s
 }

@@ -87,7 +87,7 @@ fn synthetic_config(max_evaluations: usize) -> FitConfig {
     let scenario = scenario_from(SCENARIO);
     let truth: Vec<(&str, f64)> = FITTED.iter().copied().zip(TRUE_VALUES).collect();
     let plan = synthetic_plan(&scenario, &truth, Vec::new());
-    FitConfig { targets: vec![FitTarget { scenario, plan }], params: names(&FITTED), metrics: Vec::new(), max_evaluations }
+    FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&FITTED), metrics: Vec::new(), max_evaluations, frontend_on_bursts: false }
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn held_out_points_are_reported_but_not_fitted() {
     let truth = [("seq_overhead_us", 30.0)];
     let plan = synthetic_plan(&scenario, &truth, vec![2, 48]);
     let config =
-        FitConfig { targets: vec![FitTarget { scenario, plan }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60 };
+        FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60, frontend_on_bursts: false };
     let result = fit(&config).unwrap();
     let target = &result.targets[0];
     assert!(!target.all_points);
@@ -218,4 +218,47 @@ fn a_recorded_zero_is_left_out_of_the_objective() {
     let result = fit(&zeroed).unwrap();
     assert!(result.objective.is_finite());
     assert_ne!(result.start_objective, base.start_objective, "the zeroed metric changed nothing");
+}
+
+#[test]
+fn values_at_either_end_of_their_range_are_flagged_in_the_profile() {
+    let config = synthetic_config(1);
+    let mut result = fit(&config).unwrap();
+    // Values a fit once returned unflagged: a 0.995 efficiency and a 0.17 µs overhead.
+    result.values = vec![
+        ("gemm_efficiency".into(), 0.995),
+        ("step_overhead_eager_us".into(), 0.17),
+        ("seq_overhead_us".into(), 30.0),
+    ];
+    let edges: Vec<(String, params::Side)> = result.range_edges().into_iter().map(|(n, _, e)| (n, e.side)).collect();
+    assert_eq!(
+        edges,
+        vec![("gemm_efficiency".to_string(), params::Side::Upper), ("step_overhead_eager_us".to_string(), params::Side::Lower)]
+    );
+    let text = profile_toml(&result, &config, &config.targets[0].scenario.cost, "servesim fit x");
+    assert!(text.contains("pinned_at_range_edge = [\"gemm_efficiency\", \"step_overhead_eager_us\"]"), "{text}");
+    let line = |name: &str| text.lines().find(|l| l.starts_with(&format!("{name} = "))).unwrap().to_string();
+    assert!(line("gemm_efficiency").contains("FLAGGED: at the upper end"), "{text}");
+    assert!(line("step_overhead_eager_us").contains("FLAGGED: at the lower end"), "{text}");
+    assert!(!line("seq_overhead_us").contains("FLAGGED"), "{text}");
+}
+
+#[test]
+fn a_burst_in_the_fit_set_adds_the_front_end() {
+    // The synthetic scenario sends everything at once (request_rate = inf).
+    let mut config = synthetic_config(1);
+    config.frontend_on_bursts = true;
+    let result = fit(&config).unwrap();
+    let names: Vec<&str> = result.values.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, vec!["gemm_efficiency", "step_overhead_eager_us", "seq_overhead_us", FRONTEND_PARAM]);
+    assert_eq!(result.added.len(), 1);
+    let text = profile_toml(&result, &config, &config.targets[0].scenario.cost, "servesim fit x");
+    assert!(text.contains("added_parameters = [\"frontend_overhead_us\"]"), "{text}");
+    // Named already, it is not added twice; and without bursts, not at all.
+    config.params.push(FRONTEND_PARAM.into());
+    assert!(fit(&config).unwrap().added.is_empty());
+    let mut paced = synthetic_config(1);
+    paced.frontend_on_bursts = true;
+    paced.targets[0].scenario.workload.request_rate = vec![50.0; 3];
+    assert!(fit(&paced).unwrap().added.is_empty());
 }

@@ -26,11 +26,40 @@ pub const FRACTION_FLOOR: f64 = 1e-4;
 /// (steps take milliseconds), so the floor changes no prediction that matters.
 pub const MICROS_FLOOR_US: f64 = 0.1;
 
-/// The physical band of an efficiency and of a fitted overhead: a fitted value outside it is
-/// flagged (see [`ParamKind::is_pinned`]).
-const PHYSICAL_EFFICIENCY_MAX: f64 = 0.98;
-const PHYSICAL_EFFICIENCY_MIN: f64 = 0.02;
-const PHYSICAL_OVERHEAD_MIN_US: f64 = 1.0;
+/// How close to an end of its physical range a fitted value may come before it is flagged (see
+/// [`ParamKind::edge`]). Efficiencies: within 0.02 of 0 or 1 (no kernel runs at its datasheet
+/// peak, and one 50× below its roofline is a missing mechanism, not a kernel). Overheads: under
+/// 1 µs (no engine's per-step, per-sequence or per-request CPU work is that small: the model asks
+/// for zero, or a negative one), or within a factor of 2 of the 10 s ceiling.
+const EFFICIENCY_EDGE_BAND: f64 = 0.02;
+const OVERHEAD_LOWER_EDGE_US: f64 = 1.0;
+const OVERHEAD_UPPER_EDGE_FACTOR: f64 = 2.0;
+
+/// Which end of its physical range a value sits at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Lower,
+    Upper,
+}
+
+/// A value found at an end of its physical range: the end, and the band that caught it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RangeEdge {
+    pub side: Side,
+    /// The end of the range ([`ParamKind::range`]).
+    pub bound: f64,
+    /// The band's inner limit: values at or beyond it (toward `bound`) are at the edge.
+    pub limit: f64,
+}
+
+impl std::fmt::Display for RangeEdge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.side {
+            Side::Lower => write!(f, "at the lower end of its range (≤ {} near {})", self.limit, self.bound),
+            Side::Upper => write!(f, "at the upper end of its range (≥ {} near {})", self.limit, self.bound),
+        }
+    }
+}
 
 /// What range a parameter lives in, and so how the optimiser's coordinate maps to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,17 +100,46 @@ impl ParamKind {
         }
     }
 
-    /// Whether `value` sits at the edge of what is physical, where the fit was pushing the
-    /// parameter out of its meaning: an efficiency of 0.98 or more (no kernel runs at its
-    /// datasheet peak; the model asks for one faster) or 0.02 or less (a kernel 50× slower than
-    /// its roofline is a missing mechanism, not a kernel), or a fitted overhead under 1 µs (no
-    /// engine's per-step or per-sequence CPU work is that small: the model asks for zero, or a
-    /// negative one) or at the ceiling. Such a value is a sign the model is wrong, not a result.
-    pub fn is_pinned(self, value: f64) -> bool {
+    /// The physical range, ends included: what [`check`](Self::check) accepts.
+    pub fn range(self) -> (f64, f64) {
         match self {
-            ParamKind::Fraction => value >= PHYSICAL_EFFICIENCY_MAX || value <= PHYSICAL_EFFICIENCY_MIN,
-            ParamKind::NonNegativeMicros => value < PHYSICAL_OVERHEAD_MIN_US || value >= MAX_OVERHEAD_US,
+            ParamKind::Fraction => (0.0, 1.0),
+            ParamKind::NonNegativeMicros => (0.0, MAX_OVERHEAD_US),
         }
+    }
+
+    /// The inner limits of the bands at the lower and upper ends of [`range`](Self::range).
+    fn edge_limits(self) -> (f64, f64) {
+        match self {
+            ParamKind::Fraction => (EFFICIENCY_EDGE_BAND, 1.0 - EFFICIENCY_EDGE_BAND),
+            ParamKind::NonNegativeMicros => (OVERHEAD_LOWER_EDGE_US, MAX_OVERHEAD_US / OVERHEAD_UPPER_EDGE_FACTOR),
+        }
+    }
+
+    /// Which end of its physical range `value` sits at, if it is within the band there: the
+    /// fit pushed the parameter toward a value outside its meaning (the transforms keep it
+    /// inside), which is a sign the model lacks a mechanism the data shows, not a result.
+    pub fn edge(self, value: f64) -> Option<RangeEdge> {
+        let (lower, upper) = self.range();
+        let (lower_limit, upper_limit) = self.edge_limits();
+        // The lower overhead band is strict (1 µs itself is plausible); the others include
+        // their limit (an efficiency of exactly 0.98 is already flagged).
+        let at_lower = match self {
+            ParamKind::Fraction => value <= lower_limit,
+            ParamKind::NonNegativeMicros => value < lower_limit,
+        };
+        if at_lower {
+            Some(RangeEdge { side: Side::Lower, bound: lower, limit: lower_limit })
+        } else if value >= upper_limit {
+            Some(RangeEdge { side: Side::Upper, bound: upper, limit: upper_limit })
+        } else {
+            None
+        }
+    }
+
+    /// Whether `value` is at an end of its range ([`edge`](Self::edge)).
+    pub fn is_pinned(self, value: f64) -> bool {
+        self.edge(value).is_some()
     }
 
     pub fn describe(self) -> &'static str {
@@ -265,6 +323,19 @@ mod tests {
             assert!(!ParamKind::NonNegativeMicros.is_pinned(fine), "{fine}");
         }
         assert!(ParamKind::NonNegativeMicros.is_pinned(MAX_OVERHEAD_US));
+        // Near the ceiling, not only at it; and each flag says which end.
+        let near_ceiling = ParamKind::NonNegativeMicros.edge(0.6 * MAX_OVERHEAD_US).expect("flagged");
+        assert_eq!((near_ceiling.side, near_ceiling.bound), (Side::Upper, MAX_OVERHEAD_US));
+        assert_eq!(ParamKind::NonNegativeMicros.edge(0.17).map(|e| e.side), Some(Side::Lower));
+        assert_eq!(ParamKind::Fraction.edge(0.995).map(|e| (e.side, e.bound)), Some((Side::Upper, 1.0)));
+        assert_eq!(ParamKind::Fraction.edge(0.0106).map(|e| (e.side, e.bound)), Some((Side::Lower, 0.0)));
+        assert!(ParamKind::NonNegativeMicros.edge(0.4 * MAX_OVERHEAD_US).is_none());
+        // Every parameter of the registry has both ends checked.
+        for spec in &PARAMS {
+            let (lo, hi) = spec.kind.range();
+            assert_eq!(spec.kind.edge(lo).map(|e| e.side), Some(Side::Lower), "{}", spec.name);
+            assert_eq!(spec.kind.edge(hi).map(|e| e.side), Some(Side::Upper), "{}", spec.name);
+        }
     }
 
     #[test]
