@@ -7,6 +7,7 @@
 pub mod bundled;
 pub mod calibrated;
 pub mod roofline;
+pub mod sampling;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;
