@@ -6,6 +6,9 @@
 //!   1024×4096×4096 f32 product, on the same threads as the engine. Throughput is in FLOP.
 //! - `engine/decode_100m_b32`: one decode step of 32 sequences, each with 128 tokens already in
 //!   the paged KV cache. Throughput is the step's matmul FLOPs (below).
+//! - `sampling/*`: a decode step of the `small` and `100m` models at batch 32 followed by its
+//!   sampling, greedy and at temperature 1 (plain, top-p 0.9, top-k 50), and with the sampler
+//!   the engine had before (figures in docs/engine.md, "Sampling").
 //! - a summary pass, timed in the same run, prints the achieved GFLOP/s, the roofline, their
 //!   ratio, the machine's streaming read bandwidth and the step time that bandwidth allows.
 //!
@@ -20,7 +23,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
 use servesim::engine::cpu::Gemm;
-use servesim::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelExecutor};
+use servesim::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelExecutor, SamplingParams, greedy, uniform};
+use servesim::engine::server::sample_rows;
 use servesim::sched::batch::{Batch, SeqWork};
 
 /// As in the binary: weights and caches on transparent huge pages.
@@ -57,10 +61,14 @@ impl DecodeStep {
     /// The cache holds zeros rather than a real prompt's keys and values: a step's time does
     /// not depend on the values, and a 4096-token prefill would add seconds to every run.
     fn new() -> DecodeStep {
-        let config = LlamaConfig::m100();
+        DecodeStep::with_config(LlamaConfig::m100())
+    }
+
+    /// The step on a model of `config`.
+    fn with_config(config: LlamaConfig) -> DecodeStep {
         let weights = LlamaWeights::random(&config, 7);
         let per_seq = (CONTEXT_TOKENS + 1).div_ceil(BLOCK_SIZE);
-        let exec = ModelExecutor::new(weights, BATCH * per_seq, BLOCK_SIZE).expect("100m executor");
+        let exec = ModelExecutor::new(weights, BATCH * per_seq, BLOCK_SIZE).expect("executor");
         let tables = Tables((0..BATCH).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect());
         let mut batch = Batch::default();
         for seq in 0..BATCH as u32 {
@@ -205,5 +213,84 @@ fn bench_engine(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_engine);
+/// The sampler the engine had before (kept here as the baseline the figures compare with):
+/// per row, three scalar passes over the vocabulary (max, Σ exp, then exp again along the
+/// cumulative sum), one row after another on the calling thread.
+fn baseline_sample(row: &[f32], temperature: f32, u: f32) -> u32 {
+    let max = row[greedy(row) as usize];
+    let weight = |l: f32| if l.is_nan() { 0.0 } else { ((l - max) / temperature).exp() };
+    let total: f32 = row.iter().map(|&l| weight(l)).sum();
+    let target = u * total;
+    let mut acc = 0.0;
+    for (i, &l) in row.iter().enumerate() {
+        acc += weight(l);
+        if acc > target {
+            return i as u32;
+        }
+    }
+    row.len() as u32 - 1
+}
+
+/// A step of `model` at batch 32 followed by its sampling: the forward pass, then one token per
+/// sequence on the executor's pool.
+struct SampledStep {
+    step: DecodeStep,
+    seeds: Vec<u64>,
+}
+
+impl SampledStep {
+    fn new(config: LlamaConfig) -> SampledStep {
+        SampledStep { step: DecodeStep::with_config(config), seeds: (0..BATCH as u64).collect() }
+    }
+
+    fn run(&mut self, params: &SamplingParams) {
+        let vocab = self.step.exec.config().vocab_size;
+        let pool = self.step.exec.pool();
+        let logits = self.step.exec.forward_with_tables(&self.step.batch, &self.step.tokens, &self.step.tables).expect("step");
+        let all = vec![*params; BATCH];
+        let sample = || sample_rows(logits, vocab, &all, &self.seeds);
+        black_box(match &pool {
+            Some(pool) => pool.install(sample),
+            None => sample(),
+        });
+    }
+
+    fn run_baseline(&mut self, temperature: f32) {
+        let vocab = self.step.exec.config().vocab_size;
+        let logits = self.step.exec.forward_with_tables(&self.step.batch, &self.step.tokens, &self.step.tables).expect("step");
+        let tokens: Vec<u32> =
+            logits.chunks_exact(vocab).enumerate().map(|(i, row)| baseline_sample(row, temperature, uniform(i as u64))).collect();
+        black_box(tokens);
+    }
+}
+
+/// Sampling's share of a decode step: greedy against temperature 1 (every token, top-p 0.9,
+/// top-k 50) and the earlier sampler, on the `small` model (where sampling weighs most) and
+/// `100m`, batch 32, vocabulary 32,000, on the pool the step runs on (rayon's global one here).
+fn bench_sampling(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sampling");
+    group.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    let t1 = |top_p, top_k| SamplingParams { temperature: 1.0, top_p, top_k, seed: None };
+    let cases = [("greedy", SamplingParams::GREEDY), ("t1", t1(1.0, 0)), ("t1_top_p_0.9", t1(0.9, 0)), ("t1_top_k_50", t1(1.0, 50))];
+    for (name, config) in [("small", LlamaConfig::small()), ("100m", LlamaConfig::m100())] {
+        let mut step = SampledStep::new(config);
+        for (case, params) in &cases {
+            group.bench_function(format!("step_{name}_b32_{case}"), |b| b.iter(|| step.run(params)));
+        }
+        group.bench_function(format!("step_{name}_b32_t1_baseline"), |b| b.iter(|| step.run_baseline(1.0)));
+        // Back to back in one run, so that load from other processes affects all alike.
+        let greedy_ns = median_time(11, || step.run(&SamplingParams::GREEDY)).as_nanos() as f64;
+        println!("sampling summary, {name} model, batch {BATCH} ({} threads):", step.step.exec.threads());
+        println!("  greedy step {:.2} ms", greedy_ns / 1e6);
+        for (case, params) in &cases[1..] {
+            let ns = median_time(11, || step.run(params)).as_nanos() as f64;
+            println!("  {case} step {:.2} ms ({:+.1}% over greedy)", ns / 1e6, 100.0 * (ns / greedy_ns - 1.0));
+        }
+        let ns = median_time(11, || step.run_baseline(1.0)).as_nanos() as f64;
+        println!("  t1 with the earlier sampler {:.2} ms ({:+.1}% over greedy)", ns / 1e6, 100.0 * (ns / greedy_ns - 1.0));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_engine, bench_sampling);
 criterion_main!(benches);

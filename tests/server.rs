@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, StepInputs, serve};
+use servesim::engine::model::SamplingParams;
 use servesim::scenario::Policy;
 use servesim::sched::{Batch, SchedulerConfig};
 
@@ -252,7 +253,7 @@ async fn the_engine_can_ignore_eos_for_every_request() {
         let want = expected(&ids("q"), 20);
         let exec = EchoExecutor { step_delay: Duration::ZERO, eos: Some(want[2]) };
         let engine = EngineHandle::start(exec, config(8, 128), Policy::VllmV1, 64, 1024).with_ignore_eos(true);
-        let params = GenerateParams { prompt: ids("q"), max_tokens: 20, ignore_eos: false, temperature: 0.0, seed: None };
+        let params = GenerateParams { prompt: ids("q"), max_tokens: 20, ignore_eos: false, sampling: SamplingParams::GREEDY };
         let mut stream = engine.submit(params).await.unwrap();
         let mut tokens = Vec::new();
         let mut finish = None;

@@ -8,6 +8,7 @@ pub mod bundled;
 pub mod calibrated;
 pub mod profile_match;
 pub mod roofline;
+pub mod sampling;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;

@@ -22,6 +22,7 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
+use super::sampling::SamplingCost;
 use super::{CostModel, StepCost};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::scenario::model::Dtype;
@@ -143,6 +144,10 @@ pub struct Roofline {
     seq_overhead_s: f64,
     /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
     weight_bytes_read_per_step: u64,
+    /// Logits each sampled sequence's sampler reads (the whole vocabulary).
+    vocab_size: f64,
+    /// Per sampled row and logit; zero unless [`Roofline::with_sampling`] set it.
+    sampling: SamplingCost,
 }
 
 impl Roofline {
@@ -282,7 +287,15 @@ impl Roofline {
             prefill_seq_overhead_s: params.prefill_seq_overhead_us * S_PER_US,
             seq_overhead_s: params.seq_overhead_us * S_PER_US,
             weight_bytes_read_per_step,
+            vocab_size: model.vocab_size as f64,
+            sampling: SamplingCost::default(),
         }
+    }
+
+    /// Prices each step's sampling at `sampling` (elementwise time; see [`SamplingCost`]).
+    pub fn with_sampling(mut self, sampling: SamplingCost) -> Roofline {
+        self.sampling = sampling;
+        self
     }
 
     /// Cost of one step that prefills a lone prompt of `prompt_tokens` tokens from an empty
@@ -382,8 +395,8 @@ impl CostModel for Roofline {
             0.0
         };
 
-        let elementwise_s =
-            tokens * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token);
+        let elementwise_s = tokens * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token)
+            + self.sampling.step_s(sampled, self.vocab_size);
 
         let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
 
@@ -534,6 +547,25 @@ mod tests {
         assert_eq!(cost.communication_ns, 0);
         // 100 µs per step + 5 µs per sequence.
         assert_eq!(cost.overhead_ns, 105_000);
+    }
+
+    #[test]
+    fn sampling_is_priced_per_sampled_row_and_logit_as_elementwise_time() {
+        let plain = Roofline::new(&tiny_model(), &tiny_gpu(), 1, &tiny_params());
+        let sampling = plain.clone().with_sampling(SamplingCost::per_logit_ns(2.5).unwrap());
+        // 8 decodes (8 sampled rows) of vocab 256 at 2.5 ns: 5,120 ns more, all elementwise.
+        let (a, b) = (plain.decode_cost(8, 100), sampling.decode_cost(8, 100));
+        assert_sum(&b);
+        assert_eq!(b.elementwise_ns - a.elementwise_ns, 5_120);
+        assert_eq!(b.total_ns - a.total_ns, 5_120);
+        assert_eq!((b.gemm_ns, b.attention_ns, b.overhead_ns), (a.gemm_ns, a.attention_ns, a.overhead_ns));
+        // A prefill chunk that does not end its prompt samples nothing and pays nothing.
+        let mut chunk = Batch::default();
+        chunk.push(SeqWork { seq: 0, new_tokens: 64, context_tokens: 0, samples_token: false });
+        assert_eq!(sampling.predict(&chunk), plain.predict(&chunk));
+        // One that ends it samples one row: 640 ns.
+        let (a, b) = (plain.prefill_cost(64), sampling.prefill_cost(64));
+        assert_eq!(b.elementwise_ns - a.elementwise_ns, 640);
     }
 
     #[test]

@@ -30,8 +30,9 @@ use crate::calibrate::profile::Profile;
 use crate::calibrate::run::RunOptions;
 use crate::calibrate::timing::TimingOptions;
 use crate::cost::calibrated::Calibrated;
-use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
-use crate::engine::server::{EngineHandle, EngineKnobs, ModelEngine, Tokenizer};
+use crate::cost::sampling::SamplingCost;
+use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor, SamplingParams};
+use crate::engine::server::{EngineHandle, EngineKnobs, ModelEngine, Tokenizer, sample_rows};
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
@@ -100,6 +101,8 @@ pub struct EngineValidation {
     pub profile: Profile,
     /// The simulated scenario's TOML (one series' workload; the others differ only there).
     pub scenario_toml: String,
+    /// The engine's sampler as timed on this machine; the greedy figure prices the twin.
+    pub sampling: SamplingTimes,
     pub series: Vec<Series>,
 }
 
@@ -264,7 +267,16 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     ));
     let scenario_text = scenario_toml(setup, sweep, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
-    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
+    let sampling = measure_sampling(setup.threads, llama.vocab_size, setup.knobs.max_num_seqs)?;
+    log(&format!(
+        "    sampling, ns per logit of a sampled row: greedy {:.3}, temperature 1 {:.3}, top-p 0.9 {:.3}, top-k 50 {:.3}",
+        sampling.greedy.ns_per_logit(),
+        sampling.temperature.ns_per_logit(),
+        sampling.top_p.ns_per_logit(),
+        sampling.top_k.ns_per_logit()
+    ));
+    // The bench asks for greedy tokens, so the twin's steps sample greedily.
+    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost).with_sampling(sampling.greedy);
 
     log(&format!("2/4 starting the engine: random-{} weights, {} threads", setup.size, setup.threads));
     let k = &setup.knobs;
@@ -311,7 +323,64 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     }
     server.stop(&runtime);
     log("4/4 compared");
-    Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, series })
+    Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, sampling, series })
+}
+
+/// The engine's sampler timed on this machine, per logit of a sampled row.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SamplingTimes {
+    pub greedy: SamplingCost,
+    /// Temperature 1, every token kept.
+    pub temperature: SamplingCost,
+    /// Temperature 1, top-p 0.9.
+    pub top_p: SamplingCost,
+    /// Temperature 1, top-k 50.
+    pub top_k: SamplingCost,
+}
+
+/// Times [`sample_rows`], the engine's sampler, on a pool of `threads` threads (as the engine
+/// samples on its own pool) over `rows` rows of `vocab` logits shaped like a language model's
+/// (a few large, a long tail), for each kind of sampling: the median of 15 runs after a warm-up,
+/// per row and logit. Sampling a row costs a few passes over its logits whatever the model, so
+/// the logits need not be the model's.
+fn measure_sampling(threads: usize, vocab: usize, rows: u32) -> Result<SamplingTimes, Error> {
+    const RUNS: usize = 15;
+    let rows = rows.clamp(1, 256) as usize;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+        .map_err(|e| Error::Usage { flag: "--threads", value: threads.to_string(), reason: e.to_string() })?;
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let logits: Vec<f32> = (0..rows * vocab)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let r = (state >> 40) as f32 / (1u64 << 24) as f32;
+            12.0 * r.powi(8) + 2.0 * r
+        })
+        .collect();
+    let seeds: Vec<u64> = (0..rows as u64).collect();
+    let time = |params: SamplingParams| -> SamplingCost {
+        let all = vec![params; rows];
+        let mut times: Vec<f64> = (0..=RUNS)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                std::hint::black_box(pool.install(|| sample_rows(&logits, vocab, &all, &seeds)));
+                started.elapsed().as_nanos() as f64
+            })
+            .skip(1)
+            .collect();
+        times.sort_by(f64::total_cmp);
+        SamplingCost::per_logit_ns(times[RUNS / 2] / (rows * vocab) as f64).unwrap_or_default()
+    };
+    let sampled = |top_p, top_k| SamplingParams { temperature: 1.0, top_p, top_k, seed: None };
+    Ok(SamplingTimes {
+        greedy: time(SamplingParams::GREEDY),
+        temperature: time(sampled(1.0, 0)),
+        top_p: time(sampled(0.9, 0)),
+        top_k: time(sampled(1.0, 50)),
+    })
 }
 
 /// The engine's host time per step: scheduling, building the step's inputs, delivering tokens.
@@ -406,7 +475,7 @@ fn measure_host_overhead(runtime: &tokio::runtime::Runtime, knobs: &EngineKnobs,
         runtime.block_on(async {
             let mut streams = Vec::new();
             for _ in 0..seqs {
-                let params = GenerateParams { prompt: vec![1; 16], max_tokens: DECODE_TOKENS, ignore_eos: true, temperature: 0.0, seed: None };
+                let params = GenerateParams { prompt: vec![1; 16], max_tokens: DECODE_TOKENS, ignore_eos: true, sampling: SamplingParams::GREEDY };
                 streams.push(engine.submit(params).await.ok()?);
             }
             for mut s in streams {
@@ -627,6 +696,15 @@ pub fn render(v: &EngineValidation) -> String {
         "Engine: random-{} weights, {} threads, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {}. \
          Profile: {}.\n",
         s.size, s.threads, s.knobs.max_num_seqs, s.knobs.max_num_batched_tokens, s.knobs.num_gpu_blocks, s.knobs.block_size, v.profile.provenance.device.name
+    );
+    let _ = writeln!(
+        t,
+        "Sampling, ns per logit of each sampled row (the twin prices its greedy steps with the first): greedy {:.3}, \
+         temperature 1 {:.3}, top-p 0.9 {:.3}, top-k 50 {:.3}.\n",
+        v.sampling.greedy.ns_per_logit(),
+        v.sampling.temperature.ns_per_logit(),
+        v.sampling.top_p.ns_per_logit(),
+        v.sampling.top_k.ns_per_logit()
     );
     let _ = writeln!(t, "| series | metric | measured | simulated | error | target |");
     let _ = writeln!(t, "|---|---|---:|---:|---:|---:|");

@@ -32,6 +32,7 @@ mod gemm;
 pub mod gemm_skinny;
 mod huge_pages;
 mod kv;
+mod logits;
 mod norm;
 mod prefill;
 mod rope;
@@ -49,6 +50,7 @@ pub use attention::AttentionDims;
 pub use decode::decode_attention;
 pub use gemm::{BLayout, Gemm, matmul};
 pub use kv::{KvSource, PackedKv, PagedCache, PagedKv, write_paged};
+pub use logits::{exp_shifted_in_place, scale_logits};
 pub use norm::{add_rms_norm, rms_norm};
 pub use prefill::prefill_attention;
 pub use rope::Rope;
@@ -63,6 +65,7 @@ pub const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("gemm_skinny.rs", include_str!("gemm_skinny.rs")),
     ("huge_pages.rs", include_str!("huge_pages.rs")),
     ("kv.rs", include_str!("kv.rs")),
+    ("logits.rs", include_str!("logits.rs")),
     ("mod.rs", include_str!("mod.rs")),
     ("norm.rs", include_str!("norm.rs")),
     ("prefill.rs", include_str!("prefill.rs")),

@@ -13,10 +13,6 @@
 //! attention kernel reads one contiguous run of queries; every other op is per token and does
 //! not care. Logits come back in batch order.
 
-use rand::RngExt;
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::SeedableRng;
-
 use crate::engine::cpu::{
     AttentionDims, Gemm, PagedCache, PagedKv, Rope, decode_attention, prefill_attention, rms_norm, silu_and_mul,
     write_paged,
@@ -61,6 +57,8 @@ pub struct OpTimes {
     pub gemm_ns: u64,
     pub attention_ns: u64,
     pub elementwise_ns: u64,
+    /// Logits to tokens (greedy or sampled), for an engine that samples after the forward pass.
+    pub sampling_ns: u64,
 }
 
 /// Charges the time since the last lap to one kind of op. Every kernel returns when its work
@@ -202,6 +200,11 @@ impl ModelExecutor {
         Ok(())
     }
 
+    /// The executor's own pool, if [`ModelExecutor::use_own_pool`] made one.
+    pub fn pool(&self) -> Option<std::sync::Arc<rayon::ThreadPool>> {
+        self.pool.clone()
+    }
+
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -338,64 +341,5 @@ impl ModelExecutor {
     fn plan(&mut self, batch: &Batch, token_ids: &[u32], kv: &dyn BlockTables) -> Result<(), ModelError> {
         let (bs, nb) = (self.block_size, self.num_blocks);
         self.meta.build(&self.weights.config, bs, nb, batch, token_ids, kv, RowOrder::PrefillFirst)
-    }
-}
-
-/// The most likely token: the index of the largest logit (the first on ties; NaNs never win).
-pub fn greedy(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    let mut best_value = f32::NEG_INFINITY;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > best_value {
-            best = i;
-            best_value = l;
-        }
-    }
-    best as u32
-}
-
-/// Seeded temperature sampling for one request: the same seed, temperature and logits give the
-/// same tokens on every machine (ChaCha8, one draw per token).
-#[derive(Clone, Debug)]
-pub struct Sampler {
-    rng: ChaCha8Rng,
-    temperature: f32,
-}
-
-impl Sampler {
-    /// `temperature <= 0` (or not finite) means greedy, drawing no random numbers.
-    pub fn new(seed: u64, temperature: f32) -> Sampler {
-        Sampler { rng: ChaCha8Rng::seed_from_u64(seed), temperature }
-    }
-
-    pub fn temperature(&self) -> f32 {
-        self.temperature
-    }
-
-    /// A token drawn from `softmax(logits / temperature)`. Allocates nothing: two passes over
-    /// the logits (max and normaliser), then a walk of the cumulative sum.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let t = self.temperature;
-        if !(t > 0.0 && t.is_finite()) || logits.is_empty() {
-            return greedy(logits);
-        }
-        let max = logits[greedy(logits) as usize];
-        let weight = |l: f32| if l.is_nan() { 0.0 } else { ((l - max) / t).exp() };
-        let total: f32 = logits.iter().map(|&l| weight(l)).sum();
-        let target = self.rng.random::<f32>() * total;
-        let mut acc = 0.0;
-        let mut last_positive = 0;
-        for (i, &l) in logits.iter().enumerate() {
-            let w = weight(l);
-            if w > 0.0 {
-                last_positive = i;
-            }
-            acc += w;
-            if acc > target {
-                return i as u32;
-            }
-        }
-        // Rounding can leave `acc` just below `target`: the last token with any weight.
-        last_positive as u32
     }
 }

@@ -8,7 +8,7 @@
 //!  --random-weights tiny|small|100m ┘        │  one paged KV cache per layer, indexed by the
 //!                                            │  KvCacheManager's block tables
 //!                                            ▼
-//!                    logits [sampling sequences, vocab] ──► greedy / Sampler (seeded temperature)
+//!                    logits [sampling sequences, vocab] ──► sampling.rs (greedy; temperature, top-k, top-p)
 //! ```
 //!
 //! [`Batch`]: crate::sched::batch::Batch
@@ -16,6 +16,7 @@
 mod config;
 mod executor;
 mod plan;
+mod sampling;
 mod weights;
 
 #[cfg(test)]
@@ -24,7 +25,8 @@ mod tests;
 use std::path::PathBuf;
 
 pub use config::LlamaConfig;
-pub use executor::{ModelExecutor, OpTimes, Sampler, greedy};
+pub use executor::{ModelExecutor, OpTimes};
+pub use sampling::{GREEDY_TEMPERATURE_MAX, SampleScratch, Sampler, SamplingParams, greedy, sample, uniform};
 pub use plan::{BlockTables, RowOrder, SeqGroup, StepPlan};
 pub use weights::{LayerWeights, LlamaWeights, WeightDtype};
 

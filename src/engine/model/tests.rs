@@ -421,8 +421,9 @@ fn bad_steps_are_errors_not_panics() {
 #[test]
 fn sampler_is_seeded_and_temperature_zero_is_greedy() {
     let logits: Vec<f32> = (0..50).map(|i| ((i * 37 % 11) as f32) * 0.3).collect();
+    let at = |temperature| SamplingParams { temperature, ..SamplingParams::GREEDY };
     let draw = |seed, t| {
-        let mut s = Sampler::new(seed, t);
+        let mut s = Sampler::new(seed, at(t));
         (0..200).map(|_| s.sample(&logits)).collect::<Vec<u32>>()
     };
     assert_eq!(draw(1, 0.8), draw(1, 0.8));
@@ -434,7 +435,7 @@ fn sampler_is_seeded_and_temperature_zero_is_greedy() {
     let total: f32 = logits.iter().map(|l| (l - max).exp()).sum();
     let best = greedy(&logits);
     let p_best = (logits[best as usize] - max).exp() / total;
-    let mut s = Sampler::new(3, 1.0);
+    let mut s = Sampler::new(3, at(1.0));
     let hits = (0..20_000).filter(|_| s.sample(&logits) == best).count() as f32 / 20_000.0;
     assert!((hits - p_best).abs() < 0.02, "share {hits}, probability {p_best}");
     assert_eq!(greedy(&[0.5, f32::NAN, 2.0, 2.0]), 2);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::model::OpTimes;
+use crate::engine::model::{OpTimes, SamplingParams};
 use crate::scenario::Policy;
 use crate::sched::{Admission, Batch, Rejection, Scheduler, SchedulerConfig};
 use crate::timeline::{StepCost, StepRow};
@@ -31,10 +31,8 @@ pub struct SeqInput {
     pub positions: Vec<u32>,
     /// The sequence's KV block table (`KvCacheManager::block_table`), covering all positions.
     pub block_table: Vec<u32>,
-    /// Sampling temperature; 0 is greedy.
-    pub temperature: f32,
-    /// Sampling seed the client gave, if any.
-    pub seed: Option<u64>,
+    /// How the sequence samples its token (temperature, top-p, top-k, the client's seed).
+    pub sampling: SamplingParams,
 }
 
 /// Inputs of one step, parallel to `Batch::seqs`.
@@ -113,8 +111,7 @@ pub struct GenerateParams {
     pub prompt: Vec<u32>,
     pub max_tokens: u32,
     pub ignore_eos: bool,
-    pub temperature: f32,
-    pub seed: Option<u64>,
+    pub sampling: SamplingParams,
 }
 
 /// Why a request was refused.
@@ -331,8 +328,7 @@ struct Live {
     /// Prompt plus generated tokens: what a (re-)prefill computes.
     tokens: Vec<u32>,
     ignore_eos: bool,
-    temperature: f32,
-    seed: Option<u64>,
+    sampling: SamplingParams,
     events: mpsc::UnboundedSender<Event>,
 }
 
@@ -402,8 +398,7 @@ impl<E: Executor> EngineLoop<E> {
                                 seq,
                                 tokens: params.prompt,
                                 ignore_eos: params.ignore_eos,
-                                temperature: params.temperature,
-                                seed: params.seed,
+                                sampling: params.sampling,
                                 events,
                             },
                         );
@@ -462,8 +457,7 @@ impl<E: Executor> EngineLoop<E> {
                         token_ids: l.tokens[from..to].to_vec(),
                         positions: (work.context_tokens..work.context_tokens + work.new_tokens).collect(),
                         block_table: self.scheduler.kv().block_table(work.seq).to_vec(),
-                        temperature: l.temperature,
-                        seed: l.seed,
+                        sampling: l.sampling,
                     }
                 }
                 None => SeqInput::default(),
@@ -556,7 +550,9 @@ impl<E: Executor> EngineLoop<E> {
                 total_ns: elapsed_ns,
                 gemm_ns: ops.gemm_ns,
                 attention_ns: ops.attention_ns,
-                elementwise_ns: ops.elementwise_ns,
+                // Sampling is a pass or a few over each sampled row's logits: elementwise work,
+                // and where the cost model's sampling term goes too.
+                elementwise_ns: ops.elementwise_ns + ops.sampling_ns,
                 communication_ns: 0,
                 overhead_ns: elapsed_ns.saturating_sub(forward_ns),
             },

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SubmitError};
+use crate::engine::model::SamplingParams;
 use super::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Most bytes of a request body accepted.
@@ -134,6 +135,11 @@ struct CompletionRequest {
     #[serde(default)]
     temperature: Option<f32>,
     #[serde(default)]
+    top_p: Option<f32>,
+    /// vLLM's extension of the OpenAI API; −1 or 0 is every token.
+    #[serde(default)]
+    top_k: Option<i64>,
+    #[serde(default)]
     seed: Option<u64>,
 }
 
@@ -170,8 +176,10 @@ async fn completions(State(engine): State<EngineHandle>, body: Bytes) -> Respons
         prompt,
         max_tokens: req.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
         ignore_eos: req.ignore_eos,
-        temperature: req.temperature.unwrap_or(1.0),
-        seed: req.seed,
+        sampling: match SamplingParams::from_request(req.temperature, req.top_p, req.top_k, req.seed) {
+            Ok(p) => p,
+            Err(e) => return ApiError(StatusCode::BAD_REQUEST, e).into_response(),
+        },
     };
     let stream = match engine.submit(params).await {
         Ok(s) => s,
@@ -320,6 +328,10 @@ struct TgiParameters {
     #[serde(default)]
     temperature: Option<f32>,
     #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    top_k: Option<i64>,
+    #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]
     ignore_eos: bool,
@@ -339,8 +351,8 @@ async fn tgi_submit(engine: &EngineHandle, body: &Bytes) -> Result<(RequestStrea
         prompt: engine.tokenizer().encode(&req.inputs, true).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
         max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
         ignore_eos: p.ignore_eos,
-        temperature: p.temperature.unwrap_or(1.0),
-        seed: p.seed,
+        sampling: SamplingParams::from_request(p.temperature, p.top_p, p.top_k, p.seed)
+            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
     };
     let stream = engine.submit(params).await?;
     Ok((stream, p))

@@ -24,7 +24,7 @@ pub use engine::{
 };
 pub use knobs::EngineKnobs;
 pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
-pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine};
+pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine, sample_rows};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 /// The async runtime for HTTP (and an in-process client): a worker for each core that

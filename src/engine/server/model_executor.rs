@@ -3,7 +3,13 @@
 
 use super::engine::{Executor, StepInputs};
 use crate::engine::cuda::CudaModelExecutor;
-use crate::engine::model::{BlockTables, ModelError, ModelExecutor, OpTimes, Sampler, greedy};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::engine::model::{BlockTables, ModelError, ModelExecutor, OpTimes, SampleScratch, SamplingParams, sample, uniform};
 use crate::sched::Batch;
 
 /// A forward pass that turns a step into the logits of its sampling sequences: what
@@ -17,6 +23,11 @@ pub trait LogitsModel: Send + 'static {
     fn forward_with_tables(&mut self, batch: &Batch, token_ids: &[u32], tables: &dyn BlockTables) -> Result<&[f32], ModelError>;
     /// Where the last step's time went, for a model that times its kernels.
     fn last_times(&self) -> Option<OpTimes> {
+        None
+    }
+    /// The thread pool the model computes on, where it has one of its own: sampling runs
+    /// there too, a sequence per task.
+    fn pool(&self) -> Option<Arc<rayon::ThreadPool>> {
         None
     }
 }
@@ -33,6 +44,9 @@ impl LogitsModel for ModelExecutor {
     }
     fn last_times(&self) -> Option<OpTimes> {
         Some(ModelExecutor::last_times(self))
+    }
+    fn pool(&self) -> Option<Arc<rayon::ThreadPool>> {
+        ModelExecutor::pool(self)
     }
 }
 
@@ -64,11 +78,14 @@ impl BlockTables for InputTables<'_> {
 }
 
 /// Runs a model (the CPU one by default) on each step and samples one token per sequence that
-/// samples: greedy at temperature 0, else from a sampler seeded by the request's seed (or, when
-/// it gave none, its place in the batch) and the token's position, so runs stay reproducible.
+/// samples, with the request's [`SamplingParams`]. A sampled token's uniform number comes from
+/// the request's seed (or, when it gave none, its place in the batch) and the token's position,
+/// so runs stay reproducible and rows can be sampled in any order, in parallel.
 pub struct ModelEngine<M: LogitsModel = ModelExecutor> {
     model: M,
     token_ids: Vec<u32>,
+    /// Time the last step spent sampling.
+    sampling_ns: u64,
 }
 
 /// The engine on a GPU: the CUDA forward pass with the same sampling as the CPU engine.
@@ -76,8 +93,32 @@ pub type CudaModelEngine = ModelEngine<CudaModelExecutor>;
 
 impl<M: LogitsModel> ModelEngine<M> {
     pub fn new(model: M) -> ModelEngine<M> {
-        ModelEngine { model, token_ids: Vec::new() }
+        ModelEngine { model, token_ids: Vec::new(), sampling_ns: 0 }
     }
+}
+
+thread_local! {
+    /// Each pool thread's sampling buffers, kept from step to step.
+    static SCRATCH: RefCell<SampleScratch> = RefCell::new(SampleScratch::default());
+}
+
+/// The seed of the uniform number a request's token at `position` is drawn with: a fresh
+/// stream per (seed, position), so every step of a sequence draws anew.
+fn draw_seed(seed: u64, position: u32) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(position)
+}
+
+/// One token per row of `logits` (`[rows, vocab]`), row `i` with `params[i]` and the uniform
+/// number of `seeds[i]`, on the current rayon pool. The tokens do not depend on the pool.
+pub fn sample_rows(logits: &[f32], vocab: usize, params: &[SamplingParams], seeds: &[u64]) -> Vec<u32> {
+    logits
+        .par_chunks_exact(vocab)
+        .zip(params.par_iter().zip(seeds))
+        .map(|(row, (p, &seed))| {
+            let u = if p.is_greedy() { 0.0 } else { uniform(seed) };
+            SCRATCH.with(|s| sample(row, p, u, &mut s.borrow_mut()))
+        })
+        .collect()
 }
 
 impl<M: LogitsModel> Executor for ModelEngine<M> {
@@ -87,23 +128,27 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
             self.token_ids.extend_from_slice(&seq.token_ids);
         }
         let vocab = self.model.vocab_size();
+        let pool = self.model.pool();
+        let (params, seeds): (Vec<SamplingParams>, Vec<u64>) = batch
+            .seqs
+            .iter()
+            .zip(&inputs.seqs)
+            .enumerate()
+            .filter(|(_, (w, _))| w.samples_token)
+            .map(|(i, (_, input))| {
+                let position = input.positions.last().copied().unwrap_or(0);
+                (input.sampling, draw_seed(input.sampling.seed.unwrap_or(i as u64), position))
+            })
+            .unzip();
         let tables = InputTables { inputs, block_size: self.model.block_size() as u32 };
         let logits = self.model.forward_with_tables(batch, &self.token_ids, &tables).map_err(|e| e.to_string())?;
-        let sampling = batch.seqs.iter().zip(&inputs.seqs).enumerate().filter(|(_, (w, _))| w.samples_token);
-        Ok(sampling
-            .zip(logits.chunks_exact(vocab))
-            .map(|((i, (_, input)), row)| {
-                if input.temperature > 0.0 {
-                    // A fresh stream per (seed, position): reproducible, and a different draw at
-                    // every step of the sequence.
-                    let position = input.positions.last().copied().unwrap_or(0) as u64;
-                    let seed = input.seed.unwrap_or(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ position;
-                    Sampler::new(seed, input.temperature).sample(row)
-                } else {
-                    greedy(row)
-                }
-            })
-            .collect())
+        let started = Instant::now();
+        let tokens = match pool {
+            Some(pool) => pool.install(|| sample_rows(logits, vocab, &params, &seeds)),
+            None => sample_rows(logits, vocab, &params, &seeds),
+        };
+        self.sampling_ns = started.elapsed().as_nanos() as u64;
+        Ok(tokens)
     }
 
     fn vocab_size(&self) -> u32 {
@@ -111,7 +156,7 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
     }
 
     fn last_times(&self) -> Option<OpTimes> {
-        self.model.last_times()
+        self.model.last_times().map(|t| OpTimes { sampling_ns: self.sampling_ns, ..t })
     }
 
     /// Random-weight models have no end-of-sequence token: they run to `max_tokens`.
