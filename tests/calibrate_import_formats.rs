@@ -117,21 +117,23 @@ fn vidur_a100_imports_gemms_attention_over_a_prefix_and_all_reduce() {
     let reduces: std::collections::BTreeSet<u32> =
         profile.rows.iter().filter_map(|r| if let Shape::AllReduce(a) = r.shape { Some(a.gpus) } else { None }).collect();
     assert_eq!(reduces.into_iter().collect::<Vec<_>>(), [2, 4, 8]);
-    // A table value, exactly: Meta-Llama-3-8B at TP 1, 4096 tokens, mlp_down_proj
-    // (k = 14336, n = 4096), `time_stats.mlp_down_proj.median` in ms.
-    let down = GemmShape { m: 4096, n: 4096, k: 14336, dtype: Dtype::Fp16 };
+    // A table value, exactly: Meta-Llama-3-70B at TP 1, 4096 tokens, mlp_down_proj
+    // (k = 28672, n = 8192), `time_stats.mlp_down_proj.median` in ms; where vidur timed the row
+    // twice, the upper middle of the timings.
+    let down = GemmShape { m: 4096, n: 8192, k: 28672, dtype: Dtype::Fp16 };
     let row = profile.rows.iter().find(|r| r.shape == Shape::Gemm(down)).expect("the down projection");
-    let text = std::fs::read_to_string(fixture("vidur/data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv")).unwrap();
+    let text = std::fs::read_to_string(fixture("vidur/data/profiling/compute/a100/meta-llama/Meta-Llama-3-70B/mlp.csv")).unwrap();
     let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let line: Vec<&str> = text
+    let mut timings_ms: Vec<f64> = text
         .lines()
         .skip(1)
         .map(|l| l.split(',').collect::<Vec<_>>())
-        .find(|f| f[col("num_tokens")] == "4096" && f[col("num_tensor_parallel_workers")] == "1")
-        .unwrap();
-    let ms: f64 = line[col("time_stats.mlp_down_proj.median")].parse().unwrap();
-    assert_eq!(row.measurement.median_ns, (ms * 1e6).round());
+        .filter(|f| f[col("num_tokens")] == "4096" && f[col("num_tensor_parallel_workers")] == "1")
+        .map(|f| f[col("time_stats.mlp_down_proj.median")].parse().unwrap())
+        .collect();
+    timings_ms.sort_by(f64::total_cmp);
+    assert_eq!(row.measurement.median_ns, (timings_ms[timings_ms.len() / 2] * 1e6).round(), "{timings_ms:?}");
 
     assert!(round_trip_worst("vidur A100", &profile) <= 0.03);
     assert!(loo("vidur A100", &profile).0 <= 0.10);
@@ -145,7 +147,7 @@ fn vidur_a100_agrees_with_the_bundled_a100_profile() {
     let dir = tempfile::tempdir().unwrap();
     let (profile, err) = import(dir.path(), "vidur", &[&fixture("vidur")]);
     let agreement = against_bundled("vidur A100", &profile, "A100-80G-SXM");
-    let (median, _) = LeaveOneOut::summary(&agreement.gemm);
+    let (median, _) = LeaveOneOut::summary(&compare::Agreement::magnitudes(&agreement.gemm));
     assert!(agreement.gemm.len() >= 400, "{}", agreement.gemm.len());
     assert!(median <= 0.10, "GEMMs: median {:.1}%", median * 100.0);
     assert!(!agreement.decode.is_empty() && !agreement.all_reduce.is_empty());
@@ -154,6 +156,11 @@ fn vidur_a100_agrees_with_the_bundled_a100_profile() {
     let source = profile.provenance.source.as_ref().unwrap();
     assert!(source.agreement.iter().any(|l| l.contains("GEMMs: median")), "{:?}", source.agreement);
 }
+
+/// LLMServingSim's GEMM shapes in the fixture: k and v (and gate and up) projections are one
+/// shape each, 6 per model and TP at 22 token counts in 5 files; at TP 1 the O projection is the
+/// Q projection's shape (hidden × hidden) too, in both models.
+const GEMM_SHAPES: usize = 6 * 22 * 5 - 2 * 22;
 
 #[test]
 fn llmservingsim_h100_imports_separate_projections_and_flash_attention() {
@@ -167,9 +174,7 @@ fn llmservingsim_h100_imports_separate_projections_and_flash_attention() {
         (source.repository.as_str(), source.commit.as_str(), source.license.as_str(), source.gpu.as_str()),
         ("casys-kaist/LLMServingSim", "5daddb21a545658d5150b535712d0494584b5278", "MIT License", "H100-SXM")
     );
-    // k and v (and gate and up) projections are one shape each: 6 shapes per model and TP at
-    // 22 token counts, 5 files.
-    assert_eq!(count(&profile, &|s| matches!(s, Shape::Gemm(_))), 6 * 22 * 5);
+    assert_eq!(count(&profile, &|s| matches!(s, Shape::Gemm(_))), GEMM_SHAPES);
     // LLMServingSim's key lengths include the chunk: a chunk of 64 over 64 keys has no prefix.
     let first = profile
         .rows
@@ -194,8 +199,8 @@ fn llmservingsim_h100_agrees_with_the_bundled_h100_profile() {
     let dir = tempfile::tempdir().unwrap();
     let (profile, _) = import(dir.path(), "llmservingsim", &[&fixture("llmservingsim")]);
     let agreement = against_bundled("LLMServingSim H100", &profile, "H100-SXM");
-    let (median, _) = LeaveOneOut::summary(&agreement.gemm);
-    assert_eq!(agreement.gemm.len(), 6 * 22 * 5);
+    let (median, _) = LeaveOneOut::summary(&compare::Agreement::magnitudes(&agreement.gemm));
+    assert_eq!(agreement.gemm.len(), GEMM_SHAPES);
     assert!(median <= 0.10, "GEMMs: median {:.1}%", median * 100.0);
 }
 
@@ -206,10 +211,10 @@ fn frontier_h800_imports_chunked_prefill_and_decode_as_h100() {
     assert!(err.contains("H800: H100 SXM silicon"), "{err}");
     let source = profile.provenance.source.as_ref().unwrap();
     assert_eq!((source.repository.as_str(), source.gpu.as_str()), ("NetX-lab/Frontier", "H100-SXM"));
-    assert_eq!(profile.provenance.device.name, "h800");
+    assert_eq!(profile.provenance.device.name, "H800");
     assert_eq!((source.dtypes.as_slice(), source.kernels.as_slice()), (&["bf16".to_string()][..], &["FLASHINFER".to_string()][..]));
     for phase in [AttentionPhase::Prefill, AttentionPhase::Mixed, AttentionPhase::Decode] {
-        assert!(attention_rows(&profile, phase) >= 20, "{phase:?}: {}", attention_rows(&profile, phase));
+        assert!(attention_rows(&profile, phase) >= 18, "{phase:?}: {}", attention_rows(&profile, phase));
     }
     assert!(round_trip_worst("Frontier H800", &profile) <= 0.03);
     assert!(loo("Frontier H800", &profile).0 <= 0.10);
@@ -342,6 +347,7 @@ fn the_whole_published_sets() {
         against_bundled(name, &profile, gpu);
         profiles.push(profile);
     }
+    // (the 70B shapes only: Llama-2-7B's and CodeLlama's differ from Llama-3.1-8B's)
     let agreement = compare::against(&profiles[1].rows, &ProfileIndex::new(&profiles[2]));
     for line in agreement.lines("vidur H100: LLMServingSim H100") {
         println!("{line}");

@@ -103,16 +103,21 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     profile.write(&args.out).map_err(|e| Error::Output { path: args.out.clone(), source: std::io::Error::other(e.to_string()) })?;
     let loo = leave_one_out(profile);
     let (median, p90) = LeaveOneOut::summary(&loo.all());
-    let (shape_median, shape_p90) = LeaveOneOut::summary(&leave_one_gemm_shape_out(profile));
+    // Only a GEMM grid (aiconfigurator's) has interior (n, k) to leave out; a model's own
+    // shapes (vidur, LLMServingSim) have none.
+    let between = leave_one_gemm_shape_out(profile);
+    let between = if between.is_empty() {
+        "no GEMM grid to leave (n, k) out of".to_string()
+    } else {
+        let (median, p90) = LeaveOneOut::summary(&between);
+        format!("GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%", median * 100.0, p90 * 100.0)
+    };
     eprintln!(
-        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; \
-         GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%; wrote {}",
+        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; {between}; wrote {}",
         profile.rows.len(),
         args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         median * 100.0,
         p90 * 100.0,
-        shape_median * 100.0,
-        shape_p90 * 100.0,
         args.out.display()
     );
     Ok(())

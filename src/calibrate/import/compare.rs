@@ -7,7 +7,8 @@ use crate::calibrate::profile::ProfileRow;
 use crate::cost::calibrated::{LeaveOneOut, ProfileIndex};
 use crate::scenario::Dtype;
 
-/// `|other − ours| / ours` per row the other profile prices, by kind.
+/// `(other − ours) / ours` per row the other profile prices, by kind: negative where the other
+/// source is faster.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Agreement {
     pub gemm: Vec<f64>,
@@ -48,14 +49,19 @@ pub fn against(rows: &[ProfileRow], other: &ProfileIndex) -> Agreement {
             Shape::Attention(_) => continue,
         };
         if let Some(theirs) = theirs {
-            into.push((theirs - ours).abs() / ours);
+            into.push((theirs - ours) / ours);
         }
     }
     out
 }
 
 impl Agreement {
-    /// One line per kind compared: `{what} on N GEMMs: median X%, p90 Y%`.
+    /// The differences' sizes, `|other − ours| / ours`.
+    pub fn magnitudes(signed: &[f64]) -> Vec<f64> {
+        signed.iter().map(|d| d.abs()).collect()
+    }
+
+    /// One line per kind compared: `{what} on N GEMMs: median X%, p90 Y% (median signed Z%)`.
     pub fn lines(&self, what: &str) -> Vec<String> {
         [("GEMMs", &self.gemm), ("prefill attention shapes", &self.prefill), ("decode attention shapes", &self.decode), (
             "all-reduces",
@@ -63,9 +69,16 @@ impl Agreement {
         )]
         .into_iter()
         .filter(|(_, e)| !e.is_empty())
-        .map(|(kind, errors)| {
-            let (median, p90) = LeaveOneOut::summary(errors);
-            format!("{what} on {} {kind}: median {:.1}%, p90 {:.1}%", errors.len(), median * 100.0, p90 * 100.0)
+        .map(|(kind, signed)| {
+            let (median, p90) = LeaveOneOut::summary(&Self::magnitudes(signed));
+            let (direction, _) = LeaveOneOut::summary(signed);
+            format!(
+                "{what} on {} {kind}: median {:.1}%, p90 {:.1}% (signed median {:+.1}%)",
+                signed.len(),
+                median * 100.0,
+                p90 * 100.0,
+                direction * 100.0
+            )
         })
         .collect()
     }
