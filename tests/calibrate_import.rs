@@ -1,8 +1,8 @@
 //! Published per-op measurements as profiles: `calibrate import` on a copy of aiconfigurator's
-//! tables, and the bundled profiles (`calibration/public/`) checked three ways, each printed:
-//! they reproduce their own rows (round trip), they price GEMM shapes between their grid points
-//! (each interior (n, k) left out), and they price another source's measurements of the same
-//! shapes (LLMServingSim's H100 Llama layers).
+//! tables, and the bundled profiles (`calibration/public/`) checked, each printed: they
+//! reproduce their own rows (round trip) and price GEMM shapes between their grid points (each
+//! interior (n, k) left out). How they price other sources' measurements of the same shapes
+//! (vidur's A100 and LLMServingSim's H100 Llama layers) is in `calibrate_import_formats.rs`.
 
 mod common;
 use common::*;
@@ -131,47 +131,6 @@ fn bundled_profiles_price_gemm_shapes_between_their_grid_points() {
         assert!(errors.len() > 1000, "{name}: only {} GEMMs left out", errors.len());
         assert!(median <= 0.10, "{name}: median {:.1}%", median * 100.0);
     }
-}
-
-/// Prices another source's measured GEMMs (`tests/data/public/<file>`: model, tp, layer, m, n,
-/// k, latency_ns) with a bundled profile; prints the errors per layer and overall, and returns
-/// the overall (median, p90).
-fn cross_source(profile: &str, file: &str) -> (f64, f64) {
-    let index = ProfileIndex::new(&bundled(profile));
-    let text = std::fs::read_to_string(repo().join("tests/data/public").join(file)).unwrap();
-    let mut errors = Vec::new();
-    let mut by_layer: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    for line in text.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        let (m, n, k, measured): (u32, u32, u32, f64) = (f[3].parse().unwrap(), f[4].parse().unwrap(), f[5].parse().unwrap(), f[6].parse().unwrap());
-        let predicted = index.predict_gemm_ns(&GemmShape { m, n, k, dtype: Dtype::Bf16 }).expect("every Llama GEMM is priced");
-        let error = (predicted - measured).abs() / measured;
-        errors.push(error);
-        by_layer.entry(f[2].to_string()).or_default().push(error);
-    }
-    for (layer, e) in &by_layer {
-        println!("  {layer:<15} {}", percent(LeaveOneOut::summary(e)));
-    }
-    let summary = LeaveOneOut::summary(&errors);
-    println!("{profile} against {file}, {} GEMMs: {}", errors.len(), percent(summary));
-    summary
-}
-
-/// Another source, other conditions (fp16, Hugging Face layers, cuBLAS; 2026) on the same
-/// GPU: the bundled H100 profile (vLLM 0.24, bf16) prices LLMServingSim's measured GEMMs of
-/// Llama-3.1-8B and 70B.
-#[test]
-fn the_h100_profile_prices_another_sources_gemms() {
-    let (median, _) = cross_source(BUNDLED[0], "llmservingsim-h100-gemm.csv");
-    assert!(median <= 0.10, "median {:.1}%", median * 100.0);
-}
-
-/// The same on A100: the bundled profile (vLLM 0.14, bf16) against vidur's measured GEMMs of
-/// Llama-3-8B and 70B (fp16, sarathi-serve layers, 2024), fused QKV and gate+up.
-#[test]
-fn the_a100_profile_prices_another_sources_gemms() {
-    let (median, _) = cross_source(BUNDLED[3], "vidur-a100-gemm.csv");
-    assert!(median <= 0.10, "median {:.1}%", median * 100.0);
 }
 
 /// `--profile auto` picks the profile bundled for the scenario's GPU and says which; a profile

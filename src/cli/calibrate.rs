@@ -64,30 +64,44 @@ pub enum CalibrateAction {
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// The source's format: aiconfigurator.
+    /// The source's format: aiconfigurator, vidur, llmservingsim or frontier.
     #[arg(long = "from", value_name = "FORMAT")]
     pub format: String,
-    /// The source's data: for aiconfigurator, one GPU's folder (`…/systems/data/h100_sxm`).
-    #[arg(value_name = "PATH")]
-    pub path: PathBuf,
-    /// The engine whose kernels were timed: vllm, sglang or trtllm.
+    /// The source's data. aiconfigurator: one GPU's folder (`…/systems/data/h100_sxm`). vidur,
+    /// llmservingsim, frontier: one GPU's files, or folders holding them (vidur: `mlp.csv`,
+    /// `all_reduce.csv`, `attention.csv`; LLMServingSim: `layers.csv`, `attention.csv` under a
+    /// folder named as the model's preset; Frontier: `attention*.csv`).
+    #[arg(value_name = "PATH", required = true, num_args = 1..)]
+    pub paths: Vec<PathBuf>,
+    /// aiconfigurator: the engine whose kernels were timed: vllm, sglang or trtllm.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
-    /// The engine version's folder (default: the newest present).
+    /// aiconfigurator: the engine version's folder (default: the newest present).
     #[arg(long = "engine-version", value_name = "VERSION")]
     pub engine_version: Option<String>,
+    /// vidur, llmservingsim, frontier: the GPU preset the files were measured on (default: the
+    /// one their folders name, `a100`, `h100`, `h800`).
+    #[arg(long, value_name = "PRESET")]
+    pub gpu: Option<String>,
     /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
     #[arg(long, value_name = "FILE.csv")]
     pub out: PathBuf,
 }
 
 fn import(args: ImportArgs) -> Result<(), Error> {
-    use crate::calibrate::import::{FORMATS, aiconfigurator};
+    use crate::calibrate::import::{FORMATS, aiconfigurator, frontier, llmservingsim, vidur};
+    let gpu = args.gpu.as_deref();
     let imported = match args.format.as_str() {
-        "aiconfigurator" => aiconfigurator::import(&args.path, &args.engine, args.engine_version.as_deref())
-            .map_err(|e| Error::Import(e.to_string()))?,
+        "aiconfigurator" => match args.paths.as_slice() {
+            [path] => aiconfigurator::import(path, &args.engine, args.engine_version.as_deref()),
+            _ => return Err(usage("PATH", args.paths.len(), "aiconfigurator reads one GPU's folder")),
+        },
+        "vidur" => vidur::import(&args.paths, gpu),
+        "llmservingsim" => llmservingsim::import(&args.paths, gpu),
+        "frontier" => frontier::import(&args.paths, gpu),
         other => return Err(usage("--from", other, format!("unknown format; known: {}", FORMATS.join(", ")))),
-    };
+    }
+    .map_err(|e| Error::Import(e.to_string()))?;
     for note in &imported.notes {
         eprintln!("note: {note}");
     }
@@ -95,16 +109,21 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     profile.write(&args.out).map_err(|e| Error::Output { path: args.out.clone(), source: std::io::Error::other(e.to_string()) })?;
     let loo = leave_one_out(profile);
     let (median, p90) = LeaveOneOut::summary(&loo.all());
-    let (shape_median, shape_p90) = LeaveOneOut::summary(&leave_one_gemm_shape_out(profile));
+    // Only a GEMM grid (aiconfigurator's) has interior (n, k) to leave out; a model's own
+    // shapes (vidur, LLMServingSim) have none.
+    let between = leave_one_gemm_shape_out(profile);
+    let between = if between.is_empty() {
+        "no GEMM grid to leave (n, k) out of".to_string()
+    } else {
+        let (median, p90) = LeaveOneOut::summary(&between);
+        format!("GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%", median * 100.0, p90 * 100.0)
+    };
     eprintln!(
-        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; \
-         GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%; wrote {}",
+        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; {between}; wrote {}",
         profile.rows.len(),
-        args.path.display(),
+        args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         median * 100.0,
         p90 * 100.0,
-        shape_median * 100.0,
-        shape_p90 * 100.0,
         args.out.display()
     );
     Ok(())

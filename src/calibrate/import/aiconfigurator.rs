@@ -21,19 +21,13 @@
 //!
 //! A shape timed more than once (several kernels for one shape) keeps the median of its times.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::ImportError;
-use super::source::origin;
+use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, gpu_preset, percentile};
 use super::table::Table;
-use crate::calibrate::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak};
+use crate::calibrate::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape};
 use crate::calibrate::grid::Shape;
-use crate::calibrate::profile::{
-    DeviceProvenance, GridProvenance, PeakProvenance, Profile, ProfileRow, Provenance, RunSummary, SourceProvenance,
-    TimingProvenance,
-};
-use crate::calibrate::timing::Measurement;
 use crate::scenario::{Dtype, GpuSpec};
 
 /// Engines whose builds the tables were timed in, as folder names.
@@ -41,16 +35,6 @@ pub const ENGINES: [&str; 3] = ["vllm", "sglang", "trtllm"];
 
 /// Replays averaged into each `latency` (the collector's default).
 const REPLAYS: u32 = 6;
-
-/// Dimensions above this are not a real shape (and would overflow servesim's u32 shapes).
-const DIM_MAX: u64 = 1 << 24;
-
-/// An imported profile and what the import left out, one line each.
-#[derive(Clone, Debug)]
-pub struct Imported {
-    pub profile: Profile,
-    pub notes: Vec<String>,
-}
 
 /// Imports `engine`'s tables under `gpu_dir` (`…/systems/data/h100_sxm`), at `version` or the
 /// newest version there.
@@ -99,12 +83,12 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
         let Ok(table) = Table::read_parquet(&file) else { continue };
         let mut theirs = Accumulator::default();
         read_gemms(&table, &mut theirs)?;
+        let ours = acc.gemm_medians_ms();
         let errors: Vec<f64> = theirs
-            .times_ms
+            .gemm_medians_ms()
             .iter()
-            .filter_map(|(shape, times)| {
-                let ours = acc.times_ms.get(shape)?;
-                let (a, b) = (median(ours), median(times));
+            .filter_map(|(shape, b)| {
+                let a = ours.get(shape)?;
                 Some((b - a).abs() / a)
             })
             .collect();
@@ -122,42 +106,22 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
         agreement.push(line);
     }
 
-    let peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
-    let origin = origin(&gemm_file);
-    if !origin.is_known() {
-        acc.notes.push(format!("{}: no MANIFEST.tsv names it; the profile's source is marked unknown", gemm_file.display()));
-    }
-    let data_root = gpu_dir.parent().unwrap_or(gpu_dir);
-    let relative = |f: &PathBuf| f.strip_prefix(data_root).unwrap_or(f).to_string_lossy().replace('\\', "/");
-    let (rows, kernels, dtypes, notes) = acc.finish(&peak);
-    let measured = rows.len() as u64;
-    let provenance = Provenance {
-        servesim_version: env!("CARGO_PKG_VERSION").to_string(),
-        date: crate::calibrate::profile::now_rfc3339(),
-        device: DeviceProvenance { device: "imported".into(), name: device, ..DeviceProvenance::default() },
-        peak: PeakProvenance::from(peak),
-        kernels: Vec::new(),
-        grid: GridProvenance { scale: "imported".into(), dtypes: dtypes.clone(), ..GridProvenance::default() },
-        timing: TimingProvenance { min_repeats: REPLAYS, max_repeats: REPLAYS, ..TimingProvenance::default() },
-        run: RunSummary { shapes_in_grid: measured, measured, passes: 1, ..RunSummary::default() },
-        source: Some(SourceProvenance {
-            format: "aiconfigurator".into(),
-            repository: origin.repository,
-            commit: origin.commit,
-            license: origin.license,
-            gpu: gpu.name.clone(),
-            engine: engine.into(),
-            engine_version: version,
-            kernels,
-            dtypes,
-            files: files.iter().map(relative).collect(),
-            agreement,
-            method: "mean of CUDA-graph replays per op after warm-up (aiconfigurator collector); GEMM weights not \
-                     resident in L2; attention excludes the QKV/O projections and RoPE"
-                .into(),
-        }),
+    let data_root = gpu_dir.parent().unwrap_or(gpu_dir).to_path_buf();
+    let source = Source {
+        format: "aiconfigurator",
+        device,
+        gpu,
+        engine: engine.into(),
+        engine_version: version,
+        files,
+        files_root: Some(data_root),
+        agreement,
+        compare_bundled: false,
+        method: "mean of CUDA-graph replays per op after warm-up (aiconfigurator collector); GEMM weights not \
+                 resident in L2; attention excludes the QKV/O projections and RoPE"
+            .into(),
     };
-    Ok(Imported { profile: Profile { rows, provenance }, notes })
+    Ok(assemble(acc, source))
 }
 
 /// The newest `<version>` folder in `dir`, comparing dotted numbers numerically (`0.24.0` after
@@ -180,83 +144,13 @@ fn device_of(table: &Table) -> Result<(String, GpuSpec), ImportError> {
     let [col] = table.columns(["device"])?;
     let row = table.rows().next().ok_or_else(|| ImportError::File { file: table.file.clone(), message: "no rows".into() })?;
     let device = row.text(col)?.to_string();
-    let preset = [("H100", "H100-SXM"), ("H200", "H200"), ("B200", "B200"), ("A100", "A100-80G-SXM")]
-        .iter()
-        .find(|(needle, _)| device.contains(needle))
-        .and_then(|(_, preset)| GpuSpec::preset(preset))
-        .ok_or_else(|| ImportError::Cell {
+    let preset = gpu_preset(&device).ok_or_else(|| ImportError::Cell {
             file: table.file.clone(),
             row: row.number,
             column: "device".into(),
             message: format!("{device:?} is none of the GPUs servesim has a preset for (H100, H200, B200, A100)"),
         })?;
     Ok((device, preset))
-}
-
-/// Rows gathered from the tables, by shape.
-#[derive(Default)]
-struct Accumulator {
-    times_ms: BTreeMap<Shape, Vec<f64>>,
-    kernels: std::collections::BTreeSet<String>,
-    skipped: BTreeMap<String, u64>,
-    notes: Vec<String>,
-}
-
-impl Accumulator {
-    fn add(&mut self, shape: Shape, latency_ms: f64, kernel: &str) {
-        self.times_ms.entry(shape).or_default().push(latency_ms);
-        self.kernels.insert(kernel.to_string());
-    }
-
-    fn skip(&mut self, what: String) {
-        *self.skipped.entry(what).or_default() += 1;
-    }
-
-    /// Profile rows sorted by shape, the kernels named, the dtypes present, and the notes.
-    fn finish(mut self, peak: &Peak) -> (Vec<ProfileRow>, Vec<String>, Vec<String>, Vec<String>) {
-        for (what, count) in std::mem::take(&mut self.skipped) {
-            self.notes.push(format!("left out {count} rows: {what}"));
-        }
-        let mut dtypes = std::collections::BTreeSet::new();
-        let rows = std::mem::take(&mut self.times_ms)
-            .into_iter()
-            .map(|(shape, mut times)| {
-                match &shape {
-                    Shape::Gemm(g) => drop(dtypes.insert(g.dtype.name().to_string())),
-                    Shape::Attention(a) => drop(dtypes.insert(a.dtype.name().to_string())),
-                    Shape::AllReduce(_) => {}
-                }
-                times.sort_by(f64::total_cmp);
-                // Whole nanoseconds: the sources' sub-nanosecond digits are float noise of a
-                // millisecond mean, and dropping them halves a profile's size.
-                let ns = |ms: f64| (ms * 1e6).round().max(1.0);
-                let measurement = Measurement {
-                    median_ns: ns(times[times.len() / 2]),
-                    p10_ns: ns(times[0]),
-                    p90_ns: ns(times[times.len() - 1]),
-                    repeats: REPLAYS * times.len() as u32,
-                };
-                ProfileRow::new(shape, measurement, peak)
-            })
-            .collect();
-        (rows, self.kernels.into_iter().collect(), dtypes.into_iter().collect(), self.notes)
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    percentile(values, 0.5)
-}
-
-/// The `q` quantile of `values` (nearest rank, on a sorted copy); 0 when empty.
-fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
-}
-
-fn dim(value: u64) -> u32 {
-    // Callers bound every dimension by DIM_MAX first.
-    value as u32
 }
 
 fn read_gemms(table: &Table, acc: &mut Accumulator) -> Result<(), ImportError> {
@@ -271,7 +165,7 @@ fn read_gemms(table: &Table, acc: &mut Accumulator) -> Result<(), ImportError> {
             }
         };
         let shape = GemmShape { m: dim(row.count(m, DIM_MAX)?), n: dim(row.count(n, DIM_MAX)?), k: dim(row.count(k, DIM_MAX)?), dtype };
-        acc.add(Shape::Gemm(shape), row.positive(latency)?, row.text(kernel)?);
+        acc.add(Shape::Gemm(shape), row.positive(latency)?, row.text(kernel)?, REPLAYS);
     }
     Ok(())
 }
@@ -331,7 +225,7 @@ fn read_attention(table: &Table, phase: AttentionPhase, acc: &mut Accumulator) -
             uneven: false,
             dtype,
         };
-        acc.add(Shape::Attention(shape), row.positive(latency)?, row.text(kernel)?);
+        acc.add(Shape::Attention(shape), row.positive(latency)?, row.text(kernel)?, REPLAYS);
     }
     Ok(())
 }
@@ -345,7 +239,7 @@ fn read_allreduce(table: &Table, engine: &str, acc: &mut Accumulator) -> Result<
             continue;
         }
         let shape = AllReduceShape { bytes: 2 * row.count(size, DIM_MAX * DIM_MAX)?, gpus: dim(row.count(gpus, 1024)?) };
-        acc.add(Shape::AllReduce(shape), row.positive(latency)?, source);
+        acc.add(Shape::AllReduce(shape), row.positive(latency)?, source, REPLAYS);
     }
     Ok(())
 }

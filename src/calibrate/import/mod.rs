@@ -12,8 +12,15 @@
 //! facts from their sources (named in every profile's provenance); the converters are servesim's.
 
 pub mod aiconfigurator;
+pub mod attention_csv;
+pub mod build;
+pub mod compare;
+pub mod frontier;
+pub mod layers;
+pub mod llmservingsim;
 pub mod source;
 pub mod table;
+pub mod vidur;
 
 use std::path::PathBuf;
 
@@ -29,4 +36,4 @@ pub enum ImportError {
 }
 
 /// The formats `servesim calibrate import --from` reads.
-pub const FORMATS: [&str; 1] = ["aiconfigurator"];
+pub const FORMATS: [&str; 4] = ["aiconfigurator", "vidur", "llmservingsim", "frontier"];

@@ -19,21 +19,31 @@ pub struct Origin {
 
 const UNKNOWN: &str = "unknown";
 
+/// The collection holding `file`: its root (where `MANIFEST.tsv` is), the file's path in it,
+/// and the manifest's fields for that path; `None` when no manifest above the file names it.
+fn manifest_entry(file: &Path) -> Option<(PathBuf, String, Vec<String>)> {
+    let file = file.canonicalize().ok()?;
+    let (root, manifest) = file.ancestors().skip(1).find_map(|dir| {
+        std::fs::read_to_string(dir.join("MANIFEST.tsv")).ok().map(|text| (dir.to_path_buf(), text))
+    })?;
+    let relative = file.strip_prefix(&root).ok()?.to_string_lossy().replace('\\', "/");
+    let fields = manifest
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&relative))?;
+    Some((root, relative, fields))
+}
+
+/// `file`'s path in the collection whose `MANIFEST.tsv` names it.
+pub fn collection_path(file: &Path) -> Option<String> {
+    manifest_entry(file).map(|(_, relative, _)| relative)
+}
+
 /// The origin of `file`, from the nearest `MANIFEST.tsv` above it; fields it cannot find are
 /// `unknown`.
 pub fn origin(file: &Path) -> Origin {
-    let unknown = Origin { repository: UNKNOWN.into(), commit: UNKNOWN.into(), license: UNKNOWN.into() };
-    let Ok(file) = file.canonicalize() else { return unknown };
-    let Some((root, manifest)) = file.ancestors().skip(1).find_map(|dir| {
-        std::fs::read_to_string(dir.join("MANIFEST.tsv")).ok().map(|text| (dir.to_path_buf(), text))
-    }) else {
-        return unknown;
-    };
-    let Ok(relative) = file.strip_prefix(&root) else { return unknown };
-    let relative = relative.to_string_lossy().replace('\\', "/");
-    let Some(fields) = manifest.lines().map(|l| l.split('\t').collect::<Vec<_>>()).find(|f| f.first() == Some(&relative.as_str()))
-    else {
-        return unknown;
+    let Some((root, relative, fields)) = manifest_entry(file) else {
+        return Origin { repository: UNKNOWN.into(), commit: UNKNOWN.into(), license: UNKNOWN.into() };
     };
     let license = relative.split('/').next().map(|top| license_title(&root.join(top).join("LICENSE"))).unwrap_or_default();
     Origin {

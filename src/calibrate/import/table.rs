@@ -126,6 +126,10 @@ impl Table {
         self.rows.is_empty()
     }
 
+    pub fn column_names(&self) -> &[String] {
+        &self.names
+    }
+
     pub fn has_column(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }
@@ -167,12 +171,47 @@ impl RowRef<'_> {
         }
     }
 
+    /// An error naming this row's `col`, its value and `message` (what is wrong with it).
+    pub fn invalid(&self, col: usize, message: &str) -> ImportError {
+        ImportError::Cell {
+            file: self.table.file.clone(),
+            row: self.number,
+            column: self.table.names[col].clone(),
+            message: format!("{:?}: {message}", self.cells[col]),
+        }
+    }
+
     /// A text cell.
     pub fn text(&self, col: usize) -> Result<&str, ImportError> {
         match &self.cells[col] {
             Cell::Text(s) => Ok(s),
             _ => Err(self.error(col, "text")),
         }
+    }
+
+    /// A true/false cell (`True`, `False`, as pandas writes them; `true`, `false`, `1`, `0`).
+    pub fn flag(&self, col: usize) -> Result<bool, ImportError> {
+        match &self.cells[col] {
+            Cell::Text(s) if s.eq_ignore_ascii_case("true") => Ok(true),
+            Cell::Text(s) if s.eq_ignore_ascii_case("false") => Ok(false),
+            Cell::Int(v @ (0 | 1)) => Ok(*v == 1),
+            _ => Err(self.error(col, "True or False")),
+        }
+    }
+
+    /// A number ≥ 0, finite (a time too short to register is 0).
+    pub fn nonnegative(&self, col: usize) -> Result<f64, ImportError> {
+        let v = match self.cells[col] {
+            Cell::Int(v) => v as f64,
+            Cell::Float(v) => v,
+            _ => return Err(self.error(col, "a number ≥ 0")),
+        };
+        if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(self.error(col, "a finite number ≥ 0")) }
+    }
+
+    /// Whether the cell is empty.
+    pub fn is_null(&self, col: usize) -> bool {
+        self.cells[col] == Cell::Null
     }
 
     /// A whole number in `1..=max`.
