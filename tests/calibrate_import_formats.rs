@@ -359,7 +359,7 @@ fn the_whole_published_sets() {
         thinned.rows.retain(|r| match r.shape {
             Shape::Attention(_) => {
                 seen += 1;
-                seen % 8 == 0
+                seen.is_multiple_of(8)
             }
             Shape::Gemm(g) => g.m <= 16 || g.m % 16 == 0,
             Shape::AllReduce(_) => true,

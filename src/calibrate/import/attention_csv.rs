@@ -88,7 +88,7 @@ pub fn read(table: &Table, format: &AttentionCsv, acc: &mut Accumulator) -> Resu
         let tp_degree = row.count(tp, 1024)?;
         let (embd_v, heads_v, kv_heads_v) = (row.count(embd, DIM_MAX)?, row.count(q_heads, DIM_MAX)?, row.count(kv_heads, DIM_MAX)?);
         let per_gpu = |col: usize, total: u64| {
-            if total % tp_degree == 0 {
+            if total.is_multiple_of(tp_degree) {
                 Ok(total / tp_degree)
             } else if total < tp_degree {
                 // KV heads replicate once TP exceeds them.
@@ -119,7 +119,7 @@ pub fn read(table: &Table, format: &AttentionCsv, acc: &mut Accumulator) -> Resu
                 // Keys that do not split evenly give each sequence a floored share: those rows
                 // are left out, the evenly split ones kept (3,412 of 21,371 in the H100 file; their
                 // 907 context lengths keep the surface a size whose leave-one-out can run).
-                KvMeaning::KeysInAll if kv_v % batch_v != 0 => {
+                KvMeaning::KeysInAll if !kv_v.is_multiple_of(batch_v) => {
                     acc.skip("decode whose keys do not split evenly over its sequences".into());
                     continue;
                 }
