@@ -50,7 +50,7 @@ fn attention_rows(profile: &Profile, phase: AttentionPhase) -> usize {
 /// The worst round-trip error: each row priced by the profile it belongs to.
 fn round_trip_worst(name: &str, profile: &Profile) -> f64 {
     let index = ProfileIndex::new(profile);
-    let mut worst = 0.0f64;
+    let (mut worst, mut worst_shape) = (0.0f64, None);
     for row in &profile.rows {
         let predicted = match &row.shape {
             Shape::Gemm(g) => index.predict_gemm_ns(g),
@@ -58,9 +58,12 @@ fn round_trip_worst(name: &str, profile: &Profile) -> f64 {
             Shape::AllReduce(r) => index.allreduce_s(r.bytes as f64, r.gpus).map(|s| s * 1e9),
         }
         .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
-        worst = worst.max((predicted - row.measurement.median_ns).abs() / row.measurement.median_ns);
+        let error = (predicted - row.measurement.median_ns).abs() / row.measurement.median_ns;
+        if error > worst {
+            (worst, worst_shape) = (error, Some(row.shape));
+        }
     }
-    println!("{name}: round trip over {} rows, worst {:.3}%", profile.rows.len(), worst * 100.0);
+    println!("{name}: round trip over {} rows, worst {:.3}% ({worst_shape:?})", profile.rows.len(), worst * 100.0);
     worst
 }
 
@@ -306,32 +309,40 @@ fn a_malformed_file_is_named_with_its_row_and_column() {
 /// the repository; run with `--ignored` where a copy is beside it): every vidur, LLMServingSim
 /// and Frontier GPU set imported, its shapes, round trip, leave one out, and agreement with the
 /// bundled profile of the same GPU; and vidur's H100 against LLMServingSim's on the
-/// projections both time (Llama-2-70B and Llama-3.1-70B share O and down shapes).
+/// projections both time (Llama-2-70B and Llama-3.1-70B share O and down shapes). The
+/// importers are called as a library: leave one out rebuilds a curve or surface per point,
+/// quadratic in its points (LLMServingSim times every m from 1 to 2048), so it runs on a
+/// thinned set: GEMMs at m ≤ 16 and multiples of 16, every 8th attention row (each predicted
+/// from a grid that much sparser: pessimistic).
 #[test]
 #[ignore = "needs ../shared/public-measurements"]
 fn the_whole_published_sets() {
+    use servesim::calibrate::import::{frontier, llmservingsim, vidur};
     let root = repo().join("../shared/public-measurements");
-    let dir = tempfile::tempdir().unwrap();
-    let vidur = root.join("microsoft-vidur");
-    let lss = root.join("casys-kaist-LLMServingSim/profiler/v0/perf_models/H100");
-    let frontier = root.join("NetX-lab-Frontier/data/profiling/compute");
-    let sets: Vec<(&str, &str, &str, Vec<PathBuf>)> = vec![
-        ("vidur A100", "vidur", "A100-80G-SXM", vec![
-            vidur.join("data/profiling/compute/a100"),
-            vidur.join("data/profiling/network/a100_dgx"),
-            vidur.join("history-acb95f6c/data/profiling/a100/attention.csv"),
+    let vidur_dir = root.join("microsoft-vidur");
+    let frontier_dir = root.join("NetX-lab-Frontier/data/profiling/compute");
+    type Import = fn(&[PathBuf], Option<&str>) -> Result<servesim::calibrate::import::build::Imported, servesim::calibrate::import::ImportError>;
+    let sets: Vec<(&str, Import, &str, Vec<PathBuf>)> = vec![
+        ("vidur A100", vidur::import, "A100-80G-SXM", vec![
+            vidur_dir.join("data/profiling/compute/a100"),
+            vidur_dir.join("data/profiling/network/a100_dgx"),
+            vidur_dir.join("history-acb95f6c/data/profiling/a100/attention.csv"),
         ]),
-        ("vidur H100", "vidur", "H100-SXM", vec![vidur.join("data/profiling/compute/h100"), vidur.join("data/profiling/network/h100_dgx")]),
-        ("LLMServingSim H100", "llmservingsim", "H100-SXM", vec![lss]),
-        ("Frontier H800", "frontier", "H100-SXM", vec![frontier.join("h800")]),
-        ("Frontier H100", "frontier", "H100-SXM", vec![frontier.join("h100")]),
+        ("vidur H100", vidur::import, "H100-SXM", vec![
+            vidur_dir.join("data/profiling/compute/h100"),
+            vidur_dir.join("data/profiling/network/h100_dgx"),
+        ]),
+        ("LLMServingSim H100", llmservingsim::import, "H100-SXM", vec![root.join("casys-kaist-LLMServingSim/profiler/v0/perf_models/H100")]),
+        ("Frontier H800", frontier::import, "H100-SXM", vec![frontier_dir.join("h800")]),
+        ("Frontier H100", frontier::import, "H100-SXM", vec![frontier_dir.join("h100")]),
     ];
     let mut profiles = Vec::new();
-    for (name, format, gpu, paths) in &sets {
-        let sub = dir.path().join(name.replace(' ', "-"));
-        std::fs::create_dir_all(&sub).unwrap();
-        let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let (profile, _) = import(&sub, format, &refs);
+    for (name, import, gpu, paths) in &sets {
+        let imported = import(paths, None).unwrap_or_else(|e| panic!("{e}"));
+        for note in &imported.notes {
+            println!("{name}: note: {note}");
+        }
+        let profile = imported.profile;
         let kinds = |f: &dyn Fn(&Shape) -> bool| count(&profile, f);
         println!(
             "{name}: {} shapes: {} GEMM, {} prefill, {} mixed, {} decode, {} all-reduce",
@@ -343,11 +354,20 @@ fn the_whole_published_sets() {
             kinds(&|s| matches!(s, Shape::AllReduce(_))),
         );
         assert!(round_trip_worst(name, &profile) <= 0.03);
-        assert!(loo(name, &profile).0 <= 0.10);
+        let mut thinned = profile.clone();
+        let mut seen = 0usize;
+        thinned.rows.retain(|r| match r.shape {
+            Shape::Attention(_) => {
+                seen += 1;
+                seen.is_multiple_of(8)
+            }
+            Shape::Gemm(g) => g.m <= 16 || g.m % 16 == 0,
+            Shape::AllReduce(_) => true,
+        });
+        assert!(loo(name, &thinned).0 <= 0.10);
         against_bundled(name, &profile, gpu);
         profiles.push(profile);
     }
-    // (the 70B shapes only: Llama-2-7B's and CodeLlama's differ from Llama-3.1-8B's)
     let agreement = compare::against(&profiles[1].rows, &ProfileIndex::new(&profiles[2]));
     for line in agreement.lines("vidur H100: LLMServingSim H100") {
         println!("{line}");

@@ -38,7 +38,7 @@ impl Projection {
     /// `(n, k)` on one GPU at `tp`; `None` when a sharded dimension does not divide by `tp` (a
     /// configuration neither source runs).
     pub fn gemm_nk(self, d: &Dims, tp: u64) -> Option<(u64, u64)> {
-        let split = |x: u64| (tp > 0 && x % tp == 0).then(|| x / tp);
+        let split = |x: u64| (tp > 0 && x.is_multiple_of(tp)).then(|| x / tp);
         let q = d.heads * d.head_dim;
         // KV heads replicate once TP exceeds them: each GPU holds at least one.
         let kv = if d.kv_heads < tp { d.head_dim } else { split(d.kv_heads)? * d.head_dim };
