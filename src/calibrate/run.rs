@@ -426,36 +426,12 @@ mod tests {
 
     #[test]
     fn budget_stops_the_run_and_keeps_what_was_measured() {
-        struct Slow(SyntheticBackend);
-        struct SlowOp;
-        impl PreparedOp for SlowOp {
-            fn run_once(&mut self) -> Result<f64, DeviceError> {
-                std::thread::sleep(Duration::from_millis(2));
-                Ok(2e6)
-            }
-        }
-        impl Backend for Slow {
-            fn device_info(&self) -> DeviceInfo {
-                self.0.device_info()
-            }
-            fn peak(&self) -> Peak {
-                self.0.peak()
-            }
-            fn supports(&self, dtype: Dtype) -> bool {
-                self.0.supports(dtype)
-            }
-            fn kernel_hashes(&self) -> Vec<(String, String)> {
-                vec![]
-            }
-            fn prepare_gemm(&mut self, _: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-                Ok(Box::new(SlowOp))
-            }
-            fn prepare_attention(&mut self, _: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-                Err(DeviceError::Failed("out of memory".into()))
-            }
-        }
         let grid = tiny_grid(vec![Dtype::Bf16]);
-        let mut backend = Slow(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
+        let mut backend = Sleepy {
+            law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]),
+            sleep: Duration::from_millis(2),
+            attention_fails: true,
+        };
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         let options = RunOptions { budget: Some(Duration::from_millis(30)), timing, passes: 2, ..RunOptions::default() };
         let profile = calibrate(&mut backend, &grid, &options).unwrap();
@@ -467,40 +443,52 @@ mod tests {
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
     }
 
-    /// Each run takes 1 ms of wall time and reports the synthetic law's duration.
-    struct Sleepy(SyntheticBackend);
-    struct SleepyOp(f64);
+    /// Each run sleeps `sleep` of wall time and reports the synthetic law's duration; with
+    /// `attention_fails`, attention cannot be prepared (as if out of memory).
+    struct Sleepy {
+        law: SyntheticBackend,
+        sleep: Duration,
+        attention_fails: bool,
+    }
+    struct SleepyOp(Duration, f64);
     impl PreparedOp for SleepyOp {
         fn run_once(&mut self) -> Result<f64, DeviceError> {
-            std::thread::sleep(Duration::from_millis(1));
-            Ok(self.0)
+            std::thread::sleep(self.0);
+            Ok(self.1)
         }
     }
     impl Backend for Sleepy {
         fn device_info(&self) -> DeviceInfo {
-            self.0.device_info()
+            self.law.device_info()
         }
         fn peak(&self) -> Peak {
-            self.0.peak()
+            self.law.peak()
         }
         fn supports(&self, dtype: Dtype) -> bool {
-            self.0.supports(dtype)
+            self.law.supports(dtype)
         }
         fn kernel_hashes(&self) -> Vec<(String, String)> {
             vec![]
         }
         fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            Ok(Box::new(SleepyOp(self.0.gemm_ns(shape))))
+            Ok(Box::new(SleepyOp(self.sleep, self.law.gemm_ns(shape))))
         }
         fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            Ok(Box::new(SleepyOp(self.0.attention_ns(shape))))
+            if self.attention_fails {
+                return Err(DeviceError::Failed("out of memory".into()));
+            }
+            Ok(Box::new(SleepyOp(self.sleep, self.law.attention_ns(shape))))
         }
     }
 
     #[test]
     fn a_budget_cut_run_covers_every_op_kind() {
         let grid = tiny_grid(vec![Dtype::Bf16]);
-        let mut backend = Sleepy(SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]));
+        let mut backend = Sleepy {
+            law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]),
+            sleep: Duration::from_millis(1),
+            attention_fails: false,
+        };
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         // Three passes take over 1.5 s; the budget is an eighth of that. Before kinds were
         // interleaved, GEMMs ran first and alone until a budget was spent.

@@ -13,7 +13,7 @@ use crate::calibrate::grid::{Grid, GridOptions, GridScale, OpKind};
 use crate::calibrate::noise::ReferenceTimings;
 use crate::calibrate::run::{RunOptions, calibrate, leave_one_out_summary};
 use crate::calibrate::timing::TimingOptions;
-use crate::cost::calibrated::{LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
+use crate::cost::calibrated::{LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
 use crate::scenario::{Dtype, ModelSpec};
 
 #[derive(Debug, Args)]
@@ -118,10 +118,16 @@ fn import(args: ImportArgs) -> Result<(), Error> {
         let (median, p90) = LeaveOneOut::summary(&between);
         format!("GEMM shapes between grid points (each (n, k) left out): median {:.1}%, p90 {:.1}%", median * 100.0, p90 * 100.0)
     };
+    let sampled = if loo.not_sampled > 0 {
+        format!(", {LEAVE_ONE_OUT_POINTS_PER_GROUP} per curve or surface where one has more")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "imported {} shapes from {}; leave-one-out interpolation error: median {:.1}%, p90 {:.1}%; {between}; wrote {}",
+        "imported {} shapes from {}; leave-one-out interpolation error over {} points{sampled}: median {:.1}%, p90 {:.1}%; {between}; wrote {}",
         profile.rows.len(),
         args.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        loo.gemm.len() + loo.attention.len(),
         median * 100.0,
         p90 * 100.0,
         args.out.display()

@@ -559,7 +559,17 @@ pub struct LeaveOneOut {
     /// Points alone in their curve, regime or surface (nothing to predict them from): among them
     /// every single-row GEMM.
     pub alone: usize,
+    /// Points not predicted because their curve or surface has more than
+    /// [`LEAVE_ONE_OUT_POINTS_PER_GROUP`] (an evenly spaced sample of it is predicted instead).
+    pub not_sampled: usize,
 }
+
+/// The most points of one curve or surface that [`leave_one_out`] predicts. Each prediction
+/// rebuilds its curve or surface from the other points, so a group of n points costs n rebuilds
+/// of n points; published tables time GEMMs at every m from 1 to 2048, which made `calibrate
+/// import` run for many minutes on one summary line. An evenly spaced sample of 64 (each still
+/// predicted from all the others) judges the interpolation as well.
+pub const LEAVE_ONE_OUT_POINTS_PER_GROUP: usize = 64;
 
 impl LeaveOneOut {
     pub fn all(&self) -> Vec<f64> {
@@ -597,7 +607,11 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
             result.alone += rows.len();
             continue;
         }
-        for (i, row) in rows.iter().enumerate() {
+        let sampled = rows.len().min(LEAVE_ONE_OUT_POINTS_PER_GROUP);
+        result.not_sampled += rows.len() - sampled;
+        // The first and the last point, and evenly between (every point of a small group).
+        for i in (0..sampled).map(|s| if sampled == 1 { 0 } else { s * (rows.len() - 1) / (sampled - 1) }) {
+            let row = rows[i];
             let index =
                 ProfileIndex::from_rows(rows.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, r)| *r), peak);
             let measured = row.measurement.median_ns;
@@ -761,7 +775,8 @@ impl Calibrated {
     /// measured GPU (a GEMM at 60% of peak FLOP/s there is at 60% here). That carries over how
     /// efficiency varies with shape, which one guessed efficiency cannot; launch latencies and
     /// the vendor's kernel quality do not carry over, so the notes say which GPU stands in. The
-    /// measured all-reduces ran on the other GPU's interconnect: the ring formula prices them.
+    /// measured all-reduces ran on the other GPU's interconnect, so they are dropped: the ring
+    /// formula prices them, with the note any unmeasured GPU count gets.
     pub fn transferred(
         profile: &Profile,
         model: &ModelSpec,
@@ -773,7 +788,7 @@ impl Calibrated {
         index.peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
         index.allreduce.clear();
         let note = format!(
-            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there, all-reduces by the ring formula",
+            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there",
             profile.provenance.measured_on(),
             gpu.name,
             gpu.name
@@ -867,7 +882,8 @@ impl Calibrated {
                 Some(curve.clone())
             } else {
                 notices.push(format!(
-                    "calibrated profile: no all-reduce measured on {tensor_parallel} GPUs; priced by the ring formula"
+                    "calibrated profile: no all-reduce measured on {tensor_parallel} {} GPUs; priced by the ring formula",
+                    gpu.name
                 ));
                 None
             }
@@ -1117,8 +1133,29 @@ mod tests {
         assert_eq!(loo.alone, single_rows);
     }
 
-    /// A small model whose Tiny grid a CPU measures in a few seconds.
+    /// Leave one out predicts at most 64 points of a curve, evenly spaced, each from all the
+    /// others; a smaller curve has every point predicted.
+    #[test]
+    fn leave_one_out_samples_a_long_curve() {
+        use crate::calibrate::timing::Measurement;
+        let curve = |n: u32, points: u32| {
+            (1..=points).map(move |m| {
+                let ns = 1e3 + 10.0 * m as f64;
+                let shape = Shape::Gemm(GemmShape { m: m + 1, n, k: 512, dtype: Dtype::Bf16 });
+                ProfileRow::new(shape, Measurement { median_ns: ns, p10_ns: ns, p90_ns: ns, repeats: 1 }, &gpu_peak())
+            })
+        };
+        let (mut profile, _) = synthetic_profile(GridOptions::for_model(tiny_model(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        profile.rows = curve(512, 200).chain(curve(1024, 10)).collect();
+        let loo = leave_one_out(&profile);
+        assert_eq!(loo.gemm.len(), LEAVE_ONE_OUT_POINTS_PER_GROUP + 10);
+        assert_eq!(loo.not_sampled, 200 - LEAVE_ONE_OUT_POINTS_PER_GROUP);
+        // Times linear in m: each interior point is predicted almost exactly from its neighbours.
+        let (median, _) = LeaveOneOut::summary(&loo.gemm);
+        assert!(median < 0.01, "{median}");
+    }
 
+    /// A small model whose Tiny grid a CPU measures in a few seconds.
     /// The acceptance test: a CPU profile measured here, each point predicted from the
     /// others. The figures include the kernels' own irregularities (the `gemm` crate switches
     /// micro-kernels at small m) and timing noise (a test-retest of this profile differs by ~1%
@@ -1300,6 +1337,8 @@ mod tests {
         let here = Calibrated::new(&profile, &model, &h100(), 2, &params);
         let there = Calibrated::transferred(&profile, &model, &mi300x, 2, &params);
         assert!(there.notices()[0].contains("not on MI300X"), "{:#?}", there.notices());
+        // One note says the ring formula prices the all-reduces, not two.
+        assert_eq!(there.notices().iter().filter(|n| n.contains("ring formula")).count(), 1, "{:#?}", there.notices());
         let flops_ratio = gpu_peak().flops_per_s / mi300x.peak_flops_16bit;
         let bandwidth_ratio = gpu_peak().memory_bytes_per_s / mi300x.memory_bandwidth_bytes_per_s;
         let (low, high) = (flops_ratio.min(bandwidth_ratio), flops_ratio.max(bandwidth_ratio));
@@ -1346,7 +1385,7 @@ mod tests {
         assert_eq!(tp2.predict(&decode_batch(rows as u32, 10)).communication_ns, expected);
         // On 4 GPUs nothing was measured: the ring formula, and a note.
         let tp4 = Calibrated::new(&profile, &model, &h100(), 4, &params);
-        assert!(tp4.notices().iter().any(|n| n.contains("no all-reduce measured on 4 GPUs")));
+        assert!(tp4.notices().iter().any(|n| n.contains("no all-reduce measured on 4 ") && n.contains(" GPUs; priced by the ring formula")));
         let batch = decode_batch(4, 100);
         assert_eq!(tp4.predict(&batch).communication_ns, Roofline::new(&model, &h100(), 4, &params).predict(&batch).communication_ns);
     }

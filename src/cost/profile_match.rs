@@ -12,17 +12,15 @@ use crate::calibrate::profile::Profile;
 use crate::scenario::{Dtype, FittedProfile, Policy, Scenario};
 
 /// The GPU families that profiles are matched by: a profile of an H100 SXM prices an H100 PCIe's
-/// kernels better than none, but an A100's do not.
-const FAMILIES: [&str; 9] = ["H100", "H200", "H20", "H800", "B200", "A100", "MI300X", "L40S", "CPU"];
+/// kernels better than none, but an A100's do not. Longest first, so that `H200` is not read
+/// as `H20`.
+const FAMILIES: [&str; 9] = ["MI300X", "H100", "H200", "H800", "B200", "A100", "L40S", "H20", "CPU"];
 
 /// The family a hardware name belongs to (`None` for a name outside [`FAMILIES`], which then
 /// matches nothing).
 pub fn gpu_family(name: &str) -> Option<&'static str> {
     let upper = name.to_ascii_uppercase();
-    // Longest first, so that `H200` is not read as `H20`.
-    let mut families = FAMILIES;
-    families.sort_by_key(|f| std::cmp::Reverse(f.len()));
-    families.into_iter().find(|f| upper.contains(f))
+    FAMILIES.into_iter().find(|f| upper.contains(f))
 }
 
 /// The engine whose kernels a scenario's policy stands for, as profiles name engines.
