@@ -46,6 +46,7 @@ fn cpu_test_model() -> ModelSpec {
         max_position_embeddings: 4096,
         weight_dtype: Dtype::Fp32,
         kv_dtype: Dtype::Fp32,
+        moe: None,
     }
 }
 

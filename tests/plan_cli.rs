@@ -166,12 +166,18 @@ fn a_gpu_with_profile_auto_is_priced_by_its_bundled_profile() {
     let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let (gpu, cost_source) = (0..header.len()).fold((0, 0), |(g, c), i| match header[i] {
+        "gpu" => (i, c),
+        "cost_source" => (g, i),
+        _ => (g, c),
+    });
     let sources: Vec<(&str, &str)> = csv
         .lines()
         .skip(1)
         .filter_map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (!f[13].is_empty()).then(|| (f[3], f[13]))
+            (!f[cost_source].is_empty()).then(|| (f[gpu], f[cost_source]))
         })
         .collect();
     assert!(

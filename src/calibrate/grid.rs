@@ -266,6 +266,16 @@ pub fn model_gemm_nk(model: &ModelSpec, tp: u32) -> [(GemmOp, u32, u32); 5] {
     ]
 }
 
+/// `(n, k)` of a mixture-of-experts layer's router, one expert's gate+up and its down on one
+/// GPU at tensor parallelism `tp` (a `1/tp` slice of each expert, or whole experts under expert
+/// parallelism); `None` for a dense model.
+pub fn moe_gemm_nk(model: &ModelSpec, tp: u32) -> Option<[(u32, u32); 3]> {
+    let moe = model.moe?;
+    let h = model.hidden_size;
+    let f = crate::cost::roofline::expert_ffn_per_gpu(&moe, tp) as u32;
+    Some([(moe.num_experts, h), (2 * f, h), (h, f)])
+}
+
 /// The dtype a model's GEMM runs in: the weights' dtype, except the LM head, which stays 16-bit
 /// in fp8 checkpoints (see `cost::roofline`).
 pub fn gemm_dtype(model: &ModelSpec, op: GemmOp) -> Dtype {
@@ -459,9 +469,13 @@ impl Grid {
         for model in &options.models {
             max_positions = max_positions.max(model.max_position_embeddings);
             for &tp in &tps {
+                // A mixture of experts without shared ones has no dense MLP (n or k of 0).
                 for (_, n, k) in model_gemm_nk(model, tp) {
-                    nk.insert((n, k));
+                    if n > 0 && k > 0 {
+                        nk.insert((n, k));
+                    }
                 }
+                nk.extend(moe_gemm_nk(model, tp).into_iter().flatten());
                 heads.insert(model_heads(model, tp));
             }
         }
@@ -717,10 +731,13 @@ mod tests {
         for name in ModelSpec::preset_names() {
             let model = ModelSpec::preset(name).unwrap();
             for tp in [1, 2, 4, 8] {
-                for (op, n, k) in model_gemm_nk(&model, tp) {
+                let dense = model_gemm_nk(&model, tp).map(|(op, n, k)| (op.name(), n, k));
+                let experts = moe_gemm_nk(&model, tp).map(|[r, g, d]| [("router", r.0, r.1), ("expert gate+up", g.0, g.1), ("expert down", d.0, d.1)]);
+                // A mixture of experts without shared ones has no dense MLP to measure.
+                for (op, n, k) in dense.into_iter().chain(experts.into_iter().flatten()).filter(|&(_, n, k)| n > 0 && k > 0) {
                     for m in [1, 16384] {
                         let shape = GemmShape { m, n, k, dtype: Dtype::Bf16 };
-                        assert!(grid.gemms.binary_search(&shape).is_ok(), "{name} tp {tp} {} m {m}", op.name());
+                        assert!(grid.gemms.binary_search(&shape).is_ok(), "{name} tp {tp} {op} m {m}");
                     }
                 }
                 let h = model_heads(&model, tp);

@@ -6,6 +6,7 @@
 
 pub mod bundled;
 pub mod calibrated;
+pub mod moe;
 pub mod profile_match;
 pub mod roofline;
 pub mod sampling;

@@ -12,6 +12,11 @@
 //!  T = tokens computed this step, S = tokens sampled this step, [..] only when TP > 1.
 //! ```
 //!
+//! In a mixture-of-experts model the MLP is the shared experts' (if any) plus a router GEMM and
+//! the routed experts, priced through [`ExpertRouting`]: each expert launched is one gate+up
+//! and one down GEMM over the rows routed to it, reading its weights once. Under expert
+//! parallelism the MLP's all-reduce becomes an all-to-all dispatch and an all-to-all combine.
+//!
 //! Everything that does not depend on the batch is folded into per-op constants by
 //! [`Roofline::new`], so [`CostModel::predict`] is one pass over the batch's sequences (to sum
 //! the attention work) plus a fixed handful of floating-point operations: no allocation and no
@@ -22,6 +27,7 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
+use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
 use super::{CostModel, StepCost};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
@@ -55,6 +61,13 @@ const GATE_UP_PROJECTIONS: f64 = 2.0;
 /// Megatron-style TP needs one all-reduce after the attention output projection and one after
 /// the MLP down projection.
 const ALL_REDUCES_PER_LAYER: f64 = 2.0;
+/// Expert parallelism: an all-to-all sends tokens to their experts, another brings them back.
+const ALL_TO_ALLS_PER_LAYER: f64 = 2.0;
+
+/// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
+pub(crate) fn expert_ffn_per_gpu(moe: &crate::scenario::model::MoeSpec, tensor_parallel: u32) -> f64 {
+    if moe.expert_parallel { moe.expert_ffn_size as f64 } else { (moe.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil() }
+}
 const NS_PER_S: f64 = 1e9;
 const S_PER_US: f64 = 1e-6;
 
@@ -75,6 +88,10 @@ impl GemmOp {
     /// `k`, `n`: inner and output dimension per GPU. `flops_per_s` and `bytes_per_s` are
     /// effective (already scaled by efficiency).
     fn new(k: f64, n: f64, weight_bytes_per_element: f64, activation_bytes: f64, flops_per_s: f64, bytes_per_s: f64) -> GemmOp {
+        if k * n == 0.0 {
+            // A projection the model does not have (a mixture of experts without shared ones).
+            return GemmOp { flop_s_per_row: 0.0, weight_s: 0.0, activation_s_per_row: 0.0 };
+        }
         GemmOp {
             flop_s_per_row: FLOPS_PER_MAC * k * n / flops_per_s,
             weight_s: k * n * weight_bytes_per_element / bytes_per_s,
@@ -111,6 +128,8 @@ pub struct Roofline {
     layer_gemms: [GemmOp; 4],
     /// LM head `[S × hidden] · [hidden × vocab/t]`.
     lm_head: GemmOp,
+    /// The routed experts of a mixture-of-experts model.
+    moe: Option<MoeGemms>,
     /// Attention compute time per (query token, key) pair per layer, seconds.
     attention_s_per_key: f64,
     /// The same for prefill tokens attending to keys already cached (chunked prefill's prefix
@@ -128,6 +147,13 @@ pub struct Roofline {
     allreduce_s_per_token_per_layer: f64,
     /// Fixed latency of the all-reduces per layer, seconds; 0 at TP 1.
     allreduce_latency_s_per_layer: f64,
+    /// All-reduces per layer at TP > 1: 2, or 1 where expert parallelism replaces the MLP's.
+    allreduces_per_layer: f64,
+    /// Expert parallelism's all-to-all dispatch and combine per token per layer (bandwidth
+    /// part), seconds; 0 otherwise.
+    alltoall_s_per_token_per_layer: f64,
+    /// Their fixed latency per layer, seconds.
+    alltoall_latency_s_per_layer: f64,
     /// Logit gather time per sampled token (bandwidth part), seconds; 0 at TP 1.
     logit_gather_s_per_sampled: f64,
     /// Fixed latency of the logit gather, seconds; 0 at TP 1.
@@ -150,15 +176,49 @@ pub struct Roofline {
     sampling: SamplingCost,
 }
 
+/// A mixture-of-experts layer's GEMMs on one GPU: the router, and one expert's gate+up and
+/// down as this GPU holds it (a `1/t` slice, or whole under expert parallelism).
+#[derive(Clone, Debug, PartialEq)]
+struct MoeGemms {
+    routing: ExpertRouting,
+    router: GemmOp,
+    gate_up: GemmOp,
+    down: GemmOp,
+}
+
+impl MoeGemms {
+    /// One layer's router and routed experts for `rows` token rows, seconds.
+    fn time_s(&self, rows: f64) -> f64 {
+        self.router.time_s(rows)
+            + self.routing.experts_s(rows, |launched, r| launched * (self.gate_up.time_s(r) + self.down.time_s(r)))
+    }
+}
+
 impl Roofline {
     /// The layers' tensor-parallel all-reduces of a step of `tokens` token rows, seconds (ring
-    /// formula; 0 on one GPU).
+    /// formula; 0 on one GPU), with expert parallelism's all-to-alls.
     pub(crate) fn allreduce_s(&self, tokens: f64) -> f64 {
         if tokens > 0.0 {
             self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer)
+                + self.alltoall_s(tokens)
         } else {
             0.0
         }
+    }
+
+    /// Expert parallelism's all-to-all dispatch and combine over the layers, seconds (0
+    /// without it).
+    pub(crate) fn alltoall_s(&self, tokens: f64) -> f64 {
+        if tokens > 0.0 && self.alltoall_latency_s_per_layer > 0.0 {
+            self.num_layers * (tokens * self.alltoall_s_per_token_per_layer + self.alltoall_latency_s_per_layer)
+        } else {
+            0.0
+        }
+    }
+
+    /// All-reduces each layer runs at TP > 1 (2; 1 where expert parallelism replaces the MLP's).
+    pub(crate) fn allreduces_per_layer(&self) -> f64 {
+        self.allreduces_per_layer
     }
 
     /// Gathering the vocab-parallel logits of `sampled` sequences, seconds (0 on one GPU).
@@ -222,6 +282,17 @@ impl Roofline {
             gemm(ffn_per_gpu, hidden),
         ];
         let lm_head = GemmOp::new(hidden, vocab_per_gpu, lm_head_weight_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s);
+        // The router stays 16-bit, as the LM head does (vLLM's gate is an unquantized
+        // replicated linear layer).
+        let moe = model.moe.map(|moe| {
+            let expert_ffn = expert_ffn_per_gpu(&moe, tensor_parallel);
+            MoeGemms {
+                routing: ExpertRouting::new(&moe, tensor_parallel),
+                router: GemmOp::new(hidden, moe.num_experts as f64, act_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s),
+                gate_up: gemm(hidden, GATE_UP_PROJECTIONS * expert_ffn),
+                down: gemm(expert_ffn, hidden),
+            }
+        });
 
         let weight_bytes_read_per_step = model.num_layers as u64 * shard.linear_elements_per_layer * model.weight_dtype.bytes()
             + hidden_elems * shard.vocab_rows * lm_head_weight_bytes as u64;
@@ -238,7 +309,13 @@ impl Roofline {
         // negligible next to activations and left out.
         let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * act_bytes;
         let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * act_bytes;
-        let silu_bytes_per_token = SILU_MUL_VECTORS * ffn_per_gpu * act_bytes;
+        // A routed token's experts run SiLU·mul on their intermediates too (on whichever GPUs
+        // hold them: the same bytes per GPU when routing is balanced).
+        let routed_ffn_per_gpu = model.moe.map_or(0.0, |moe| {
+            moe.experts_per_token as f64 * expert_ffn_per_gpu(&moe, tensor_parallel)
+                / if moe.expert_parallel { t } else { 1.0 }
+        });
+        let silu_bytes_per_token = SILU_MUL_VECTORS * (ffn_per_gpu + routed_ffn_per_gpu) * act_bytes;
         let elementwise_s_per_token_per_layer =
             (NORMS_PER_LAYER * norm_bytes_per_token + rotary_bytes_per_token + silu_bytes_per_token) / bytes_per_s;
         let final_norm_s_per_token = norm_bytes_per_token / bytes_per_s;
@@ -247,6 +324,19 @@ impl Roofline {
         // The logits are gathered once per step when anything is sampled (vLLM gathers the
         // vocab-parallel logits to build the full distribution): modelled as an all-gather that
         // moves (t−1)/t × S × vocab × 2 bytes per GPU, plus one collective latency.
+        // Expert parallelism sends each token's hidden state to its k experts' GPUs and back:
+        // each GPU dispatches its 1/t share of the tokens, (t−1)/t of them leaving the GPU.
+        let expert_parallel = model.moe.filter(|moe| moe.expert_parallel && tensor_parallel > 1);
+        let allreduces_per_layer = if expert_parallel.is_some() { ALL_REDUCES_PER_LAYER - 1.0 } else { ALL_REDUCES_PER_LAYER };
+        let (alltoall_s_per_token_per_layer, alltoall_latency_s_per_layer) = match expert_parallel {
+            Some(moe) => {
+                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
+                    * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
+                let bytes_per_token = moe.experts_per_token as f64 * hidden * act_bytes * (t - 1.0) / t / t;
+                (ALL_TO_ALLS_PER_LAYER * bytes_per_token / link_bytes_per_s, ALL_TO_ALLS_PER_LAYER * params.collective_latency_us * S_PER_US)
+            }
+            None => (0.0, 0.0),
+        };
         let (allreduce_s_per_token_per_layer, allreduce_latency_s_per_layer, logit_gather_s_per_sampled, logit_gather_latency_s) =
             if tensor_parallel > 1 {
                 let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
@@ -255,8 +345,8 @@ impl Roofline {
                 let ring_factor = 2.0 * (t - 1.0) / t;
                 let gather_factor = (t - 1.0) / t;
                 (
-                    ALL_REDUCES_PER_LAYER * ring_factor * hidden * act_bytes / link_bytes_per_s,
-                    ALL_REDUCES_PER_LAYER * latency_s,
+                    allreduces_per_layer * ring_factor * hidden * act_bytes / link_bytes_per_s,
+                    allreduces_per_layer * latency_s,
                     gather_factor * vocab_padded as f64 * act_bytes / link_bytes_per_s,
                     latency_s,
                 )
@@ -271,6 +361,7 @@ impl Roofline {
             kv_heads_per_gpu,
             layer_gemms,
             lm_head,
+            moe,
             attention_s_per_key,
             prefix_attention_s_per_key,
             attention_s_per_kv_token,
@@ -279,6 +370,9 @@ impl Roofline {
             final_norm_s_per_token,
             allreduce_s_per_token_per_layer,
             allreduce_latency_s_per_layer,
+            allreduces_per_layer,
+            alltoall_s_per_token_per_layer,
+            alltoall_latency_s_per_layer,
             logit_gather_s_per_sampled,
             logit_gather_latency_s,
             step_overhead_eager_s: params.step_overhead_eager_us * S_PER_US,
@@ -382,7 +476,8 @@ impl CostModel for Roofline {
 
         // A graph replays kernels shaped for its padded size.
         let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
-        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum();
+        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum::<f64>()
+            + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows));
         let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
         let attention_compute_s =
@@ -450,6 +545,7 @@ mod tests {
             max_position_embeddings: 4096,
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
+            moe: None,
         }
     }
 
@@ -670,6 +766,59 @@ mod tests {
         assert!(within(cost.gemm_ns as f64 / NS_PER_S, expected_s, 0.01));
         // ~5.6 ms per token at 80% of 3.35 TB/s.
         assert!(cost.total_ns > 5_000_000 && cost.total_ns < 6_000_000, "{cost:?}");
+    }
+
+    /// Mixtral-8x7B on one H100: a decode step reads the weights of the experts it runs. By
+    /// hand, per layer: attention projections 4096·6144 + 4096·4096 = 41,943,040 parameters,
+    /// one expert 3 · 4096 · 14336 = 176,160,768, the router 4096 · 8 = 32,768; the LM head
+    /// 4096 · 32000 = 131,072,000. One sequence runs 2 experts; 256 sequences reach all 8
+    /// (1 − (6/8)^256 ≈ 1).
+    #[test]
+    fn a_mixture_of_experts_decode_reads_the_experts_it_runs() {
+        let params = realistic_params();
+        let model = ModelSpec::preset("Mixtral-8x7B").expect("preset");
+        let roofline = Roofline::new(&model, &h100_like(), 1, &params);
+        let bytes_per_s = 3.35e12 * params.memory_bandwidth_efficiency;
+        let weights_s = |experts: f64| {
+            let per_layer = 41_943_040.0 + 32_768.0 + experts * 176_160_768.0;
+            (32.0 * per_layer + 131_072_000.0) * 2.0 / bytes_per_s
+        };
+        let one = roofline.decode_cost(1, 1024);
+        assert_sum(&one);
+        let gemm_s = one.gemm_ns as f64 / NS_PER_S;
+        assert!(within(gemm_s, weights_s(2.0), 0.005), "{gemm_s} s against {} s", weights_s(2.0));
+        // About the active parameters: 12.9B of Mixtral's 46.7B, less the embedding table.
+        let active = model.active_param_count() as f64 - 32000.0 * 4096.0;
+        assert!(within(gemm_s, active * 2.0 / bytes_per_s, 0.01));
+
+        let many = roofline.decode_cost(256, 1024);
+        let gemm_s = many.gemm_ns as f64 / NS_PER_S;
+        // All 8 experts' weights, plus the 256 rows' activations (2.2%).
+        assert!(gemm_s >= weights_s(8.0) * 0.999 && within(gemm_s, weights_s(8.0), 0.03), "{gemm_s} against {}", weights_s(8.0));
+        // A dense model of the same weights would price one sequence like 256.
+        assert!(many.gemm_ns as f64 > 3.0 * one.gemm_ns as f64);
+    }
+
+    /// Expert parallelism on 2 GPUs: each holds 4 whole experts and the MLP's all-reduce
+    /// becomes two all-to-alls, each moving (T/2 tokens × 2 experts × 4096 × 2 B) × 1/2 per GPU.
+    #[test]
+    fn expert_parallelism_trades_the_mlp_all_reduce_for_all_to_alls() {
+        let params = realistic_params();
+        let mut model = ModelSpec::preset("Mixtral-8x7B").expect("preset");
+        let tp = Roofline::new(&model, &h100_like(), 2, &params);
+        model.moe.as_mut().expect("experts").expert_parallel = true;
+        let ep = Roofline::new(&model, &h100_like(), 2, &params);
+        let link = h100_like().interconnect_bandwidth_bytes_per_s * params.collective_bandwidth_efficiency;
+        let latency_s = params.collective_latency_us * 1e-6;
+        let tokens = 512.0;
+        let allreduce_one_s = tokens * 4096.0 * 2.0 / link + latency_s; // ring factor 2·1/2 = 1
+        let alltoall_one_s = (tokens / 2.0) * 2.0 * 4096.0 * 2.0 / 2.0 / link + latency_s;
+        assert!(within(tp.allreduce_s(tokens), 32.0 * 2.0 * allreduce_one_s, 1e-9));
+        assert!(within(ep.allreduce_s(tokens), 32.0 * (allreduce_one_s + 2.0 * alltoall_one_s), 1e-9));
+        // Balanced routing: the same expert rows per GPU either way, so prefill's compute-bound
+        // expert GEMMs cost the same.
+        let (a, b) = (tp.prefill_cost(4096), ep.prefill_cost(4096));
+        assert!(within(a.gemm_ns as f64, b.gemm_ns as f64, 0.01), "{} against {}", a.gemm_ns, b.gemm_ns);
     }
 
     #[test]

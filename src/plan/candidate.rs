@@ -18,18 +18,20 @@ pub struct Candidate {
     /// Weight dtype.
     pub dtype: Option<String>,
     pub kv_cache_dtype: Option<String>,
+    /// Mixture-of-experts models: whole experts per GPU (`engine.expert_parallel`).
+    pub expert_parallel: Option<bool>,
 }
 
 impl SearchSpace {
     /// Every combination, in a fixed order: GPU, policy, TP, `max_num_seqs`,
-    /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype (the last varies
-    /// fastest).
+    /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype, expert parallelism
+    /// (the last varies fastest).
     pub fn candidates(&self) -> Vec<Candidate> {
         let lens = self.list_lens();
         (0..self.len())
             .map(|index| {
                 // The candidate's position in each list: `index` in mixed radix, last list fastest.
-                let mut at = [0; 8];
+                let mut at = [0; 9];
                 let mut rest = index;
                 for (i, &len) in lens.iter().enumerate().rev() {
                     at[i] = rest % len;
@@ -45,6 +47,7 @@ impl SearchSpace {
                     enable_chunked_prefill: self.enable_chunked_prefill[at[5]],
                     dtype: self.dtypes[at[6]].clone(),
                     kv_cache_dtype: self.kv_cache_dtypes[at[7]].clone(),
+                    expert_parallel: self.expert_parallel[at[8]],
                 }
             })
             .collect()
@@ -74,6 +77,11 @@ impl Candidate {
         }
         if let Some(dtype) = &self.kv_cache_dtype {
             label += &format!(" kv={dtype}");
+        }
+        match self.expert_parallel {
+            Some(true) => label += " ep",
+            Some(false) => label += " no-ep",
+            None => {}
         }
         label
     }
@@ -109,6 +117,9 @@ impl Candidate {
         }
         if let Some(chunked) = self.enable_chunked_prefill {
             engine.insert("enable_chunked_prefill".into(), chunked.into());
+        }
+        if let Some(expert_parallel) = self.expert_parallel {
+            engine.insert("expert_parallel".into(), expert_parallel.into());
         }
         table.insert("engine".into(), engine.into());
         let mut cost = plan.cost.clone().unwrap_or_default();
@@ -197,5 +208,26 @@ mod tests {
         // FP8 weights alone keep vLLM's 16-bit KV cache.
         let s = find("fp8", "auto").scenario(&plan, 1).unwrap();
         assert_eq!(s.model.kv_dtype, Dtype::Bf16);
+    }
+
+    /// A mixture-of-experts plan searches both placements of the experts; each reaches the
+    /// scenario and the deploy command.
+    #[test]
+    fn expert_parallelism_is_searched_for_a_mixture_of_experts() {
+        let text = PLAN
+            .replace("preset = \"Llama-3.1-8B\"", "preset = \"Qwen3-30B-A3B\"")
+            .replace("kv_cache_dtype = [\"auto\", \"fp8\"]", "expert_parallel = [false, true]");
+        let plan = Plan::from_toml_str(&text, Path::new("plan.toml")).unwrap();
+        let all = plan.space.candidates();
+        assert_eq!(all.len(), 2 * 2 * 2 * 2 * 2);
+        let ep = all.iter().find(|c| c.tensor_parallel == 2 && c.expert_parallel == Some(true)).unwrap();
+        assert!(ep.label(&plan.space).ends_with(" ep"), "{}", ep.label(&plan.space));
+        let s = ep.scenario(&plan, 1).unwrap();
+        assert!(s.model.moe.is_some_and(|moe| moe.expert_parallel));
+        assert!(deploy_command(ep, &s).ends_with(" --enable-expert-parallel"), "{}", deploy_command(ep, &s));
+        let tp = all.iter().find(|c| c.tensor_parallel == 2 && c.expert_parallel == Some(false)).unwrap();
+        let s = tp.scenario(&plan, 1).unwrap();
+        assert!(s.model.moe.is_some_and(|moe| !moe.expert_parallel));
+        assert!(!deploy_command(tp, &s).contains("expert"));
     }
 }

@@ -86,6 +86,9 @@ struct RawSearch {
     /// KV-cache dtypes (`auto`, bf16, fp8, …); left out, the [model]'s (or `auto`).
     #[serde(default)]
     kv_cache_dtype: Option<Vec<String>>,
+    /// Mixture-of-experts models: `[false, true]` searches both ways of placing experts.
+    #[serde(default)]
+    expert_parallel: Option<Vec<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +131,7 @@ pub struct SearchSpace {
     pub enable_chunked_prefill: Vec<Option<bool>>,
     pub dtypes: Vec<Option<String>>,
     pub kv_cache_dtypes: Vec<Option<String>>,
+    pub expert_parallel: Vec<Option<bool>>,
 }
 
 /// A validated plan.
@@ -245,14 +249,25 @@ impl Plan {
         let policies = listed(s.policy, "search.policy")?;
         let dtypes = listed(s.dtype, "search.dtype")?;
         let kv_cache_dtypes = listed(s.kv_cache_dtype, "search.kv_cache_dtype")?;
-        let enable_chunked_prefill = match s.enable_chunked_prefill {
-            None => vec![None],
-            Some(values) => {
-                nonempty("search.enable_chunked_prefill", values.len())?;
-                values.into_iter().map(Some).collect()
+        let flags = |list: Option<Vec<bool>>, field: &str| -> Result<Vec<Option<bool>>, ScenarioError> {
+            match list {
+                None => Ok(vec![None]),
+                Some(values) => nonempty(field, values.len()).map(|()| values.into_iter().map(Some).collect()),
             }
         };
-        let space = SearchSpace { gpus, policies, tensor_parallel: s.tensor_parallel, max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, dtypes, kv_cache_dtypes };
+        let enable_chunked_prefill = flags(s.enable_chunked_prefill, "search.enable_chunked_prefill")?;
+        let expert_parallel = flags(s.expert_parallel, "search.expert_parallel")?;
+        let space = SearchSpace {
+            gpus,
+            policies,
+            tensor_parallel: s.tensor_parallel,
+            max_num_seqs,
+            max_num_batched_tokens,
+            enable_chunked_prefill,
+            dtypes,
+            kv_cache_dtypes,
+            expert_parallel,
+        };
         let count = space.len();
         if count > MAX_CANDIDATES {
             return Err(invalid("search", &count, &format!("enumerates more than {MAX_CANDIDATES} candidates; narrow the lists")));
@@ -284,7 +299,7 @@ impl Plan {
 impl SearchSpace {
     /// The length of each searched list, in enumeration order (the last varies fastest in
     /// [`SearchSpace::candidates`]).
-    pub fn list_lens(&self) -> [usize; 8] {
+    pub fn list_lens(&self) -> [usize; 9] {
         [
             self.gpus.len(),
             self.policies.len(),
@@ -294,6 +309,7 @@ impl SearchSpace {
             self.enable_chunked_prefill.len(),
             self.dtypes.len(),
             self.kv_cache_dtypes.len(),
+            self.expert_parallel.len(),
         ]
     }
 

@@ -144,7 +144,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
     let slo_columns: Vec<String> = plan.objectives.slos.iter().map(|s| format!("{}_ms", s.name())).collect();
     writeln!(
         out,
-        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,\
+        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,expert_parallel,\
          status,reason,cost_source,max_rate_per_replica,search_bound,probes,replicas,replicas_added,gpus,price_per_hour,\
          operating_rate,goodput_rps,attainment,output_tok_s,total_tok_s,tokens_per_user,binding,{},price_per_1m_output,price_per_1m_total",
         slo_columns.join(",")
@@ -166,6 +166,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
             opt(c.enable_chunked_prefill.map(|v| v.to_string())),
             opt(c.dtype.clone()),
             opt(c.kv_cache_dtype.clone()),
+            opt(c.expert_parallel.map(|v| v.to_string())),
         ];
         match &e.outcome {
             Outcome::Infeasible(reason) => {
@@ -307,6 +308,9 @@ pub fn deploy_command(candidate: &Candidate, s: &Scenario) -> String {
             }
             if s.model.kv_dtype == Dtype::Fp8 {
                 line += " --kv-cache-dtype fp8";
+            }
+            if s.model.moe.is_some_and(|moe| moe.expert_parallel) {
+                line += " --enable-expert-parallel";
             }
             line
         }

@@ -1,9 +1,11 @@
 //! Transformer dimensions: presets, explicit dimensions, or a Hugging Face `config.json`.
 //!
-//! Every model here is a dense decoder-only transformer with grouped-query attention and a gated
+//! Every model here is a decoder-only transformer with grouped-query attention and a gated
 //! (SwiGLU) MLP: per layer, a fused QKV projection, an output projection, gate + up + down MLP
 //! projections and two RMSNorms; an embedding table, a final norm and an LM head (possibly tied to
-//! the embedding table).
+//! the embedding table). In a mixture-of-experts model ([`MoeSpec`]) every layer's MLP is a
+//! router and `num_experts` gated MLPs, of which each token runs `experts_per_token`, beside an
+//! optional shared MLP that every token runs (`ffn_size`, 0 when there is none).
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -63,13 +65,48 @@ pub struct ModelSpec {
     pub num_heads: u32,
     pub num_kv_heads: u32,
     pub head_dim: u32,
-    /// Intermediate size of the MLP.
+    /// Intermediate size of the dense MLP; in a mixture-of-experts model, of its shared experts
+    /// together (0: none).
     pub ffn_size: u32,
     pub vocab_size: u32,
     pub tied_embeddings: bool,
     pub max_position_embeddings: u32,
     pub weight_dtype: Dtype,
     pub kv_dtype: Dtype,
+    /// Routed experts, in a mixture-of-experts model.
+    pub moe: Option<MoeSpec>,
+}
+
+/// The routed experts of a mixture-of-experts model. Every layer has them (Mixtral, Qwen3-MoE);
+/// models that interleave dense and sparse layers are refused when read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeSpec {
+    /// Routed experts per layer.
+    pub num_experts: u32,
+    /// Experts each token is routed to (top-k).
+    pub experts_per_token: u32,
+    /// Intermediate size of one expert's gated MLP.
+    pub expert_ffn_size: u32,
+    /// How unevenly tokens spread over experts: expert i (from 0) draws a share ∝ (i + 1)^−skew,
+    /// a Zipf law; 0 (the default) is balanced routing, what load-balancing losses train for.
+    pub routing_skew: f64,
+    /// How the deployment places the experts on a replica's GPUs (`engine.expert_parallel`):
+    /// whole experts, `num_experts / tp` per GPU, with tokens sent to their experts' GPUs and
+    /// back by all-to-all; or (false, vLLM's default) every expert split over all GPUs by its
+    /// intermediate size, like a dense MLP.
+    pub expert_parallel: bool,
+}
+
+impl MoeSpec {
+    /// Elements of one layer's routed experts (gate, up and down of each).
+    pub fn expert_elements_per_layer(&self, hidden: u64) -> u64 {
+        self.num_experts as u64 * 3 * hidden * self.expert_ffn_size as u64
+    }
+
+    /// Elements of one layer's router (hidden → one logit per expert), kept on every GPU.
+    pub fn router_elements_per_layer(&self, hidden: u64) -> u64 {
+        hidden * self.num_experts as u64
+    }
 }
 
 /// vLLM pads the vocabulary of `VocabParallelEmbedding` / `ParallelLMHead` up to a multiple of
@@ -93,12 +130,16 @@ pub struct Shard {
     pub vocab_padded: u64,
     /// Rows of the embedding table and LM head per GPU.
     pub vocab_rows: u64,
-    /// Elements of one layer's linear weights (QKV, output, gate, up, down) per GPU.
+    /// Elements of one layer's linear weights (QKV, output, gate, up, down; and in a
+    /// mixture-of-experts model the router and this GPU's part of the experts) per GPU.
     pub linear_elements_per_layer: u64,
 }
 
 impl ModelSpec {
-    /// The per-GPU shard at tensor parallelism `tp`.
+    /// The per-GPU shard at tensor parallelism `tp`. Routed experts are split over the `tp`
+    /// GPUs either way vLLM splits them: each expert's intermediate size by `tp` (tensor
+    /// parallel), or whole experts, `num_experts / tp` per GPU (expert parallel); both hold the
+    /// same elements when the sizes divide, and the larger is taken when they do not.
     pub fn shard(&self, tp: u32) -> Shard {
         let tp = tp.max(1) as u64;
         let h = self.hidden_size as u64;
@@ -115,7 +156,14 @@ impl ModelSpec {
             vocab_rows: div_ceil(vocab_padded, tp),
             linear_elements_per_layer: h * (heads + 2 * kv_heads) * d // QKV
                 + heads * d * h // output projection
-                + 3 * h * ffn, // gate, up, down
+                + 3 * h * ffn // gate, up, down
+                + self.moe.map_or(0, |moe| {
+                    let experts = moe.num_experts as u64;
+                    let f = moe.expert_ffn_size as u64;
+                    let tensor_parallel = experts * div_ceil(f, tp);
+                    let expert_parallel = div_ceil(experts, tp) * f;
+                    moe.router_elements_per_layer(h) + 3 * h * tensor_parallel.max(expert_parallel)
+                }),
         }
     }
 
@@ -127,13 +175,25 @@ impl ModelSpec {
         let kv = self.num_kv_heads as u64 * self.head_dim as u64;
         let f = self.ffn_size as u64;
         let v = self.vocab_size as u64;
+        let experts = self.moe.map_or(0, |moe| moe.router_elements_per_layer(h) + moe.expert_elements_per_layer(h));
         let per_layer = h * (q + 2 * kv) // fused QKV
             + q * h // output projection
-            + 3 * h * f // gate, up, down
+            + 3 * h * f // gate, up, down (shared experts, in a mixture-of-experts model)
+            + experts
             + 2 * h; // input and post-attention RMSNorm
         let embedding = v * h;
         let lm_head = if self.tied_embeddings { 0 } else { v * h };
         self.num_layers as u64 * per_layer + embedding + lm_head + h // + final norm
+    }
+
+    /// Parameters one token runs through: [`Self::param_count`] less the routed experts it is
+    /// not sent to (all of them, in a dense model).
+    pub fn active_param_count(&self) -> u64 {
+        let idle = self.moe.map_or(0, |moe| {
+            let per_expert = 3 * self.hidden_size as u64 * moe.expert_ffn_size as u64;
+            (moe.num_experts - moe.experts_per_token.min(moe.num_experts)) as u64 * per_expert
+        });
+        self.param_count() - self.num_layers as u64 * idle
     }
 
     /// KV heads each GPU holds at tensor parallelism `tp`. When `tp` exceeds the number of KV
@@ -213,7 +273,9 @@ impl ModelSpec {
         let qkv = (div_ceil(self.num_heads as u64, tp)
             + 2 * self.kv_heads_per_gpu(tp as u32) as u64)
             * self.head_dim as u64;
-        let f = div_ceil(self.ffn_size as u64, tp);
+        // A routed token's experts' intermediates live beside the shared MLP's.
+        let routed = self.moe.map_or(0, |moe| moe.experts_per_token as u64 * div_ceil(moe.expert_ffn_size as u64, tp));
+        let f = div_ceil(self.ffn_size as u64, tp) + routed;
         let tokens = max_num_batched_tokens as u64;
         let per_token = (4 * h + qkv + 3 * f) * act_bytes;
         let sampled = (max_num_seqs as u64).min(tokens);
@@ -258,7 +320,8 @@ impl ModelSpec {
     /// `torch_dtype` (or `dtype`, its newer name) for the weights' dtype: float32 checkpoints are
     /// served in bf16 (vLLM's `--dtype auto` downcasts them), absent means bf16. A
     /// `quantization_config` with `quant_method = "fp8"` means fp8 weights; other quantization
-    /// methods and mixture-of-experts configs are rejected rather than mis-sized.
+    /// methods are rejected rather than mis-sized. Mixture-of-experts keys: see
+    /// [`moe_from_hf_config`].
     pub fn from_hf_config_json(
         text: &str,
         file: &Path,
@@ -298,23 +361,17 @@ impl ModelSpec {
             })
         };
 
-        for moe_key in ["num_local_experts", "num_experts", "n_routed_experts"] {
-            if let Some(n) = get(moe_key).and_then(|v| v.as_u64()).filter(|&n| n > 1) {
-                return Err(HfConfigError::BadValue {
-                    file: file_buf.clone(),
-                    key: moe_key.into(),
-                    value: n.to_string(),
-                    reason: "mixture-of-experts models are not modelled (dense models only)".into(),
-                });
-            }
-        }
-
         let num_layers = required("num_hidden_layers")?;
         let hidden_size = required("hidden_size")?;
         let num_heads = required("num_attention_heads")?;
         let num_kv_heads = uint("num_key_value_heads")?.unwrap_or(num_heads);
         let head_dim = uint("head_dim")?.unwrap_or(hidden_size / num_heads);
-        let ffn_size = required("intermediate_size")?;
+        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf)?;
+        let ffn_size = match moe {
+            None => required("intermediate_size")?,
+            Some((_, shared)) => shared,
+        };
+        let moe = moe.map(|(spec, _)| spec);
         let vocab_size = required("vocab_size")?;
         let max_position_embeddings = required("max_position_embeddings")?;
         let tied_embeddings = match get("tie_word_embeddings") {
@@ -372,8 +429,68 @@ impl ModelSpec {
             max_position_embeddings,
             weight_dtype,
             kv_dtype: default_kv_dtype(weight_dtype),
+            moe,
         })
     }
+}
+
+/// The routed experts of a Hugging Face config, and the shared experts' intermediate size (0:
+/// none); `None` for a dense model. Reads the keys of Mixtral (`num_local_experts`,
+/// `intermediate_size` per expert), Qwen2/Qwen3-MoE (`num_experts`, `moe_intermediate_size`,
+/// `shared_expert_intermediate_size`) and DeepSeek (`n_routed_experts`, `n_shared_experts` of
+/// `moe_intermediate_size` each), with `num_experts_per_tok`. Refused rather than mis-sized:
+/// dense layers among the sparse ones (`decoder_sparse_step` > 1, `mlp_only_layers`,
+/// `first_k_dense_replace`) and multi-head latent attention (`kv_lora_rank`).
+fn moe_from_hf_config<'v>(
+    get: &dyn Fn(&str) -> Option<&'v serde_json::Value>,
+    uint: &dyn Fn(&str) -> Result<Option<u32>, HfConfigError>,
+    required: &dyn Fn(&str) -> Result<u32, HfConfigError>,
+    file: &Path,
+) -> Result<Option<(MoeSpec, u32)>, HfConfigError> {
+    let mut experts = None;
+    for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
+        if let Some(n) = uint(key)? {
+            experts = Some(n);
+            break;
+        }
+    }
+    let Some(num_experts) = experts.filter(|&n| n > 1) else { return Ok(None) };
+    let refuse = |key: &str, value: String, reason: &str| HfConfigError::BadValue {
+        file: file.to_path_buf(),
+        key: key.into(),
+        value,
+        reason: reason.into(),
+    };
+    if let Some(step) = uint("decoder_sparse_step")?.filter(|&s| s > 1) {
+        return Err(refuse("decoder_sparse_step", step.to_string(), "dense layers between expert layers are not modelled"));
+    }
+    if let Some(layers) = get("mlp_only_layers").filter(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
+        return Err(refuse("mlp_only_layers", layers.to_string(), "dense layers among expert layers are not modelled"));
+    }
+    if let Some(k) = uint("first_k_dense_replace")? {
+        return Err(refuse("first_k_dense_replace", k.to_string(), "dense layers before the expert layers are not modelled"));
+    }
+    if let Some(rank) = get("kv_lora_rank") {
+        return Err(refuse("kv_lora_rank", rank.to_string(), "multi-head latent attention is not modelled"));
+    }
+    let experts_per_token = required("num_experts_per_tok")?;
+    if experts_per_token > num_experts {
+        return Err(refuse(
+            "num_experts_per_tok",
+            experts_per_token.to_string(),
+            &format!("more experts per token than the {num_experts} experts"),
+        ));
+    }
+    let expert_ffn_size = match uint("moe_intermediate_size")? {
+        Some(f) => f,
+        None => required("intermediate_size")?,
+    };
+    let shared = match (uint("shared_expert_intermediate_size")?, uint("n_shared_experts")?) {
+        (Some(f), _) => f,
+        (None, Some(n)) => n.saturating_mul(expert_ffn_size),
+        (None, None) => 0,
+    };
+    Ok(Some((MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew: 0.0, expert_parallel: false }, shared)))
 }
 
 /// The KV-cache dtype vLLM uses with `--kv-cache-dtype auto`: the model's activation dtype. FP8
@@ -420,6 +537,7 @@ struct Preset {
     vocab_size: u32,
     tied_embeddings: bool,
     max_position_embeddings: u32,
+    moe: Option<MoeSpec>,
 }
 
 impl Preset {
@@ -437,6 +555,7 @@ impl Preset {
             max_position_embeddings: self.max_position_embeddings,
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
+            moe: self.moe,
         }
     }
 }
@@ -456,6 +575,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 128256,
         tied_embeddings: false,
         max_position_embeddings: 131072,
+        moe: None,
     },
     // meta-llama/Llama-3.1-70B (and -Instruct): config.json
     Preset {
@@ -469,6 +589,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 128256,
         tied_embeddings: false,
         max_position_embeddings: 131072,
+        moe: None,
     },
     // meta-llama/Llama-3.1-405B (and -Instruct): config.json
     Preset {
@@ -482,6 +603,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 128256,
         tied_embeddings: false,
         max_position_embeddings: 131072,
+        moe: None,
     },
     // meta-llama/Llama-3.2-1B (and -Instruct): config.json (tie_word_embeddings: true, head_dim 64)
     Preset {
@@ -495,6 +617,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 128256,
         tied_embeddings: true,
         max_position_embeddings: 131072,
+        moe: None,
     },
     // meta-llama/Llama-3.2-3B (and -Instruct): config.json (tie_word_embeddings: true)
     Preset {
@@ -508,6 +631,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 128256,
         tied_embeddings: true,
         max_position_embeddings: 131072,
+        moe: None,
     },
     // Qwen/Qwen2.5-7B-Instruct: config.json (head_dim = 3584 / 28 = 128)
     Preset {
@@ -521,6 +645,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 152064,
         tied_embeddings: false,
         max_position_embeddings: 32768,
+        moe: None,
     },
     // Qwen/Qwen2.5-72B-Instruct: config.json
     Preset {
@@ -534,6 +659,7 @@ const PRESETS: &[Preset] = &[
         vocab_size: 152064,
         tied_embeddings: false,
         max_position_embeddings: 32768,
+        moe: None,
     },
     // mistralai/Mistral-7B-Instruct-v0.3: config.json (v0.3: vocab 32768, no sliding window)
     Preset {
@@ -547,12 +673,93 @@ const PRESETS: &[Preset] = &[
         vocab_size: 32768,
         tied_embeddings: false,
         max_position_embeddings: 32768,
+        moe: None,
+    },
+    // mistralai/Mixtral-8x7B-v0.1 (and -Instruct-v0.1): config.json (num_local_experts 8,
+    // num_experts_per_tok 2, intermediate_size 14336 per expert, no shared expert)
+    Preset {
+        name: "Mixtral-8x7B",
+        num_layers: 32,
+        hidden_size: 4096,
+        num_heads: 32,
+        num_kv_heads: 8,
+        head_dim: 128,
+        ffn_size: 0,
+        vocab_size: 32000,
+        tied_embeddings: false,
+        max_position_embeddings: 32768,
+        moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false }),
+    },
+    // Qwen/Qwen3-30B-A3B: config.json (num_experts 128, num_experts_per_tok 8,
+    // moe_intermediate_size 768, head_dim 128, decoder_sparse_step 1, mlp_only_layers [])
+    Preset {
+        name: "Qwen3-30B-A3B",
+        num_layers: 48,
+        hidden_size: 2048,
+        num_heads: 32,
+        num_kv_heads: 4,
+        head_dim: 128,
+        ffn_size: 0,
+        vocab_size: 151936,
+        tied_embeddings: false,
+        max_position_embeddings: 40960,
+        moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false }),
     },
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Published totals: Mixtral-8x7B 46.7B parameters, 12.9B active per token (Mistral AI's
+    /// announcement; 46,702,792,704 in the Hub's safetensors index); Qwen3-30B-A3B 30.5B and
+    /// 3.3B (its model card). Qwen3's q/k norms (256 per layer) are left out.
+    #[test]
+    fn mixture_of_experts_presets_count_their_published_parameters() {
+        let mixtral = ModelSpec::preset("Mixtral-8x7B").unwrap();
+        assert_eq!(mixtral.param_count(), 46_702_792_704);
+        assert!((mixtral.active_param_count() as f64 / 12.9e9 - 1.0).abs() < 0.005, "{}", mixtral.active_param_count());
+        let qwen = ModelSpec::preset("Qwen3-30B-A3B").unwrap();
+        assert!((qwen.param_count() as f64 / 30.5e9 - 1.0).abs() < 0.005, "{}", qwen.param_count());
+        assert!((qwen.active_param_count() as f64 / 3.3e9 - 1.0).abs() < 0.02, "{}", qwen.active_param_count());
+        // Every expert's weights are resident: a GPU at TP 2 holds half, either way of splitting.
+        assert_eq!(mixtral.weight_bytes_per_gpu(2), {
+            let mut ep = mixtral.clone();
+            ep.moe.as_mut().unwrap().expert_parallel = true;
+            ep.weight_bytes_per_gpu(2)
+        });
+        let dense_part = ModelSpec { moe: None, ..mixtral.clone() };
+        assert!(mixtral.weight_bytes_per_gpu(1) > 10 * dense_part.weight_bytes_per_gpu(1) / 2);
+        assert_eq!(dense_part.active_param_count(), dense_part.param_count());
+    }
+
+    #[test]
+    fn hf_configs_of_mixture_of_experts_models() {
+        let mixtral = r#"{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+            "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2,
+            "torch_dtype": "bfloat16"}"#;
+        let m = ModelSpec::from_hf_config_json(mixtral, Path::new("m.json"), "Mixtral-8x7B").unwrap();
+        assert_eq!(m, ModelSpec::preset("Mixtral-8x7B").unwrap());
+        // Qwen2-MoE: a shared expert beside 60 routed ones of 1408.
+        let qwen2 = r#"{"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+            "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+            "vocab_size": 151936, "max_position_embeddings": 8192, "decoder_sparse_step": 1,
+            "mlp_only_layers": []}"#;
+        let m = ModelSpec::from_hf_config_json(qwen2, Path::new("q.json"), "q").unwrap();
+        assert_eq!((m.ffn_size, m.moe.unwrap().num_experts, m.moe.unwrap().expert_ffn_size), (5632, 60, 1408));
+        // What is not modelled is refused, naming the key.
+        for (key, value) in [("decoder_sparse_step", "2"), ("mlp_only_layers", "[0, 1]"), ("kv_lora_rank", "512"), ("num_experts_per_tok", "9")] {
+            let text = mixtral.replace("\"torch_dtype\"", &format!("\"{key}\": {value}, \"torch_dtype\""));
+            let text = if key == "num_experts_per_tok" { mixtral.replace("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9") } else { text };
+            let err = ModelSpec::from_hf_config_json(&text, Path::new("m.json"), "m").unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{err}");
+        }
+        let no_k = mixtral.replace("\"num_experts_per_tok\": 2,", "");
+        let err = ModelSpec::from_hf_config_json(&no_k, Path::new("m.json"), "m").unwrap_err().to_string();
+        assert!(err.contains("num_experts_per_tok"), "{err}");
+    }
 
     #[test]
     fn llama_8b_params_and_weight_bytes() {
@@ -605,7 +812,7 @@ mod tests {
     #[test]
     fn unknown_preset_is_none() {
         assert!(ModelSpec::preset("gpt-5").is_none());
-        assert_eq!(ModelSpec::preset_names().len(), 8);
+        assert_eq!(ModelSpec::preset_names().len(), 10);
     }
 
     #[test]

@@ -66,7 +66,18 @@ pub struct RawModel {
     pub num_heads: Option<u32>,
     pub num_kv_heads: Option<u32>,
     pub head_dim: Option<u32>,
+    /// The dense MLP's intermediate size; in a mixture-of-experts model, the shared experts'
+    /// (0: none).
     pub ffn_size: Option<u32>,
+    /// Mixture of experts: routed experts per layer (absent or 0: a dense model, unless the
+    /// preset or config has experts).
+    pub num_experts: Option<u32>,
+    /// Mixture of experts: experts each token is routed to (top-k).
+    pub experts_per_token: Option<u32>,
+    /// Mixture of experts: one expert's intermediate size.
+    pub expert_ffn_size: Option<u32>,
+    /// Mixture of experts: Zipf exponent of the experts' shares of tokens (0: balanced).
+    pub expert_routing_skew: Option<f64>,
     pub vocab_size: Option<u32>,
     pub tied_embeddings: Option<bool>,
     pub max_position_embeddings: Option<u32>,
@@ -102,6 +113,9 @@ pub struct RawEngine {
     /// "vllm-v1" (default), "vllm-v0", "tgi", or "servesim" (`servesim serve`: V1 without graphs).
     pub policy: Option<String>,
     pub tensor_parallel: Option<u32>,
+    /// Mixture-of-experts models: whole experts per GPU, tokens sent to them by all-to-all
+    /// (vLLM's `--enable-expert-parallel`); default false, each expert split like a dense MLP.
+    pub expert_parallel: Option<bool>,
     pub replicas: Option<u32>,
     /// "round-robin" (default) or "least-outstanding".
     pub router: Option<String>,

@@ -116,9 +116,10 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "scenario".into())
     });
-    let model = model::resolve_model(&raw.model, cx)?;
+    let mut model = model::resolve_model(&raw.model, cx)?;
     let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
     let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
+    model::place_experts(&raw.engine, &mut model, &engine, cx)?;
     let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
     hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
     let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, cx)?;

@@ -2,8 +2,9 @@
 
 use super::context::{Cx, positive_count, quote};
 use crate::scenario::ScenarioError;
-use crate::scenario::model::{Dtype, ModelSpec, default_kv_dtype};
-use crate::scenario::schema::RawModel;
+use crate::scenario::model::{Dtype, ModelSpec, MoeSpec, default_kv_dtype};
+use crate::scenario::schema::{RawEngine, RawModel};
+use crate::scenario::{EngineConfig, Policy};
 
 fn parse_dtype(field: &str, text: &str, cx: &Cx) -> Result<Dtype, ScenarioError> {
     Dtype::parse(text).ok_or_else(|| {
@@ -57,7 +58,12 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
     )?;
     let head_dim_default = b.map_or((hidden_size / num_heads).max(1), |m| m.head_dim);
     let head_dim = dim("head_dim", raw.head_dim, Some(head_dim_default))?;
-    let ffn_size = dim("ffn_size", raw.ffn_size, b.map(|m| m.ffn_size))?;
+    let moe = resolve_moe(raw, b, cx)?;
+    // A mixture-of-experts model's dense MLP is its shared experts, which it may not have.
+    let ffn_size = match (moe, raw.ffn_size.or(b.map(|m| m.ffn_size))) {
+        (Some(_), ffn) => ffn.unwrap_or(0),
+        (None, _) => dim("ffn_size", raw.ffn_size, b.map(|m| m.ffn_size))?,
+    };
     let vocab_size = dim("vocab_size", raw.vocab_size, b.map(|m| m.vocab_size))?;
     let max_position_embeddings = dim(
         "max_position_embeddings",
@@ -104,8 +110,75 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         max_position_embeddings,
         weight_dtype,
         kv_dtype,
+        moe,
     })
 }
+
+/// The routed experts: the preset's or config's, with explicit fields over them; explicit
+/// fields alone make a dense model a mixture of experts (all three sizes then needed).
+fn resolve_moe(raw: &RawModel, base: Option<&ModelSpec>, cx: &Cx) -> Result<Option<MoeSpec>, ScenarioError> {
+    let from_base = base.and_then(|m| m.moe);
+    let explicit = raw.num_experts.is_some() || raw.experts_per_token.is_some() || raw.expert_ffn_size.is_some();
+    if raw.num_experts == Some(0) {
+        if raw.experts_per_token.is_some() || raw.expert_ffn_size.is_some() {
+            return Err(cx.invalid("model.num_experts", 0, "0 means a dense model, which has no experts_per_token or expert_ffn_size"));
+        }
+        return Ok(None);
+    }
+    if from_base.is_none() && !explicit {
+        if let Some(skew) = raw.expert_routing_skew {
+            return Err(cx.invalid("model.expert_routing_skew", skew, "the model has no experts"));
+        }
+        return Ok(None);
+    }
+    let need = "required for a mixture-of-experts model (with model.num_experts)";
+    let num_experts = positive_count(cx, "model.num_experts", raw.num_experts.or(from_base.map(|m| m.num_experts)), need)?;
+    let experts_per_token =
+        positive_count(cx, "model.experts_per_token", raw.experts_per_token.or(from_base.map(|m| m.experts_per_token)), need)?;
+    let expert_ffn_size =
+        positive_count(cx, "model.expert_ffn_size", raw.expert_ffn_size.or(from_base.map(|m| m.expert_ffn_size)), need)?;
+    if experts_per_token > num_experts {
+        return Err(cx.invalid(
+            "model.experts_per_token",
+            experts_per_token,
+            format!("more than the model's {num_experts} experts (model.num_experts)"),
+        ));
+    }
+    let routing_skew = raw.expert_routing_skew.unwrap_or(from_base.map_or(0.0, |m| m.routing_skew));
+    if !(routing_skew.is_finite() && (0.0..=MAX_ROUTING_SKEW).contains(&routing_skew)) {
+        return Err(cx.invalid(
+            "model.expert_routing_skew",
+            routing_skew,
+            format!("expected a Zipf exponent from 0 (balanced) to {MAX_ROUTING_SKEW}"),
+        ));
+    }
+    Ok(Some(MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew, expert_parallel: false }))
+}
+
+/// `engine.expert_parallel` (vLLM's `--enable-expert-parallel`): whole experts per GPU. Needs
+/// experts, a vLLM-like policy (TGI 2.3 has none) and experts that divide over the GPUs.
+pub(super) fn place_experts(raw: &RawEngine, model: &mut ModelSpec, engine: &EngineConfig, cx: &Cx) -> Result<(), ScenarioError> {
+    let Some(wanted) = raw.expert_parallel else { return Ok(()) };
+    let Some(moe) = model.moe.as_mut() else {
+        return Err(cx.invalid("engine.expert_parallel", wanted, "the model has no experts (a dense model)"));
+    };
+    if wanted && engine.policy == Policy::Tgi {
+        return Err(cx.invalid("engine.expert_parallel", wanted, "TGI 2.3 has no expert parallelism; use a vLLM policy"));
+    }
+    let tp = engine.tensor_parallel;
+    if wanted && !moe.num_experts.is_multiple_of(tp) {
+        return Err(cx.invalid(
+            "engine.expert_parallel",
+            wanted,
+            format!("the model's {} experts do not divide over tensor_parallel = {tp} GPUs", moe.num_experts),
+        ));
+    }
+    moe.expert_parallel = wanted;
+    Ok(())
+}
+
+/// Beyond this the first expert takes nearly every token (its share at 8 experts: 99.6%).
+const MAX_ROUTING_SKEW: f64 = 8.0;
 
 #[cfg(test)]
 #[path = "model_tests.rs"]

@@ -73,3 +73,40 @@ fn hf_config_file_loads_relative_to_the_scenario() {
     );
     assert!(err.contains("missing key `hidden_size`"), "{err}");
 }
+
+#[test]
+fn mixture_of_experts_from_a_preset_or_explicit_fields() {
+    let mixtral = ["model.preset=Mixtral-8x7B", "engine.tensor_parallel=2"];
+    let s = good(&mixtral);
+    let moe = s.model.moe.expect("experts");
+    assert_eq!((moe.num_experts, moe.experts_per_token, moe.expert_ffn_size, moe.expert_parallel), (8, 2, 14336, false));
+    assert_eq!(s.model.ffn_size, 0);
+    let s = good(&[mixtral[0], mixtral[1], "engine.expert_parallel=true", "model.expert_routing_skew=0.5"]);
+    let moe = s.model.moe.expect("experts");
+    assert!(moe.expert_parallel && moe.routing_skew == 0.5);
+    // Explicit fields make a dense preset a mixture of experts, its ffn_size the shared experts.
+    let s = good(&["model.num_experts=16", "model.experts_per_token=2", "model.expert_ffn_size=1024", "model.ffn_size=2048"]);
+    assert_eq!((s.model.moe.map(|m| m.num_experts), s.model.ffn_size), (Some(16), 2048));
+    // And num_experts = 0 makes it dense again (needing a dense MLP).
+    let s = good(&["model.preset=Qwen3-30B-A3B", "model.num_experts=0", "model.ffn_size=6144"]);
+    assert!(s.model.moe.is_none());
+}
+
+#[test]
+fn mixture_of_experts_errors_name_the_field() {
+    use crate::scenario::resolve::test_support::invalid;
+    let mixtral = "model.preset=Mixtral-8x7B";
+    invalid(&[mixtral, "engine.tensor_parallel=2", "model.experts_per_token=9"], "model.experts_per_token", "9");
+    invalid(&[mixtral, "engine.tensor_parallel=2", "model.expert_routing_skew=-1"], "model.expert_routing_skew", "-1");
+    invalid(&["model.num_experts=16", "model.experts_per_token=2"], "model.expert_ffn_size", "(missing)");
+    invalid(&["model.expert_routing_skew=1"], "model.expert_routing_skew", "1");
+    invalid(&["engine.expert_parallel=true"], "engine.expert_parallel", "true");
+    let msg = invalid(
+        &["model.preset=Qwen3-30B-A3B", "engine.tensor_parallel=4", "hardware.count=4", "engine.expert_parallel=true", "model.num_experts=126"],
+        "engine.expert_parallel",
+        "true",
+    );
+    assert!(msg.contains("126 experts"), "{msg}");
+    let msg = invalid(&[mixtral, "engine.tensor_parallel=2", "engine.policy=tgi", "engine.expert_parallel=true"], "engine.expert_parallel", "true");
+    assert!(msg.contains("TGI"), "{msg}");
+}
