@@ -256,6 +256,9 @@ impl Plan {
             }
         };
         let enable_chunked_prefill = flags(s.enable_chunked_prefill, "search.enable_chunked_prefill")?;
+        if let (Some(_), Some(value)) = (&s.expert_parallel, engine.get("expert_parallel")) {
+            return Err(invalid("engine.expert_parallel", value, "searched: search.expert_parallel lists its values"));
+        }
         let expert_parallel = flags(s.expert_parallel, "search.expert_parallel")?;
         let space = SearchSpace {
             gpus,
