@@ -113,3 +113,26 @@ fn output_files_have_one_row_per_request_and_per_step() {
     let generated: u64 = results.iter().map(|r| r["total_output_tokens"].as_u64().unwrap()).sum();
     assert!(generated > 0);
 }
+
+/// The mixture-of-experts example runs, reruns byte for byte, and prices expert parallelism and
+/// routing skew differently; on one GPU the error names tensor parallelism.
+#[test]
+fn the_mixture_of_experts_example_runs() {
+    let scenario = repo().join("scenarios/mixtral-8x7b.toml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["simulate", scenario.to_str().unwrap(), "--set", "workload.num_prompts=200", "--set", "workload.request_rate=5"];
+        args.extend_from_slice(extra);
+        let out = servesim(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let tp = run(&[]);
+    assert_eq!(run(&[]), tp);
+    assert!(tp.contains("Successful requests:                     200"), "{tp}");
+    let ep = run(&["--set", "engine.expert_parallel=true"]);
+    let skewed = run(&["--set", "engine.expert_parallel=true", "--set", "model.expert_routing_skew=1"]);
+    assert!(ep != tp && skewed != ep);
+    let out = servesim(&["simulate", scenario.to_str().unwrap(), "--set", "engine.tensor_parallel=1", "--set", "hardware.count=1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`engine.tensor_parallel` = 1: model weights need"), "{}", stderr(&out));
+}
