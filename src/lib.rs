@@ -17,6 +17,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod error;
 pub mod fit;
+pub mod fuzz;
 pub mod cost;
 pub mod engine;
 pub mod metrics;

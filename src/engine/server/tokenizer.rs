@@ -60,8 +60,14 @@ impl Tokenizer {
     /// Parses the text of a `tokenizer.json`; `origin` names it in messages.
     pub fn from_json(text: &str, origin: impl Into<String>) -> Result<Tokenizer, TokenizerError> {
         let origin = origin.into();
-        let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
-            .map_err(|e| TokenizerError { path: origin.clone(), reason: format!("not a valid Hugging Face tokenizer.json: {e}") })?;
+        let invalid = |reason: String| TokenizerError { path: origin.clone(), reason: format!("not a valid Hugging Face tokenizer.json: {reason}") };
+        // The `tokenizers` crate panics on some malformed files (its decoder deserializer
+        // `expect`s, found by fuzzing): JSON syntax is checked here first, and a panic on a
+        // well-formed file that is still not a tokenizer is caught and reported like an error.
+        serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| invalid(e.to_string()))?;
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()))
+            .map_err(|_| invalid("the tokenizers library could not read it (it panicked)".into()))?;
+        let inner = parsed.map_err(|e| invalid(e.to_string()))?;
         let id_bound = inner.get_vocab(true).values().max().map_or(0, |&m| m.saturating_add(1));
         let special_ids = inner.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         Ok(Tokenizer { inner, origin, id_bound, special_ids })

@@ -1,0 +1,198 @@
+//! What is fuzzed: every parser of a user's or a server's bytes, each from its public entry
+//! point, with seeds that are valid inputs (so mutants reach past the first check).
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use crate::bench::Backend;
+use crate::bench::protocol::parse_chunk;
+use crate::bench::sse::SseLines;
+use crate::calibrate::backend::Peak;
+use crate::calibrate::profile::{parse_csv, parse_provenance};
+use crate::engine::model::{LlamaConfig, LlamaWeights, WeightDtype};
+use crate::engine::server::Tokenizer;
+use crate::metrics::recorded::{parse_json, parse_text};
+use crate::plan::file::Plan;
+use crate::scenario::{ModelSpec, Scenario};
+use crate::scenario::trace::read_trace_from;
+
+/// One fuzz target: seeds, and a run that must return (any error is fine) without panicking.
+pub struct Target {
+    pub name: &'static str,
+    /// Valid inputs to start from (given the scratch directory below).
+    pub seeds: fn(&Path) -> Vec<Vec<u8>>,
+    /// Runs the input through the parser: whether it accepted the input. `scratch` is a
+    /// directory of this target's own for parsers that read files.
+    pub run: fn(&[u8], &Path) -> bool,
+}
+
+/// Every target, in a fixed order.
+pub fn all() -> Vec<Target> {
+    vec![
+        Target { name: "scenario", seeds: scenario_seeds, run: run_scenario },
+        Target { name: "plan", seeds: plan_seeds, run: run_plan },
+        Target { name: "trace", seeds: trace_seeds, run: run_trace },
+        Target { name: "recorded-text", seeds: recorded_text_seeds, run: run_recorded_text },
+        Target { name: "recorded-json", seeds: recorded_json_seeds, run: run_recorded_json },
+        Target { name: "profile", seeds: profile_seeds, run: run_profile },
+        Target { name: "hf-config", seeds: hf_config_seeds, run: run_hf_config },
+        Target { name: "safetensors", seeds: safetensors_seeds, run: run_safetensors },
+        Target { name: "tokenizer", seeds: tokenizer_seeds, run: run_tokenizer },
+        Target { name: "sse", seeds: sse_seeds, run: run_sse },
+    ]
+}
+
+fn text(input: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(input)
+}
+
+fn seeds(texts: &[&str]) -> Vec<Vec<u8>> {
+    texts.iter().map(|t| t.as_bytes().to_vec()).collect()
+}
+
+fn scenario_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[
+        include_str!("../../scenarios/quickstart.toml"),
+        include_str!("../../scenarios/mixtral-8x7b.toml"),
+        include_str!("../../tests/data/golden.toml"),
+        "[model]\nnum_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nffn_size = 128\nvocab_size = 256\n\
+         max_position_embeddings = 512\n[hardware]\ngpu = \"H100-SXM\"\n[engine]\npolicy = \"tgi\"\n[workload]\nnum_prompts = 5\n\
+         request_rate = 1\n[workload.dataset]\nkind = \"random\"\ninput_len = 10\noutput_len = 5\nrange_ratio = 0.5\n",
+    ])
+}
+
+/// Resolution, then the first requests of the workload (lengths and arrivals are sampled from
+/// the scenario's distributions, which is where extreme parameters used to panic).
+fn run_scenario(input: &[u8], _: &Path) -> bool {
+    let Ok(scenario) = Scenario::from_toml_str(&text(input), Path::new("fuzz.toml"), &[]) else { return false };
+    let _ = crate::workload::generate(&scenario.workload, 20);
+    true
+}
+
+fn plan_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[include_str!("../../plans/llama70b-chat.toml")])
+}
+
+fn run_plan(input: &[u8], _: &Path) -> bool {
+    Plan::from_toml_str(&text(input), Path::new("fuzz-plan.toml")).is_ok()
+}
+
+fn trace_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&["arrival_s,input_tokens,output_tokens\n0.0,100,20\n0.5,2000,1\n0.5,7,300\n12.25,64,64\n"])
+}
+
+fn run_trace(input: &[u8], _: &Path) -> bool {
+    read_trace_from(Cursor::new(input), Path::new("fuzz.csv")).is_ok()
+}
+
+fn recorded_text_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[
+        include_str!("../../tests/data/recorded/run-000-prefill-decode.txt"),
+        include_str!("../../tests/data/golden.txt"),
+    ])
+}
+
+fn run_recorded_text(input: &[u8], _: &Path) -> bool {
+    parse_text(&text(input), Path::new("fuzz.txt")).is_ok()
+}
+
+fn recorded_json_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[
+        include_str!("../../tests/data/fit/vllm-sweep/vllm-4.0qps-Llama-3.1-8B-Instruct-20250114-101612.json"),
+        include_str!("../../tests/data/fit/servesim-bench/bench-openai-4.json"),
+    ])
+}
+
+fn run_recorded_json(input: &[u8], _: &Path) -> bool {
+    parse_json(&text(input), Path::new("fuzz.json")).is_ok()
+}
+
+fn profile_seeds(_: &Path) -> Vec<Vec<u8>> {
+    // The CSV's first rows (the whole file makes each run slow), and its provenance.
+    let csv: String = include_str!("../../tests/data/cpu-profile/tiny.csv").lines().take(40).map(|l| format!("{l}\n")).collect();
+    vec![csv.into_bytes(), include_bytes!("../../tests/data/cpu-profile/tiny.provenance.toml").to_vec()]
+}
+
+fn run_profile(input: &[u8], _: &Path) -> bool {
+    let text = text(input);
+    // Either half of a profile: the CSV, or the provenance sidecar.
+    let provenance = parse_provenance(&text, Path::new("fuzz.provenance.toml")).is_ok();
+    let csv = parse_csv(&text, Path::new("fuzz.csv"), &Peak { flops_per_s: 1e12, memory_bytes_per_s: 1e11 }).is_ok();
+    provenance || csv
+}
+
+fn hf_config_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[
+        r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+            "max_position_embeddings": 1024, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
+            "torch_dtype": "bfloat16"}"#,
+        r#"{"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
+            "num_local_experts": 8, "num_experts_per_tok": 2, "quantization_config": {"quant_method": "fp8"}}"#,
+    ])
+}
+
+fn run_hf_config(input: &[u8], _: &Path) -> bool {
+    let text = text(input);
+    let spec = ModelSpec::from_hf_config_json(&text, Path::new("config.json"), "fuzz").is_ok();
+    let engine = LlamaConfig::from_json(&text).is_ok();
+    spec || engine
+}
+
+fn safetensors_seeds(scratch: &Path) -> Vec<Vec<u8>> {
+    let path = scratch.join("seed.safetensors");
+    LlamaWeights::random(&LlamaConfig::tiny(), 0).save_safetensors(&path, WeightDtype::F32).expect("the tiny model saves");
+    vec![std::fs::read(&path).expect("the tiny model reads back")]
+}
+
+fn run_safetensors(input: &[u8], scratch: &Path) -> bool {
+    let path: PathBuf = scratch.join("model.safetensors");
+    std::fs::write(&path, input).is_ok() && LlamaWeights::from_safetensors(&LlamaConfig::tiny(), &[path]).is_ok()
+}
+
+fn tokenizer_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[include_str!("../../tokenizers/servesim-char-256/tokenizer.json")])
+}
+
+fn run_tokenizer(input: &[u8], _: &Path) -> bool {
+    let Ok(tokenizer) = Tokenizer::from_json(&text(input), "fuzz") else { return false };
+    match tokenizer.encode("Hello, world: 42 é ∑", true) {
+        Ok(ids) => tokenizer.decode(&ids).is_ok(),
+        Err(_) => false,
+    }
+}
+
+fn sse_seeds(_: &Path) -> Vec<Vec<u8>> {
+    seeds(&[
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"He\",\"finish_reason\":null}]}\n\n\
+         data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"llo\",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n\
+         data: [DONE]\n\n",
+        "data:{\"token\":{\"id\":5,\"text\":\"a\",\"logprob\":-0.1,\"special\":false},\"generated_text\":null,\"details\":null}\n\n\
+         data:{\"token\":{\"id\":6,\"text\":\"b\",\"logprob\":-0.2,\"special\":false},\"generated_text\":\"ab\",\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":2}}\n\n",
+        ": keep-alive\n\ndata: {\"error\": \"overloaded\"}\n\n",
+    ])
+}
+
+fn run_sse(input: &[u8], _: &Path) -> bool {
+    let mut accepted = false;
+    // Split where the network might: after every 7th byte, then all at once.
+    for chunk_bytes in [7, input.len().max(1)] {
+        let mut lines = SseLines::new();
+        let mut payloads = Vec::new();
+        for chunk in input.chunks(chunk_bytes) {
+            if lines.feed(chunk, &mut payloads).is_err() {
+                break;
+            }
+        }
+        if let Ok(Some(last)) = lines.finish() {
+            payloads.push(last);
+        }
+        for payload in &payloads {
+            for backend in [Backend::OpenAi, Backend::Tgi] {
+                accepted |= parse_chunk(backend, payload).error.is_none();
+            }
+        }
+    }
+    accepted
+}
