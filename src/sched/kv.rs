@@ -88,7 +88,18 @@ impl KvCacheManager {
 
     /// Grows `seq`'s table so `tokens_total` tokens fit, keeping `blocks_reserved` blocks free
     /// afterwards (the admission watermark). All or nothing.
+    #[inline]
     pub fn allocate(&mut self, seq: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
+        // Most calls are a decode step inside a block it holds already: a multiplication
+        // answers them, where counting the blocks needed takes a division per sequence per step.
+        let held = self.block_table(seq).len() as u64;
+        if u64::from(tokens_total) <= held * u64::from(self.block_size) {
+            return true;
+        }
+        self.allocate_missing(seq, tokens_total, blocks_reserved)
+    }
+
+    fn allocate_missing(&mut self, seq: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
         let missing = self.blocks_missing(seq, tokens_total);
         if missing == 0 {
             return true;
