@@ -233,7 +233,7 @@ async fn openai_stream_is_timed_and_counted() {
     assert_eq!(*mock.prompt_lens.lock().unwrap(), vec![8; 4]);
     assert_eq!(run.records.itl_ns.len(), 4 * 4);
     assert_eq!(
-        run.records.tokens_per_second.counts.iter().sum::<u64>(),
+        run.records.tokens_per_second.total(),
         4 * 5
     );
     let summary = summary(&run);

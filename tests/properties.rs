@@ -154,7 +154,7 @@ proptest! {
         let expected: u64 = records.iter().filter(|r| r.success).map(|r| r.output_tokens as u64 - 1).sum();
         prop_assert_eq!(itl_count, expected);
         // The timeline's decode and sampled-prefill tokens cover every generated token.
-        let token_total: u64 = out.records.tokens_per_second.counts.iter().sum();
+        let token_total: u64 = out.records.tokens_per_second.total();
         prop_assert_eq!(token_total, records.iter().map(|r| r.output_tokens as u64).sum::<u64>());
         // Steps on one replica never overlap.
         for replica in 0..config.replicas {

@@ -110,3 +110,48 @@ fn bad_report_flags() {
         assert!(stderr(&out).contains(args[0]), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// Sizes and parameters that used to panic, abort on an allocation, or run silently wrong
+/// (issue 17); each is refused up front, naming its field.
+#[test]
+fn absurd_sizes_and_parameters() {
+    let sharegpt = "kind = \"random\"\ninput_len = 256\noutput_len = 32\nrange_ratio = 0.5";
+    let lognormal = |mean: &str, std: &str| {
+        format!("kind = \"sharegpt\"\ninput = {{ dist = \"lognormal\", mean = {mean}, std = {std}, min = 1, max = 512 }}\noutput = {{ dist = \"fixed\", value = 8 }}")
+    };
+    // The log-normal's own parameters overflow (a sampler panic before).
+    assert_rejected(sharegpt, &lognormal("1e-300", "1"), &["workload.dataset.input.std", "overflow", "1e-300"]);
+    assert_rejected(sharegpt, &lognormal("100", "1e300"), &["workload.dataset.input.std", "1e300"]);
+    // An allocation per request (an abort before).
+    assert_rejected("num_prompts = [4, 16]", "num_prompts = 4000000000", &["workload.num_prompts", "4000000000", "10000000"]);
+    // Arrivals past a u64 of nanoseconds (a 21 s run before, silently).
+    assert_rejected("request_rate = 8.0", "request_rate = 1e-12", &["workload.request_rate", "1e-12", "1e9 s"]);
+    assert_rejected("seed = 7", "seed = 7\nburstiness = 1e-300", &["workload.burstiness", "1e-300"]);
+    // Memory no GPU has, KV blocks its memory cannot hold, replicas past any cluster.
+    assert_rejected("gpu = \"H100-SXM\"", "gpu = \"H100-SXM\"\nmemory_gib = 1e15", &["hardware.memory_gib", "1e15"]);
+    assert_rejected("max_num_seqs = 16", "max_num_seqs = 16\nnum_gpu_blocks = 4000000000", &["engine.num_gpu_blocks", "4000000000", "GiB"]);
+    assert_rejected("max_num_seqs = 16", "max_num_seqs = 16\nreplicas = 100000000", &["engine.replicas", "65536"]);
+}
+
+/// A run at a tiny rate spans half a billion simulated seconds in bounded memory: the throughput
+/// buckets and the concurrency sweep follow the requests, not the seconds.
+#[test]
+fn a_tiny_rate_runs_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = SMALL.replacen("request_rate = 8.0", "request_rate = 4e-9", 1).replacen("num_prompts = [4, 16]", "num_prompts = 3", 1);
+    let path = write_file(dir.path(), "slow.toml", &text);
+    let out = servesim(&["simulate", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = stdout(&out);
+    assert!(report.contains("Successful requests:                     3"), "{report}");
+    // The three arrive about 2.5 × 10⁸ s apart.
+    let duration: f64 = report.lines().find(|l| l.starts_with("Benchmark duration")).unwrap().split_whitespace().last().unwrap().parse().unwrap();
+    assert!(duration > 1e8, "{duration}");
+    // A trace row past the horizon is refused with its line.
+    let trace = write_file(dir.path(), "far.csv", "arrival_s,input_tokens,output_tokens\n0,10,5\n1e15,10,5\n");
+    let text = SMALL.replacen("kind = \"random\"\ninput_len = 256\noutput_len = 32\nrange_ratio = 0.5", &format!("kind = \"trace\"\npath = {:?}", trace.to_str().unwrap()), 1).replacen("num_prompts = [4, 16]\n", "", 1);
+    let path = write_file(dir.path(), "trace.toml", &text);
+    let out = servesim(&["simulate", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("far.csv:3: arrival_s `1e15`"), "{}", stderr(&out));
+}

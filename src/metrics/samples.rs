@@ -185,11 +185,13 @@ impl SortedSamples {
     }
 }
 
-/// Output tokens per 1-second bucket: `counts[s]` is the number of tokens whose time falls in
+/// Output tokens per 1-second bucket: `(s, n)` in `counts` says `n` tokens have a time in
 /// `[s, s + 1)` seconds after the origin the producer chose (vLLM: the earliest request send).
+/// Sparse, in second order: only seconds with tokens are kept, so memory follows the tokens, not
+/// the simulated time (a run at 10⁻⁹ req/s spans 10⁹ seconds).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TokenBuckets {
-    pub counts: Vec<u64>,
+    pub counts: Vec<(u64, u64)>,
 }
 
 impl TokenBuckets {
@@ -200,27 +202,32 @@ impl TokenBuckets {
         Self::default()
     }
 
-    /// Counts `count` tokens at `time_ns` after the origin, growing the buckets as needed.
+    /// Counts `count` tokens at `time_ns` after the origin.
+    #[inline]
     pub fn add(&mut self, time_ns: u64, count: u64) {
         if count == 0 {
             return;
         }
-        // u64 seconds fit usize on every target we build for (64-bit).
-        let bucket = (time_ns / Self::NS_PER_S) as usize;
-        if bucket >= self.counts.len() {
-            self.counts.resize(bucket + 1, 0);
+        let second = time_ns / Self::NS_PER_S;
+        // Producers count in time order, so the second is the last one or a new one.
+        match self.counts.last_mut() {
+            Some((last, n)) if *last == second => *n += count,
+            Some((last, _)) if *last > second => match self.counts.binary_search_by_key(&second, |&(s, _)| s) {
+                Ok(i) => self.counts[i].1 += count,
+                Err(i) => self.counts.insert(i, (second, count)),
+            },
+            _ => self.counts.push((second, count)),
         }
-        self.counts[bucket] += count;
     }
 
     /// The largest bucket (tokens in the busiest second); 0 when empty.
     pub fn peak(&self) -> u64 {
-        self.counts.iter().copied().max().unwrap_or(0)
+        self.counts.iter().map(|&(_, n)| n).max().unwrap_or(0)
     }
 
-    /// Number of buckets (seconds covered).
-    pub fn len(&self) -> usize {
-        self.counts.len()
+    /// Tokens counted in all.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().map(|&(_, n)| n).sum()
     }
 
     /// Whether no token was counted.
@@ -435,14 +442,20 @@ mod tests {
     }
 
     #[test]
-    fn token_buckets_grow_and_peak() {
+    fn token_buckets_are_sparse_and_peak() {
         let mut buckets = TokenBuckets::new();
         assert_eq!(buckets.peak(), 0);
         buckets.add(0, 2);
         buckets.add(999_999_999, 1);
         buckets.add(3_000_000_000, 5);
         buckets.add(7_000_000_000, 0);
-        assert_eq!(buckets.counts, vec![3, 0, 0, 5]);
+        assert_eq!(buckets.counts, vec![(0, 3), (3, 5)]);
         assert_eq!(buckets.peak(), 5);
+        // Out of order still lands in its second; a second 10⁹ s later costs one entry.
+        buckets.add(1_500_000_000, 4);
+        buckets.add(3_200_000_000, 1);
+        buckets.add(1_000_000_000 * 1_000_000_000, 7);
+        assert_eq!(buckets.counts, vec![(0, 3), (1, 4), (3, 6), (1_000_000_000, 7)]);
+        assert_eq!((buckets.peak(), buckets.total()), (7, 20));
     }
 }

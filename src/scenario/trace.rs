@@ -74,7 +74,7 @@ pub enum TraceError {
         expected: &'static str,
     },
 
-    #[error("{}:{line}: arrival_s `{value}` must be finite and not negative", path.display())]
+    #[error("{}:{line}: arrival_s `{value}` must be finite, not negative and at most 1e9 seconds (servesim's longest run)", path.display())]
     BadArrival {
         path: PathBuf,
         line: u64,
@@ -233,7 +233,7 @@ fn parse_row(fields: &[&str; 3], line: u64, path: &Path) -> Result<TraceRow, Tra
         expected: "a number of seconds",
     })?;
     // `>= 0.0` is false for NaN as well as for negatives; `-0.0` is accepted as zero.
-    if !(arrival_s.is_finite() && arrival_s >= 0.0) {
+    if !(arrival_s.is_finite() && arrival_s >= 0.0 && arrival_s <= crate::workload::HORIZON_MAX_S) {
         return Err(TraceError::BadArrival {
             path: path.to_path_buf(),
             line,

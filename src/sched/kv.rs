@@ -4,18 +4,23 @@
 //! list and knows nothing of sequences; [`KvCacheManager`] keeps each sequence's block table and
 //! allocates all-or-nothing, so a failed allocation never leaves a sequence half-grown.
 
-/// Fixed-size KV blocks, identified by index. The free list is a stack: the most recently freed
-/// block is reused first, which is deterministic and cache-friendly for a real engine.
+/// Fixed-size KV blocks, identified by index. The free blocks are a stack: the most recently
+/// freed block is reused first, which is deterministic and cache-friendly for a real engine.
+/// Blocks never handed out yet lie at the bottom of the stack in ascending order, so they are
+/// only counted, not listed: memory follows the blocks in use, not the pool's size (a scenario
+/// may give a pool of billions of blocks).
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    free: Vec<u32>,
+    /// Freed blocks, the last freed on top.
+    freed: Vec<u32>,
+    /// Blocks `next_unused..blocks_total` have never been handed out.
+    next_unused: u32,
     blocks_total: u32,
 }
 
 impl BlockPool {
     pub fn new(blocks_total: u32) -> BlockPool {
-        // Reverse order so that block 0 is handed out first.
-        BlockPool { free: (0..blocks_total).rev().collect(), blocks_total }
+        BlockPool { freed: Vec::new(), next_unused: 0, blocks_total }
     }
 
     pub fn blocks_total(&self) -> u32 {
@@ -23,27 +28,31 @@ impl BlockPool {
     }
 
     pub fn blocks_free(&self) -> u32 {
-        self.free.len() as u32
+        self.freed.len() as u32 + (self.blocks_total - self.next_unused)
     }
 
     pub fn blocks_used(&self) -> u32 {
         self.blocks_total - self.blocks_free()
     }
 
-    /// Moves `count` blocks into `table`, or none at all if fewer are free.
+    /// Moves `count` blocks into `table`, top of the stack first, or none at all if fewer are
+    /// free.
     fn allocate_into(&mut self, count: u32, table: &mut Vec<u32>) -> bool {
-        let count = count as usize;
-        if count > self.free.len() {
+        if count > self.blocks_free() {
             return false;
         }
-        let split_at = self.free.len() - count;
-        table.extend(self.free.drain(split_at..).rev());
+        let from_freed = (count as usize).min(self.freed.len());
+        let split_at = self.freed.len() - from_freed;
+        table.extend(self.freed.drain(split_at..).rev());
+        let fresh = count - from_freed as u32;
+        table.extend(self.next_unused..self.next_unused + fresh);
+        self.next_unused += fresh;
         true
     }
 
     fn release(&mut self, table: &mut Vec<u32>) {
-        self.free.extend(table.drain(..).rev());
-        debug_assert!(self.free.len() <= self.blocks_total as usize);
+        self.freed.extend(table.drain(..).rev());
+        debug_assert!(self.blocks_free() <= self.blocks_total);
     }
 }
 
@@ -164,6 +173,23 @@ mod tests {
         assert!(!kv.allocate(0, 10, 1));
         assert!(kv.allocate(0, 9, 1));
         assert_eq!(kv.pool().blocks_free(), 1);
+    }
+
+    /// Blocks come back in the order a full stack of every block would give: the freed ones
+    /// (last freed first), then the never-used ones in ascending order.
+    #[test]
+    fn blocks_are_reused_last_freed_first_then_fresh_in_order() {
+        let mut kv = KvCacheManager::new(10, 1);
+        assert!(kv.allocate(0, 3, 0));
+        assert!(kv.allocate(1, 2, 0));
+        assert_eq!((kv.block_table(0), kv.block_table(1)), (&[0, 1, 2][..], &[3, 4][..]));
+        kv.free(0);
+        assert!(kv.allocate(2, 5, 0));
+        assert_eq!(kv.block_table(2), &[0, 1, 2, 5, 6]);
+        // A pool of billions of blocks holds only what is in use.
+        let mut huge = KvCacheManager::new(u32::MAX, 16);
+        assert!(huge.allocate(0, 64, 0));
+        assert_eq!((huge.block_table(0), huge.pool().blocks_used()), (&[0, 1, 2, 3][..], 4));
     }
 
     #[test]

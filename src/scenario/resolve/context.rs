@@ -91,3 +91,9 @@ pub(super) fn reject_unused_fields(
         _ => Ok(()),
     }
 }
+
+/// A number as an error shows it: as written for everyday sizes, in exponent form beyond (a
+/// value of 1e-300 would otherwise print as three hundred zeros).
+pub(super) fn number(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&x.abs()) { x.to_string() } else { format!("{x:e}") }
+}

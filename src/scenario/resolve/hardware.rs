@@ -85,6 +85,13 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
         }
         None => b.and_then(|g| g.peak_flops_fp8),
     };
+    if let Some(gib) = raw.memory_gib.filter(|&g| g > MEMORY_GIB_MAX) {
+        return Err(cx.invalid(
+            "hardware.memory_gib",
+            super::context::number(gib),
+            format!("more than {MEMORY_GIB_MAX} GiB per GPU, past any GPU made (B300: 288 GB)"),
+        ));
+    }
     let memory_bytes = figure(
         "memory_gib",
         raw.memory_gib,
@@ -114,7 +121,13 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
     })
 }
 
+/// Most replicas one scenario may run: each holds a scheduler and its KV bookkeeping.
+const REPLICAS_MAX: u32 = 65_536;
+
 pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -> Result<u32, ScenarioError> {
+    if engine.replicas > REPLICAS_MAX {
+        return Err(cx.invalid("engine.replicas", engine.replicas, format!("more than {REPLICAS_MAX} replicas")));
+    }
     let needed = engine.tensor_parallel as u64 * engine.replicas as u64;
     let needed_u32 = u32::try_from(needed).map_err(|_| {
         cx.invalid(
@@ -151,6 +164,9 @@ pub(super) fn check_tp(model: &ModelSpec, tp: u32) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// More memory per GPU than a scenario may claim: 16 TiB, over fifty times today's largest.
+const MEMORY_GIB_MAX: f64 = 16384.0;
 
 /// Weights fit check, activation reserve and KV blocks, as the engine computes them at start-up:
 /// `floor((memory × utilization − weights − activation reserve) / (block_size × KV bytes per token))`
@@ -211,6 +227,18 @@ pub(super) fn size_memory(
     let block_bytes = engine.block_size as u64 * model.kv_bytes_per_token_per_gpu(tp);
     engine.num_gpu_blocks = match raw.num_gpu_blocks {
         Some(0) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
+        // A pinned count the GPU's memory cannot hold would fail at the engine's start.
+        Some(n) if n as f64 * block_bytes as f64 > gpu.memory_bytes as f64 => {
+            return Err(cx.invalid(
+                "engine.num_gpu_blocks",
+                n,
+                format!(
+                    "{n} blocks of {block_bytes} B need {} per GPU, more than its {} of memory",
+                    gib(n as f64 * block_bytes as f64),
+                    gib(gpu.memory_bytes as f64)
+                ),
+            ));
+        }
         Some(n) => n,
         None => {
             let left = usable - weights - activation_reserve_bytes as f64;

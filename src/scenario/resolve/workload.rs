@@ -1,14 +1,22 @@
 //! `[workload]`: the sweep, arrivals, token totals and the dataset, whose longest request must fit
 //! the engine's `max_model_len`.
 
-use super::context::{Cx, positive_count, quote, reject_unused_fields};
+use super::context::{Cx, number, positive_count, quote, reject_unused_fields};
 use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawWorkload, RequestRate, RequestRates};
 use crate::scenario::{Dataset, EngineConfig, LengthDist, ScenarioError, WorkloadConfig, trace};
+use crate::workload::{HORIZON_MAX_S, NUM_PROMPTS_MAX};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
 /// no concurrency cap. The random dataset: input 1024, output 128, range ratio 0, no prefix. The
 /// sonnet dataset: input 550, prefix 200, output 150.
 const DEFAULT_NUM_PROMPTS: u32 = 1000;
+/// Gamma shapes beyond these give gaps whose spread no benchmark client produces: at 10⁻³ one
+/// gap in a run can hold nearly all of its time, and past 10³ arrivals are evenly spaced anyway.
+const BURSTINESS_MIN: f64 = 1e-3;
+/// A finite rate above this is "all at once" in all but name (gaps under a nanosecond), and at
+/// 10³⁰⁸ the gamma law's scale underflows to 0.
+const RATE_MAX: f64 = 1e9;
+const BURSTINESS_MAX: f64 = 1e3;
 const RANDOM_INPUT_LEN: u32 = 1024;
 const RANDOM_OUTPUT_LEN: u32 = 128;
 const SONNET_INPUT_LEN: u32 = 550;
@@ -39,7 +47,7 @@ pub(super) fn resolve_workload(
             }
             let mut out = Vec::with_capacity(list.len());
             for &n in list {
-                if n < 1 || n > u32::MAX as i64 {
+                if n < 1 || n > i64::from(NUM_PROMPTS_MAX) {
                     let value = if list.len() == 1 {
                         n.to_string()
                     } else {
@@ -48,7 +56,7 @@ pub(super) fn resolve_workload(
                     return Err(cx.invalid(
                         "workload.num_prompts",
                         value,
-                        format!("{n} is not a positive count"),
+                        format!("{n} is not a count from 1 to {NUM_PROMPTS_MAX} (the most one run may send)"),
                     ));
                 }
                 if let Some(rows) = trace_rows
@@ -90,12 +98,22 @@ pub(super) fn resolve_workload(
     let num_prompts = broadcast(num_prompts, points);
     let request_rate = broadcast(request_rate, points);
     let burstiness = raw.burstiness.unwrap_or(1.0);
-    if !(burstiness > 0.0 && burstiness.is_finite()) {
+    if !(BURSTINESS_MIN..=BURSTINESS_MAX).contains(&burstiness) {
         return Err(cx.invalid(
             "workload.burstiness",
-            burstiness,
-            "must be a positive, finite gamma shape",
+            number(burstiness),
+            format!("must be a gamma shape from {BURSTINESS_MIN} to {BURSTINESS_MAX} (1: Poisson)"),
         ));
+    }
+    // The expected length of each point's run: its requests' mean gaps, summed.
+    for (&n, &rate) in num_prompts.iter().zip(&request_rate) {
+        if rate.is_finite() && f64::from(n) / rate > HORIZON_MAX_S {
+            return Err(cx.invalid(
+                "workload.request_rate",
+                number(rate),
+                format!("{n} requests at this rate would arrive over {:.3e} s, past the longest run servesim simulates ({HORIZON_MAX_S:e} s)", f64::from(n) / rate),
+            ));
+        }
     }
     if raw.max_concurrency == Some(0) {
         return Err(cx.invalid(
@@ -147,11 +165,11 @@ fn resolve_rates(raw: Option<&RequestRates>, cx: &Cx) -> Result<Vec<f64>, Scenar
                 }
             }
         };
-        if rate.is_nan() || rate <= 0.0 {
+        if rate.is_nan() || rate <= 0.0 || (rate.is_finite() && rate > RATE_MAX) {
             return Err(cx.invalid(
                 "workload.request_rate",
-                rate,
-                "must be a positive number of requests per second, or inf",
+                number(rate),
+                format!("must be a positive number of requests per second up to {RATE_MAX:e}, or inf (all at once)"),
             ));
         }
         rates.push(rate);
@@ -441,7 +459,7 @@ fn resolve_dist(field: &str, raw: &RawLengthDist, cx: &Cx) -> Result<LengthDist,
         |f: &str, v: Option<f64>, ok: fn(f64) -> bool, what: &str| -> Result<f64, ScenarioError> {
             match v {
                 Some(x) if ok(x) => Ok(x),
-                Some(x) => Err(cx.invalid(&format!("{field}.{f}"), x, format!("must be {what}"))),
+                Some(x) => Err(cx.invalid(&format!("{field}.{f}"), number(x), format!("must be {what}"))),
                 None => Err(cx.invalid(
                     &format!("{field}.{f}"),
                     "(missing)",
@@ -458,6 +476,15 @@ fn resolve_dist(field: &str, raw: &RawLengthDist, cx: &Cx) -> Result<LengthDist,
         real("mean", t.mean, |x| x.is_finite() && x > 0.0, "a positive, finite number")?
     };
     let std = real("std", t.std, |x| x.is_finite() && x >= 0.0, "a finite number ≥ 0")?;
+    // The log-normal's own (μ, σ) come from mean and std through (std / mean)²: past about
+    // 10¹⁵⁴ it overflows, and the sampler cannot be built.
+    if !normal && !((std / mean).powi(2).is_finite() && (1.0 + (std / mean).powi(2)).ln().is_finite()) {
+        return Err(cx.invalid(
+            &format!("{field}.std"),
+            number(std),
+            format!("is too large against mean {}: the log-normal's parameters overflow", number(mean)),
+        ));
+    }
     Ok(if normal {
         LengthDist::Normal { mean, std, min, max }
     } else {
