@@ -29,15 +29,22 @@ pub enum Error {
     /// A plan ran, and no candidate answers it: the message names the closest miss.
     #[error("{0}")]
     NoAnswer(String),
+    /// `bench` ran, and every request of a sweep point failed (the first error is printed).
+    #[error("{0}")]
+    NothingSucceeded(String),
+    /// `bench` could not run its requests (a task ended abnormally).
+    #[error("{0}")]
+    Bench(String),
 }
 
 impl Error {
-    /// 2 for bad input (like clap's usage errors), 1 for failures while running, 3 for a plan
-    /// that ran and found no configuration meeting its objectives.
+    /// 2 for bad input (like clap's usage errors), 1 for failures while running (a bench whose
+    /// requests all failed included), 3 for a plan that ran and found no configuration meeting
+    /// its objectives.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Scenario(_) | Error::Usage { .. } | Error::Recorded(_) | Error::Report(_) | Error::Import(_) => 2,
-            Error::Output { .. } => 1,
+            Error::Output { .. } | Error::NothingSucceeded(_) | Error::Bench(_) => 1,
             Error::NoAnswer(_) => 3,
         }
     }

@@ -533,3 +533,23 @@ fn the_cli_rejects_bad_flags() {
         assert!(!err.contains("panicked"));
     }
 }
+
+/// `bench` refuses bad flags by their own names before sending anything, and exits 1 when no
+/// request of a sweep point succeeded, printing the first error (issue 17).
+#[test]
+fn bench_names_bad_flags_and_fails_when_nothing_succeeds() {
+    let servesim = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_servesim")).args(args).output().unwrap();
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    // A port nobody listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    for (flag, value) in [("--max-concurrency", "0"), ("--random-input-len", "0"), ("--random-output-len", "0"), ("--num-prompts", "20000000")] {
+        let out = servesim(&["bench", "--base-url", &base, flag, value]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("error: {flag}: \"{value}\"")), "{flag}: {}", stderr(&out));
+    }
+    let out = servesim(&["bench", "--base-url", &base, "--num-prompts", "3", "--random-input-len", "4", "--random-output-len", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("3 request(s) failed; the first: ") && err.contains("no request succeeded at num_prompts 3"), "{err}");
+}

@@ -793,7 +793,7 @@ fn parse_cache_size(s: &str) -> Option<usize> {
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes, if readable.
-fn mem_available_bytes() -> Option<u64> {
+pub fn mem_available_bytes() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -98,6 +98,27 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
     if !(args.burstiness > 0.0 && args.burstiness.is_finite()) {
         return Err(usage("--burstiness", args.burstiness, "must be a positive gamma shape"));
     }
+    // What the simulator refuses in a scenario, refused here too, naming the flag.
+    if let Some(&n) = num_prompts.iter().find(|&&n| n > crate::workload::NUM_PROMPTS_MAX) {
+        return Err(usage("--num-prompts", n, format!("at most {} per sweep point", crate::workload::NUM_PROMPTS_MAX)));
+    }
+    if args.max_concurrency == Some(0) {
+        return Err(usage("--max-concurrency", 0, "must be at least 1 (leave it out for no limit)"));
+    }
+    for (flag, value) in [
+        ("--random-input-len", args.random_input_len),
+        ("--random-output-len", args.random_output_len),
+        ("--sonnet-input-len", args.sonnet_input_len),
+        ("--sonnet-output-len", args.sonnet_output_len),
+    ] {
+        if value == 0 {
+            return Err(usage(flag, 0, "must be at least 1 token"));
+        }
+    }
+    // Where results go is checked before any request is sent, not after the run.
+    if args.save_result {
+        std::fs::create_dir_all(&args.result_dir).map_err(|source| Error::Output { path: args.result_dir.clone(), source })?;
+    }
     if !(0.0..1.0).contains(&args.random_range_ratio) {
         return Err(usage("--random-range-ratio", args.random_range_ratio, "must be in [0, 1)"));
     }
@@ -163,6 +184,9 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         .enable_all()
         .build()
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
+    // Sweep points where no request succeeded: the run goes on (a later point may), and the
+    // exit status says so.
+    let mut failed_points = Vec::new();
     for (i, &n) in num_prompts.iter().enumerate() {
         let mut requests = crate::workload::generate(&workload, n);
         if let Some(lengths) = &sharegpt {
@@ -182,7 +206,12 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         let tick = bar.clone();
         let run = runtime
             .block_on(crate::bench::run_with_progress(&config, std::sync::Arc::new(move |_| tick.inc(1))))
-            .map_err(|e| usage("--base-url", &args.base_url, e.to_string()));
+            .map_err(|e| match e {
+                crate::bench::BenchError::InvalidUrl { .. } | crate::bench::BenchError::Client(_) => {
+                    usage("--base-url", &args.base_url, e.to_string())
+                }
+                other => Error::Bench(other.to_string()),
+            });
         bar.finish_and_clear();
         let run = run?;
         let summary = crate::metrics::Summary::from_records(&run.records, &report.percentiles);
@@ -195,6 +224,9 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         print!("{text}");
         if let Some(first) = run.details.iter().find_map(|d| d.error.as_deref()) {
             eprintln!("{} request(s) failed; the first: {first}", run.failed());
+        }
+        if run.failed() == run.records.requests.len() {
+            failed_points.push(n);
         }
         if args.save_result {
             let mut json = crate::metrics::format::to_json(&summary, &report);
@@ -234,6 +266,12 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             crate::run::output::write_requests_file(&csv, rows)?;
             eprintln!("wrote {} and {}", path.display(), csv.display());
         }
+    }
+    if !failed_points.is_empty() {
+        return Err(Error::NothingSucceeded(format!(
+            "no request succeeded at num_prompts {}",
+            failed_points.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+        )));
     }
     Ok(())
 }

@@ -89,6 +89,7 @@ pub struct ImportArgs {
 }
 
 fn import(args: ImportArgs) -> Result<(), Error> {
+    flags::output_file("--out", &args.out)?;
     use crate::calibrate::import::{FORMATS, aiconfigurator, frontier, llmservingsim, vidur};
     let gpu = args.gpu.as_deref();
     let imported = match args.format.as_str() {
@@ -140,6 +141,7 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         return import(import_args);
     }
     let out = args.out.clone().ok_or_else(|| usage("--out", "", "give the profile's path, FILE.csv"))?;
+    flags::output_file("--out", &out)?;
     let gpu = flags::device(&args.device)?;
     let on_gpu = gpu.is_some();
     if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
@@ -182,6 +184,9 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     let mut backend: Box<dyn Backend> = match gpu {
         None => {
             let threads = args.threads.unwrap_or_else(flags::all_cores);
+            if threads == 0 {
+                return Err(usage("--threads", 0, "must be at least 1"));
+            }
             eprintln!("measuring this CPU's peak FLOP/s and memory bandwidth on {threads} threads");
             let mut cpu = CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?;
             if let Some(gib) = args.memory_gib {

@@ -54,6 +54,7 @@ pub struct FitArgs {
 }
 
 pub(super) fn run(args: FitArgs) -> Result<(), Error> {
+    super::flags::output_file("--out", &args.out)?;
     let metrics = comma_list(&args.metrics);
     let targets = if args.results.is_empty() {
         let mut targets = Vec::new();

@@ -13,6 +13,24 @@ pub(super) fn usage(flag: &'static str, value: impl Display, reason: impl Into<S
     Error::Usage { flag, value: value.to_string(), reason: reason.into() }
 }
 
+/// An output directory, made now (with its parents) so that a path that cannot be written is
+/// refused before the work, not after it.
+pub(super) fn output_dir(flag: &'static str, dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|e| usage(flag, dir.display(), format!("cannot create this directory: {e}")))
+}
+
+/// An output file's folder, made now, and the file's own path not a directory: a file that
+/// cannot be written is refused before the work. The file itself is written at the end.
+pub(super) fn output_file(flag: &'static str, file: &Path) -> Result<(), Error> {
+    if file.is_dir() {
+        return Err(usage(flag, file.display(), "is a directory; give a file's path"));
+    }
+    match file.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| usage(flag, file.display(), format!("cannot create its directory: {e}"))),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn comma_list(text: &str) -> Vec<String> {
     text.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }

@@ -54,6 +54,12 @@ pub struct MergeArgs {
 }
 
 pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
+    if let Some(dir) = args.out.as_deref().or(match &args.command {
+        Some(PlanCommand::Merge(merge)) => merge.out.as_deref(),
+        None => None,
+    }) {
+        super::flags::output_dir("--out", dir)?;
+    }
     if let Some(PlanCommand::Merge(merge)) = args.command {
         let (plan, evaluations) = shard::merge(&merge.shards)?;
         answer_and_write(&plan, &evaluations, merge.out.as_deref())?;

@@ -22,6 +22,7 @@ pub struct ReportArgs {
 }
 
 pub(super) fn run(args: ReportArgs) -> Result<(), Error> {
+    super::flags::output_dir("--out", &args.out)?;
     let config = crate::report::ReportConfig { runs: args.runs, out: args.out, recorded: args.recorded };
     let written = crate::report::generate(&config)?;
     eprintln!("wrote {} files to {} (open index.html)", written.len(), config.out.display());

@@ -77,7 +77,12 @@ fn tokenizer(args: &ServeArgs, model: &str, vocab_size: u32) -> Result<Tokenizer
     Ok(tokenizer)
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
+    if let Some(path) = &args.timeline {
+        flags::output_file("--timeline", path)?;
+    }
     let gpu = flags::device(&args.device)?;
     let (name, weights) = match (&args.model, &args.random_weights) {
         (Some(dir), _) => {
@@ -92,6 +97,9 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
         (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE")),
     };
     let knobs = args.knobs.knobs()?;
+    if args.max_waiting == 0 {
+        return Err(usage("--max-waiting", 0, "must be at least 1: with no room to wait, every request would get 503"));
+    }
     let tokenizer = tokenizer(&args, &name, weights.config.vocab_size as u32)?;
     let context_len = knobs.context_len(weights.config.max_position_embeddings);
     let (blocks, block_size) = (knobs.num_gpu_blocks as usize, knobs.block_size as usize);
@@ -101,6 +109,16 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
         None => {
             let threads = args.threads.unwrap_or_else(flags::all_cores);
             engine_threads = threads;
+            // The KV cache is allocated whole at start: a count the machine cannot hold is refused
+            // here, not by an allocation abort.
+            let kv_bytes = (blocks as u64).saturating_mul(weights.config.kv_bytes_per_block(block_size) as u64);
+            if let Some(available) = crate::calibrate::cpu::mem_available_bytes().filter(|&a| kv_bytes > a) {
+                return Err(usage(
+                    "--num-gpu-blocks",
+                    knobs.num_gpu_blocks,
+                    format!("the KV cache would take {:.2} GiB, more than the {:.2} GiB of memory available", kv_bytes as f64 / GIB, available as f64 / GIB),
+                ));
+            }
             let mut model = ModelExecutor::new(weights, blocks, block_size)
                 .map_err(|e| usage("--num-gpu-blocks", knobs.num_gpu_blocks, e.to_string()))?;
             model.use_own_pool(threads).map_err(|e| usage("--threads", threads, e.to_string()))?;

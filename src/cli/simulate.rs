@@ -84,6 +84,9 @@ impl SimulateArgs {
             overrides.push(format!("cost.profile={}", toml::Value::from(value)));
         }
         let scenario = Scenario::load(&self.scenario, &overrides)?;
+        if let Some(dir) = &self.out {
+            flags::output_dir("--out", dir)?;
+        }
         let report = ReportOptions {
             layout,
             percentile_metrics,

@@ -28,6 +28,9 @@ pub struct ValidateArgs {
 }
 
 pub(super) fn run(args: ValidateArgs) -> Result<(), Error> {
+    if let Some(dir) = &args.out {
+        super::flags::output_dir("--out", dir)?;
+    }
     if args.engine.enabled {
         return validate_engine::run(args.engine, args.out.as_deref());
     }

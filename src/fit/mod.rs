@@ -185,7 +185,7 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
     };
     if config.max_evaluations == 0 {
         return Err(Error::Usage {
-            flag: "--max-evaluations",
+            flag: "--max-evals",
             value: "0".into(),
             reason: "must be at least 1".into(),
         });
