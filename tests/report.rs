@@ -205,6 +205,10 @@ fn bad_input_exits_2_naming_file_and_line() {
     let err = report_error(dir.path(), &run, "requests.csv", |t| Some(t.replacen("send_s", "sent_s", 1)));
     assert!(err.contains("requests.csv:1: header has no `send_s` column"), "{err}");
 
+    // A header and no requests: every chart would be blank.
+    let err = report_error(dir.path(), &run, "requests.csv", |t| Some(format!("{}\n", t.lines().next().unwrap())));
+    assert!(err.contains("requests.csv: sweep point 1 has no requests"), "{err}");
+
     // Not a run directory at all, and a malformed recorded file.
     let out = report(&dir.path().join("nowhere"), &dir.path().join("out"), &[]);
     assert_eq!(out.status.code(), Some(2));

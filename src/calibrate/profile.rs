@@ -562,6 +562,10 @@ pub fn parse_csv(text: &str, file: &Path, peak: &Peak) -> Result<Vec<ProfileRow>
         }
         rows.push(ProfileRow::new(shape, measurement, peak));
     }
+    // A profile of nothing would price every step by fallbacks without saying so.
+    if rows.is_empty() {
+        return Err(err(1, "no measured rows: the profile holds only its header".into()));
+    }
     Ok(rows)
 }
 
@@ -733,6 +737,10 @@ mod tests {
         let bad = format!("{good}gemm,,bf16,1,2\n");
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
         assert!(e.starts_with("calibration/x.csv:6:"), "{e}");
+        // A header alone is not a profile.
+        let header = good.lines().next().unwrap();
+        let e = parse_csv(&format!("{header}\n"), file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:1: no measured rows"), "{e}");
 
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("p.csv");

@@ -261,6 +261,10 @@ pub fn parse_text(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
                     format!("{expected} (in the block opened on line {})", block.line),
                 )
             })?;
+            // Counts, durations, rates and latencies: a negative one is a broken file.
+            if value.is_nan() || value < 0.0 {
+                return Err(syntax_error(file, line_no, line, "a measurement that is not negative"));
+            }
             if block.values.contains_key(&key) {
                 return Err(syntax_error(
                     file,
@@ -422,6 +426,14 @@ pub fn parse_json(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
                 Value::Number(n) => {
                     // Every JSON number has an f64 reading (large integers lose digits only).
                     if let Some(x) = n.as_f64() {
+                        if x < 0.0 {
+                            return Err(RecordedError::Syntax {
+                                file: file.to_path_buf(),
+                                line: block.line,
+                                text: format!("\"{key}\": {x}"),
+                                expected: "a measurement that is not negative".into(),
+                            });
+                        }
                         block.values.insert(key.clone(), x);
                     }
                 }
@@ -651,6 +663,22 @@ mod tests {
             }) => (line, text, expected),
             other => panic!("expected a syntax error, got {other:?}"),
         }
+    }
+
+    /// A negative measurement is a broken file, in either format (issue 17: it was accepted).
+    #[test]
+    fn negative_measurements_are_refused_with_their_line() {
+        let first_ttft = RUN_000.lines().position(|l| l.starts_with("Mean TTFT (ms):")).unwrap();
+        let text: String = RUN_000
+            .lines()
+            .enumerate()
+            .map(|(i, l)| if i == first_ttft { "Mean TTFT (ms):                          -12.50\n".to_string() } else { format!("{l}\n") })
+            .collect();
+        let (line, _, expected) = syntax(parse_text(&text, Path::new("test.txt")));
+        assert_eq!((line, expected.as_str()), (first_ttft + 1, "a measurement that is not negative"));
+        let json = r#"{"completed": 10, "mean_ttft_ms": -3.0}"#;
+        let (_, text, _) = syntax(parse_json(json, Path::new("r.json")));
+        assert!(text.contains("mean_ttft_ms"), "{text}");
     }
 
     #[test]

@@ -97,24 +97,18 @@ pub struct MoeSpec {
     pub expert_parallel: bool,
 }
 
-impl MoeSpec {
-    /// Elements of one layer's routed experts (gate, up and down of each).
-    pub fn expert_elements_per_layer(&self, hidden: u64) -> u64 {
-        self.num_experts as u64 * 3 * hidden * self.expert_ffn_size as u64
-    }
-
-    /// Elements of one layer's router (hidden → one logit per expert), kept on every GPU.
-    pub fn router_elements_per_layer(&self, hidden: u64) -> u64 {
-        hidden * self.num_experts as u64
-    }
-}
-
 /// vLLM pads the vocabulary of `VocabParallelEmbedding` / `ParallelLMHead` up to a multiple of
 /// this (`DEFAULT_VOCAB_PADDING_SIZE`) before splitting it across tensor-parallel ranks.
 const VOCAB_PADDING: u64 = 64;
 
 fn div_ceil(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
+}
+
+/// A size computed in u128, as a u64: `u64::MAX` (16 EiB, more than any GPU) where it does not
+/// fit, so that a size check refuses it instead of seeing a wrapped, small number.
+fn saturate(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
 }
 
 /// What one GPU holds of a model at a tensor-parallel degree, as vLLM shards it (Megatron split:
@@ -154,28 +148,37 @@ impl ModelSpec {
             ffn,
             vocab_padded,
             vocab_rows: div_ceil(vocab_padded, tp),
-            linear_elements_per_layer: h * (heads + 2 * kv_heads) * d // QKV
-                + heads * d * h // output projection
-                + 3 * h * ffn // gate, up, down
-                + self.moe.map_or(0, |moe| {
-                    let experts = moe.num_experts as u64;
-                    let f = moe.expert_ffn_size as u64;
-                    let tensor_parallel = experts * div_ceil(f, tp);
-                    let expert_parallel = div_ceil(experts, tp) * f;
-                    moe.router_elements_per_layer(h) + 3 * h * tensor_parallel.max(expert_parallel)
-                }),
+            // In u128, saturated: absurd dimensions must read as "too large", not wrap around.
+            linear_elements_per_layer: saturate({
+                let (h, heads, kv_heads, d, ffn) = (h as u128, heads as u128, kv_heads as u128, d as u128, ffn as u128);
+                h * (heads + 2 * kv_heads) * d // QKV
+                    + heads * d * h // output projection
+                    + 3 * h * ffn // gate, up, down
+                    + self.moe.map_or(0, |moe| {
+                        let experts = moe.num_experts as u128;
+                        let f = moe.expert_ffn_size as u128;
+                        let tensor_parallel = experts * f.div_ceil(tp as u128);
+                        let expert_parallel = experts.div_ceil(tp as u128) * f;
+                        h * experts + 3 * h * tensor_parallel.max(expert_parallel)
+                    })
+            }),
         }
     }
 
     /// Parameters of the unsharded model (true vocabulary, no padding). A tied LM head is the
     /// embedding table and is counted once.
     pub fn param_count(&self) -> u64 {
-        let h = self.hidden_size as u64;
-        let q = self.num_heads as u64 * self.head_dim as u64;
-        let kv = self.num_kv_heads as u64 * self.head_dim as u64;
-        let f = self.ffn_size as u64;
-        let v = self.vocab_size as u64;
-        let experts = self.moe.map_or(0, |moe| moe.router_elements_per_layer(h) + moe.expert_elements_per_layer(h));
+        saturate(self.param_count_wide())
+    }
+
+    /// [`Self::param_count`] in u128, which no dimensions a `u32` holds can overflow.
+    fn param_count_wide(&self) -> u128 {
+        let h = self.hidden_size as u128;
+        let q = self.num_heads as u128 * self.head_dim as u128;
+        let kv = self.num_kv_heads as u128 * self.head_dim as u128;
+        let f = self.ffn_size as u128;
+        let v = self.vocab_size as u128;
+        let experts = self.moe.map_or(0, |moe| h * moe.num_experts as u128 * (1 + 3 * moe.expert_ffn_size as u128));
         let per_layer = h * (q + 2 * kv) // fused QKV
             + q * h // output projection
             + 3 * h * f // gate, up, down (shared experts, in a mixture-of-experts model)
@@ -183,17 +186,17 @@ impl ModelSpec {
             + 2 * h; // input and post-attention RMSNorm
         let embedding = v * h;
         let lm_head = if self.tied_embeddings { 0 } else { v * h };
-        self.num_layers as u64 * per_layer + embedding + lm_head + h // + final norm
+        self.num_layers as u128 * per_layer + embedding + lm_head + h // + final norm
     }
 
     /// Parameters one token runs through: [`Self::param_count`] less the routed experts it is
     /// not sent to (all of them, in a dense model).
     pub fn active_param_count(&self) -> u64 {
         let idle = self.moe.map_or(0, |moe| {
-            let per_expert = 3 * self.hidden_size as u64 * moe.expert_ffn_size as u64;
-            (moe.num_experts - moe.experts_per_token.min(moe.num_experts)) as u64 * per_expert
+            let per_expert = 3 * self.hidden_size as u128 * moe.expert_ffn_size as u128;
+            (moe.num_experts - moe.experts_per_token.min(moe.num_experts)) as u128 * per_expert
         });
-        self.param_count() - self.num_layers as u64 * idle
+        saturate(self.param_count_wide() - self.num_layers as u128 * idle)
     }
 
     /// KV heads each GPU holds at tensor parallelism `tp`. When `tp` exceeds the number of KV
@@ -205,11 +208,10 @@ impl ModelSpec {
     /// KV-cache bytes one token occupies on one GPU: layers × KV heads per GPU × head dim × 2 (K
     /// and V) × KV dtype bytes. Llama-3.1-405B at TP 8 in bf16: 126 × 1 × 128 × 2 × 2 = 64,512.
     pub fn kv_bytes_per_token_per_gpu(&self, tp: u32) -> u64 {
-        self.num_layers as u64
-            * self.kv_heads_per_gpu(tp) as u64
-            * self.head_dim as u64
-            * 2
-            * self.kv_dtype.bytes()
+        (self.num_layers as u64)
+            .saturating_mul(self.kv_heads_per_gpu(tp) as u64)
+            .saturating_mul(self.head_dim as u64)
+            .saturating_mul(2 * self.kv_dtype.bytes())
     }
 
     /// Bytes of the dtype that embeddings, LM head and norms are stored in. vLLM's FP8 weight
@@ -237,11 +239,13 @@ impl ModelSpec {
     /// Llama-3.1-8B in bf16 at TP 1: 8,030,261,248 parameters → 16,060,522,496 bytes.
     pub fn weight_bytes_per_gpu(&self, tp: u32) -> u64 {
         let shard = self.shard(tp);
-        let h = self.hidden_size as u64;
-        let norm_elements = (2 * self.num_layers as u64 + 1) * h;
+        let h = self.hidden_size as u128;
+        let norm_elements = (2 * self.num_layers as u128 + 1) * h;
         let vocab_tables = if self.tied_embeddings { 1 } else { 2 };
-        self.num_layers as u64 * shard.linear_elements_per_layer * self.weight_dtype.bytes()
-            + (vocab_tables * shard.vocab_rows * h + norm_elements) * self.unquantized_bytes()
+        saturate(
+            self.num_layers as u128 * shard.linear_elements_per_layer as u128 * self.weight_dtype.bytes() as u128
+                + (vocab_tables * shard.vocab_rows as u128 * h + norm_elements) * self.unquantized_bytes() as u128,
+        )
     }
 
     /// Estimated peak activation bytes on one GPU during the engine's start-up profiling forward

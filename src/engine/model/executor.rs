@@ -141,7 +141,10 @@ impl ModelExecutor {
         if num_blocks > u32::MAX as usize {
             return Err(ModelError::Step(format!("{num_blocks} KV blocks do not fit 32-bit block ids")));
         }
-        let rope = Rope::new(c.head_dim, c.rope_theta, c.max_position_embeddings);
+        // No position past the KV cache's capacity is ever computed: the table stops there, not at
+        // a config's max_position_embeddings (a config may claim billions of positions).
+        let positions = c.max_position_embeddings.min(num_blocks.saturating_mul(block_size)).max(1);
+        let rope = Rope::new(c.head_dim, c.rope_theta, positions);
         let dims = AttentionDims { num_heads: c.num_heads, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim };
         let cache_len = num_blocks * block_size * c.kv_dim();
         let k_cache = (0..c.num_layers).map(|_| vec![0.0; cache_len]).collect();

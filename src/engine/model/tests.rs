@@ -461,3 +461,12 @@ fn a_step_is_timed_by_kind_of_op() {
     assert!(exec.forward(&batch, &[1, 2, 3], &kv).is_err());
     assert_eq!(exec.last_times(), OpTimes::default());
 }
+
+/// A config claiming billions of positions builds its RoPE table only as far as the KV cache
+/// reaches (issue 17: the table was sized by the config, an allocation abort).
+#[test]
+fn the_rope_table_stops_at_the_kv_capacity() {
+    let config = LlamaConfig { max_position_embeddings: 4_000_000_000, ..LlamaConfig::tiny() };
+    let exec = ModelExecutor::new(LlamaWeights::random(&config, 7), 8, BLOCK_SIZE).unwrap();
+    assert_eq!(exec.num_blocks(), 8);
+}

@@ -224,7 +224,7 @@ pub(super) fn size_memory(
     };
     engine.activation_reserve_bytes = activation_reserve_bytes;
 
-    let block_bytes = engine.block_size as u64 * model.kv_bytes_per_token_per_gpu(tp);
+    let block_bytes = (engine.block_size as u64).saturating_mul(model.kv_bytes_per_token_per_gpu(tp));
     engine.num_gpu_blocks = match raw.num_gpu_blocks {
         Some(0) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
         // A pinned count the GPU's memory cannot hold would fail at the engine's start.
@@ -312,7 +312,7 @@ fn size_tgi_memory(
     let mut tgi = engine.tgi.expect("policy tgi");
     let tp = engine.tensor_parallel;
     let block_size = engine.block_size as u64;
-    let block_bytes = block_size * model.kv_bytes_per_token_per_gpu(tp);
+    let block_bytes = block_size.saturating_mul(model.kv_bytes_per_token_per_gpu(tp));
     let prefill_tokens = tgi.max_batch_prefill_tokens as u64;
     let warmup_requests = prefill_tokens.div_ceil(tgi.max_input_tokens as u64);
     let warmup_blocks = warmup_requests * (tgi.max_total_tokens as u64 - 1).div_ceil(block_size);
