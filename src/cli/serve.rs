@@ -177,7 +177,8 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             .start(executor, args.max_waiting, context_len)
             .with_model_name(name.clone())
             .with_tokenizer(std::sync::Arc::new(tokenizer))
-            .with_ignore_eos(args.ignore_eos);
+            .with_ignore_eos(args.ignore_eos)
+            .with_trace(args.timeline.is_some());
         eprintln!("serving {name} on http://{bound} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {

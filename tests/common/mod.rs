@@ -120,6 +120,11 @@ pub fn spawn_serve_logged(args: &[&str]) -> (KillOnDrop, String, std::sync::Arc<
     }
 }
 
+/// The value of an unlabelled Prometheus sample `name` in a `/metrics` body.
+pub fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// `GET path` over plain HTTP/1.1 with `Connection: close`: the body of a 200 response.
 pub fn http_get(base: &str, path: &str) -> String {
     use std::io::{Read, Write};
