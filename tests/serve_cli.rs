@@ -4,8 +4,7 @@
 mod common;
 use common::*;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn bench_measures_the_served_model_and_sigterm_stops_it() {
@@ -25,17 +24,8 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
     assert!(text.contains("Total input tokens:                      60        \n"), "{text}");
 
     // SIGTERM: a graceful stop, exit code 0.
-    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            assert!(status.success(), "server exit status {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "server did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status = sigterm_and_wait(&mut server, Duration::from_secs(20));
+    assert!(status.success(), "server exit status {status}");
 
     // The step trace, in timeline.csv's columns: every prompt token prefilled once, every
     // output token after the first decoded once (the first comes from the prefill step).
@@ -98,16 +88,7 @@ fn sigterm_exits_despite_a_half_open_connection() {
     stalled.write_all(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{").unwrap();
     // The server has the connection once it answers another.
     assert!(http_get(&base, "/health").contains("{}"));
-    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "server still running 60 s after SIGTERM with --drain-timeout 1");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = sigterm_and_wait(&mut server, Duration::from_secs(60));
     let log = log.lock().unwrap().clone();
     assert!(status.success(), "exit status {status}: {log}");
     assert!(log.contains("closed 1 connections still open after --drain-timeout 1 s"), "{log}");

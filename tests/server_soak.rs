@@ -142,7 +142,7 @@ async fn one(client: &reqwest::Client, base: &str, addr: &str, c: u64, i: u64, t
         }
         7 => {
             // Not HTTP at all, or a body's framing broken: a JSON 400 each.
-            let request: &[u8] = if i % 2 == 0 { b"BREW /pot HTCPCP\r\n\r\n" } else { b"POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nQQ\r\n" };
+            let request: &[u8] = if i.is_multiple_of(2) { b"BREW /pot HTCPCP\r\n\r\n" } else { b"POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nQQ\r\n" };
             let (addr, request) = (addr.to_string(), request.to_vec());
             let response = tokio::task::spawn_blocking(move || {
                 use std::io::Read;
@@ -231,16 +231,13 @@ async fn soak_leaves_no_work_no_blocks_no_growth_and_no_panic() {
     let cancelled = metric(&m, "servesim_requests_cancelled_total").unwrap();
     assert!(cancelled >= t.cancelled as f64, "{cancelled} cancelled in /metrics, {} left by the clients", t.cancelled);
 
-    let status = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "server still running 120 s after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = tokio::task::spawn_blocking(move || {
+        let status = sigterm_and_wait(&mut server, Duration::from_secs(120));
+        drop(server);
+        status
+    })
+    .await
+    .unwrap();
     let log = log.lock().unwrap().clone();
     assert!(status.success(), "exit status {status}: {log}");
     assert!(!log.contains("panicked") && !log.contains("RUST_BACKTRACE"), "{log}");

@@ -120,6 +120,20 @@ pub fn spawn_serve_logged(args: &[&str]) -> (KillOnDrop, String, std::sync::Arc<
     }
 }
 
+/// Sends SIGTERM to the server and waits for it to exit, panicking after `limit`.
+pub fn sigterm_and_wait(server: &mut KillOnDrop, limit: std::time::Duration) -> std::process::ExitStatus {
+    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().expect("run kill");
+    assert!(status.success(), "kill -TERM failed");
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = server.0.try_wait().expect("poll the server") {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "server still running {limit:?} after SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The value of an unlabelled Prometheus sample `name` in a `/metrics` body.
 pub fn metric(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
