@@ -4,8 +4,7 @@
 mod common;
 use common::*;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn bench_measures_the_served_model_and_sigterm_stops_it() {
@@ -25,17 +24,8 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
     assert!(text.contains("Total input tokens:                      60        \n"), "{text}");
 
     // SIGTERM: a graceful stop, exit code 0.
-    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            assert!(status.success(), "server exit status {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "server did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status = sigterm_and_wait(&mut server, Duration::from_secs(20));
+    assert!(status.success(), "server exit status {status}");
 
     // The step trace, in timeline.csv's columns: every prompt token prefilled once, every
     // output token after the first decoded once (the first comes from the prefill step).
@@ -83,5 +73,44 @@ fn serve_on_a_missing_gpu_is_a_clear_error() {
         assert_eq!(out.status.code(), Some(2), "--device {device}: {err}");
         assert!(!err.contains("panicked"), "{err}");
         assert!(err.contains(&format!("--device: \"{device}\"")) && err.contains(expected), "--device {device}: {err}");
+    }
+}
+
+/// Issue 17: one half-open connection kept the server from exiting after SIGTERM. Now it waits
+/// at most `--drain-timeout`, then closes the connection and exits 0.
+#[test]
+fn sigterm_exits_despite_a_half_open_connection() {
+    use std::io::Write;
+    let (mut server, base, log) = spawn_serve_logged(&[
+        "--random-weights", "tiny", "--threads", "1", "--drain-timeout", "1", "--header-read-timeout", "600", "--body-read-timeout", "600",
+    ]);
+    let mut stalled = std::net::TcpStream::connect(base.strip_prefix("http://").unwrap()).unwrap();
+    stalled.write_all(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{").unwrap();
+    // The server has the connection once it answers another.
+    assert!(http_get(&base, "/health").contains("{}"));
+    let status = sigterm_and_wait(&mut server, Duration::from_secs(60));
+    let log = log.lock().unwrap().clone();
+    assert!(status.success(), "exit status {status}: {log}");
+    assert!(log.contains("closed 1 connections still open after --drain-timeout 1 s"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn serve_rejects_bad_limits() {
+    for (flag, value, words) in [
+        ("--drain-timeout", "0", "above 0"),
+        ("--drain-timeout", "-1", "above 0"),
+        ("--drain-timeout", "NaN", "above 0"),
+        ("--header-read-timeout", "1e300", "at most 86400"),
+        ("--body-read-timeout", "0", "above 0"),
+        ("--max-prompt-bytes", "0", "at least 1"),
+        ("--max-prompt-bytes", "99999999999", "request body limit"),
+        ("--max-waiting", "0", "every request would get 503"),
+    ] {
+        let out = servesim(&["serve", "--random-weights", "tiny", "--port", "0", &format!("{flag}={value}")]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag) && err.contains(words), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
     }
 }

@@ -2,6 +2,7 @@
 //! simulator's own scheduler.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -10,7 +11,10 @@ use super::knobs::EngineKnobsArgs;
 use crate::Error;
 use crate::engine::cuda::CudaModelExecutor;
 use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor};
-use crate::engine::server::{CudaModelEngine, Executor, ModelEngine, Tokenizer, http_runtime};
+use crate::engine::server::{
+    BODY_READ_TIMEOUT_DEFAULT, CudaModelEngine, DRAIN_TIMEOUT_DEFAULT, Executor, HEADER_READ_TIMEOUT_DEFAULT, ModelEngine, PROMPT_BYTES_MAX_DEFAULT,
+    REQUEST_BODY_BYTES_MAX, ServerLimits, Tokenizer, http_runtime,
+};
 
 /// `servesim serve`.
 #[derive(Debug, Args)]
@@ -53,6 +57,45 @@ pub struct ServeArgs {
     /// CPU threads for the forward pass (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Most bytes of a text prompt; longer ones get 400 before any tokenizing.
+    #[arg(long, value_name = "BYTES", default_value_t = PROMPT_BYTES_MAX_DEFAULT)]
+    pub max_prompt_bytes: usize,
+    /// Seconds a client has to send a request's line and headers (and a kept-alive connection
+    /// may sit idle); the connection is closed after it.
+    #[arg(long, value_name = "SECONDS", default_value_t = HEADER_READ_TIMEOUT_DEFAULT.as_secs_f64())]
+    pub header_read_timeout: f64,
+    /// Seconds a client has to send a request's body once its headers are in; 408 after it.
+    #[arg(long, value_name = "SECONDS", default_value_t = BODY_READ_TIMEOUT_DEFAULT.as_secs_f64())]
+    pub body_read_timeout: f64,
+    /// On SIGTERM or Ctrl-C, seconds that requests in flight may take to finish; then every
+    /// connection is closed and the server exits.
+    #[arg(long, value_name = "SECONDS", default_value_t = DRAIN_TIMEOUT_DEFAULT.as_secs_f64())]
+    pub drain_timeout: f64,
+}
+
+/// Longest time limit a flag takes: a day.
+const TIMEOUT_S_MAX: f64 = 86_400.0;
+
+/// A time-limit flag's value in seconds: positive and at most [`TIMEOUT_S_MAX`].
+fn seconds(flag: &'static str, value: f64) -> Result<Duration, Error> {
+    if !(value > 0.0 && value <= TIMEOUT_S_MAX) {
+        return Err(usage(flag, value, format!("must be a number of seconds above 0 and at most {TIMEOUT_S_MAX}")));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// The server's limits from the flags, naming the first bad one.
+fn limits(args: &ServeArgs) -> Result<ServerLimits, Error> {
+    if args.max_prompt_bytes == 0 || args.max_prompt_bytes > REQUEST_BODY_BYTES_MAX {
+        let reason = format!("must be at least 1 and at most the request body limit, {REQUEST_BODY_BYTES_MAX} bytes");
+        return Err(usage("--max-prompt-bytes", args.max_prompt_bytes, reason));
+    }
+    Ok(ServerLimits {
+        prompt_bytes_max: args.max_prompt_bytes,
+        header_read_timeout: seconds("--header-read-timeout", args.header_read_timeout)?,
+        body_read_timeout: seconds("--body-read-timeout", args.body_read_timeout)?,
+        drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
+    })
 }
 
 /// The tokenizer `serve` uses: `--tokenizer`, else the `--model` directory's `tokenizer.json`,
@@ -97,6 +140,7 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
         (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE")),
     };
     let knobs = args.knobs.knobs()?;
+    let limits = limits(&args)?;
     if args.max_waiting == 0 {
         return Err(usage("--max-waiting", 0, "must be at least 1: with no room to wait, every request would get 503"));
     }
@@ -137,7 +181,7 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
     };
     let runtime = http_runtime(engine_threads)
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let address = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
@@ -148,7 +192,8 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             .start(executor, args.max_waiting, context_len)
             .with_model_name(name.clone())
             .with_tokenizer(std::sync::Arc::new(tokenizer))
-            .with_ignore_eos(args.ignore_eos);
+            .with_ignore_eos(args.ignore_eos)
+            .with_trace(args.timeline.is_some());
         eprintln!("serving {name} on http://{bound} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {
@@ -160,9 +205,12 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             eprintln!("shutting down");
         };
         let trace = engine.clone();
-        crate::engine::server::serve(listener, engine, shutdown)
-            .await
-            .map_err(|source| Error::Output { path: address.into(), source })?;
+        let drained = crate::engine::server::serve_with(listener, engine, limits, shutdown).await;
+        if drained.connections_closed > 0 {
+            eprintln!("closed {} connections still open after --drain-timeout {} s", drained.connections_closed, args.drain_timeout);
+        } else {
+            eprintln!("drained in {:.3} s", drained.drain_time.as_secs_f64());
+        }
         if let Some(path) = &args.timeline {
             let steps = trace.trace();
             // A server has no sweep: its steps are one point, of no set number of prompts.
@@ -171,5 +219,8 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             eprintln!("wrote {} ({} steps)", path.display(), steps.len());
         }
         Ok(())
-    })
+    });
+    // A tokenizing thread may still run for a request whose connection was closed: not waited for.
+    runtime.shutdown_background();
+    served
 }

@@ -73,6 +73,12 @@ impl Drop for KillOnDrop {
 /// taken in between by another test's server, or any other process, and the test would then
 /// talk to the wrong one.
 pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
+    let (server, base, _) = spawn_serve_logged(args);
+    (server, base)
+}
+
+/// [`spawn_serve`], also keeping every line the server writes to stderr, for as long as it runs.
+pub fn spawn_serve_logged(args: &[&str]) -> (KillOnDrop, String, std::sync::Arc<std::sync::Mutex<String>>) {
     use std::io::BufRead;
     use std::process::Stdio;
     use std::time::Duration;
@@ -89,7 +95,9 @@ pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
     // Read stderr on a thread, for as long as the server lives (a full pipe would block it),
     // and hand over the base URL from the line that announces it.
     let stderr = server.0.stderr.take().expect("piped stderr");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let (found, url) = std::sync::mpsc::channel();
+    let thread_log = log.clone();
     std::thread::spawn(move || {
         let mut found = Some(found);
         for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -97,15 +105,32 @@ pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
             if let (Some(base), Some(tx)) = (base, found.take()) {
                 let _ = tx.send(base.to_string());
             }
+            let mut log = thread_log.lock().unwrap_or_else(|e| e.into_inner());
+            log.push_str(&line);
+            log.push('\n');
         }
     });
     match url.recv_timeout(Duration::from_secs(30)) {
-        Ok(base) => (server, base),
+        Ok(base) => (server, base, log),
         // Its stderr closed without the line: it is exiting.
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             panic!("servesim serve {args:?} exited before listening: {}", server.0.wait().unwrap())
         }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("servesim serve {args:?} did not start in 30 s"),
+    }
+}
+
+/// Sends SIGTERM to the server and waits for it to exit, panicking after `limit`.
+pub fn sigterm_and_wait(server: &mut KillOnDrop, limit: std::time::Duration) -> std::process::ExitStatus {
+    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().expect("run kill");
+    assert!(status.success(), "kill -TERM failed");
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = server.0.try_wait().expect("poll the server") {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "server still running {limit:?} after SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 

@@ -169,6 +169,9 @@ enum Command {
 struct Shared {
     stats: Mutex<EngineStats>,
     trace: Mutex<Vec<StepRow>>,
+    /// Whether steps are appended to `trace`: a server that writes no timeline keeps none, so
+    /// its memory does not grow with the steps it runs (up to [`TRACE_ROWS_MAX`] rows, ~90 MB).
+    tracing: std::sync::atomic::AtomicBool,
     next_id: std::sync::atomic::AtomicU32,
 }
 
@@ -222,6 +225,7 @@ impl EngineHandle {
         let shared = Arc::new(Shared {
             stats: Mutex::new(EngineStats { kv_blocks_total: config.num_gpu_blocks, ..EngineStats::default() }),
             trace: Mutex::new(Vec::new()),
+            tracing: std::sync::atomic::AtomicBool::new(true),
             next_id: std::sync::atomic::AtomicU32::new(0),
         });
         let (tx, rx) = std_mpsc::channel();
@@ -314,6 +318,12 @@ impl EngineHandle {
     /// The engine's state now.
     pub fn stats(&self) -> EngineStats {
         self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Keeps the per-step trace ([`EngineHandle::trace`]) or not (default: kept).
+    pub fn with_trace(self, keep: bool) -> EngineHandle {
+        self.shared.tracing.store(keep, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// The per-step trace so far, in the simulator's timeline format (`cost.total_ns` is the
@@ -557,7 +567,7 @@ impl<E: Executor> EngineLoop<E> {
                 overhead_ns: elapsed_ns.saturating_sub(forward_ns),
             },
         };
-        {
+        if self.shared.tracing.load(std::sync::atomic::Ordering::Relaxed) {
             let mut trace = self.shared.trace.lock().unwrap_or_else(|e| e.into_inner());
             if trace.len() >= TRACE_ROWS_MAX {
                 trace.drain(..TRACE_ROWS_MAX / 2);

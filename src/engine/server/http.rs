@@ -5,42 +5,74 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
+use super::connection::{Drained, serve_app};
 use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SubmitError};
-use crate::engine::model::SamplingParams;
+use super::limits::{REQUEST_BODY_BYTES_MAX, ServerLimits};
 use super::tokenizer::{StreamDecoder, Tokenizer};
-
-/// Most bytes of a request body accepted.
-pub const REQUEST_BODY_BYTES_MAX: usize = 16 << 20;
+use crate::engine::model::SamplingParams;
 
 /// `max_tokens` when a request gives none (OpenAI's default).
 pub const MAX_TOKENS_DEFAULT: u32 = 16;
 
-/// Serves the engine on `listener` until `shutdown` completes (e.g. on SIGTERM); then stops
-/// accepting connections and lets in-flight requests finish.
+/// The model name every server also answers to besides its own: `servesim bench`'s default
+/// `--model`, so that a bench run without `--model` is not a 404.
+pub const MODEL_NAME_ALIAS: &str = "servesim";
+
+/// Seconds a client is asked to wait after a 503 (`Retry-After`): about a few engine steps.
+const RETRY_AFTER_S: &str = "1";
+
+/// Serves the engine on `listener` with the default [`ServerLimits`] until `shutdown`
+/// completes (e.g. on SIGTERM); see [`serve_with`].
 pub async fn serve(listener: tokio::net::TcpListener, engine: EngineHandle, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // No Nagle: a streamed token is one small write, and holding it until the client's delayed
-    // ACK arrives (up to 40 ms on Linux) would show up in the client's TTFT and ITL.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await
+    serve_with(listener, engine, ServerLimits::default(), shutdown).await;
+    Ok(())
 }
 
-/// The routes, for callers that want to embed them.
+/// Serves the engine on `listener` until `shutdown` completes; then stops accepting, lets
+/// requests in flight finish for at most `limits.drain_timeout`, and closes every connection.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    engine: EngineHandle,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Drained {
+    serve_app(listener, router_with(engine, limits), limits, shutdown).await
+}
+
+/// The routes with the default [`ServerLimits`], for callers that want to embed them.
 pub fn router(engine: EngineHandle) -> Router {
+    router_with(engine, ServerLimits::default())
+}
+
+/// What every handler sees.
+#[derive(Clone)]
+struct Front {
+    engine: EngineHandle,
+    limits: ServerLimits,
+    /// One permit a core: tokenizing is CPU work, and a burst of long text prompts must queue
+    /// rather than each take a thread and its memory at once.
+    tokenizing: Arc<Semaphore>,
+}
+
+/// The routes under `limits`.
+pub fn router_with(engine: EngineHandle, limits: ServerLimits) -> Router {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let front = Front { engine, limits, tokenizing: Arc::new(Semaphore::new(cores)) };
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
@@ -48,19 +80,111 @@ pub fn router(engine: EngineHandle) -> Router {
         .route("/generate_stream", post(generate_stream))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .fallback(not_found)
+        // The body is already whole and within the limit (read_body); the extractor's own
+        // default limit (2 MB) must not cut it shorter.
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
-        .with_state(engine)
+        .layer(middleware::from_fn_with_state(limits, read_body))
+        .layer(middleware::map_response(json_errors))
+        .with_state(front)
+}
+
+/// An error's JSON: OpenAI's shape, plus TGI's top-level `error_type` for TGI clients.
+pub(super) fn error_body(status: StatusCode, message: &str) -> String {
+    let kind = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::REQUEST_TIMEOUT => "timeout_error",
+        s if s.is_client_error() => "invalid_request_error",
+        _ => "server_error",
+    };
+    json!({"error": {"message": message, "type": kind, "code": status.as_u16()}, "error_type": kind, "object": "error", "message": message}).to_string()
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
-    let kind = match status {
-        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
-        StatusCode::BAD_REQUEST => "invalid_request_error",
-        _ => "server_error",
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], error_body(status, message)).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+    }
+    response
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error_response(StatusCode::NOT_FOUND, &format!("no route for {method} {}", uri.path()))
+}
+
+/// Every error status gets a JSON body: axum's own (405, a rejected extractor) come as plain
+/// text or nothing, and keep their other headers (405's `Allow`).
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    // axum's rejection texts are a line or two; anything longer is cut.
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_string() } else { text };
+    let mut json = error_response(status, &message);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            json.headers_mut().insert(name, value.clone());
+        }
+    }
+    json
+}
+
+/// Reads the whole request body before any handler runs: at most [`REQUEST_BODY_BYTES_MAX`]
+/// bytes (413), within `limits.body_read_timeout` (408), and well framed (400).
+async fn read_body(State(limits): State<ServerLimits>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let too_large = || {
+        error_response(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {REQUEST_BODY_BYTES_MAX} bytes"))
     };
-    // OpenAI's shape, plus TGI's top-level `error` string via `error_type` for TGI clients.
-    let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}, "error_type": kind, "object": "error", "message": message});
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    // A declared length over the limit is refused before a byte of it is read.
+    if content_length(&parts.headers).is_some_and(|n| n > REQUEST_BODY_BYTES_MAX as u64) {
+        return too_large();
+    }
+    let read = async {
+        let mut data = Vec::new();
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| error_response(StatusCode::BAD_REQUEST, &format!("malformed request body: {}", error_chain(&e))))?;
+            if data.len() + chunk.len() > REQUEST_BODY_BYTES_MAX {
+                return Err(too_large());
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(data)
+    };
+    match tokio::time::timeout(limits.body_read_timeout, read).await {
+        Ok(Ok(data)) => next.run(Request::from_parts(parts, Body::from(data))).await,
+        Ok(Err(response)) => response,
+        Err(_) => error_response(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the request body did not arrive within {} s", limits.body_read_timeout.as_secs_f64()),
+        ),
+    }
+}
+
+/// An error and its sources: hyper's framing errors say what was wrong only in a source.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        // axum's wrapper repeats its source's text.
+        let part = s.to_string();
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// An error before a response starts: a status and a message.
@@ -141,19 +265,22 @@ struct CompletionRequest {
     top_k: Option<i64>,
     #[serde(default)]
     seed: Option<u64>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    best_of: Option<u32>,
 }
 
-fn prompt_tokens(prompt: Prompt, tokenizer: &Tokenizer) -> Result<Vec<u32>, ApiError> {
+async fn prompt_tokens(prompt: Prompt, front: &Front) -> Result<Vec<u32>, ApiError> {
     let one = |n: usize| {
         if n == 1 { Ok(()) } else { Err(ApiError(StatusCode::BAD_REQUEST, format!("a request must hold exactly one prompt, got {n}"))) }
     };
-    let encode = |text: &str| tokenizer.encode(text, true).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e));
     Ok(match prompt {
-        Prompt::Text(t) => encode(&t)?,
+        Prompt::Text(t) => tokenize(front, t).await?,
         Prompt::Tokens(t) => t,
-        Prompt::Texts(v) => {
+        Prompt::Texts(mut v) => {
             one(v.len())?;
-            encode(&v[0])?
+            tokenize(front, v.remove(0)).await?
         }
         Prompt::TokenLists(mut v) => {
             one(v.len())?;
@@ -162,12 +289,63 @@ fn prompt_tokens(prompt: Prompt, tokenizer: &Tokenizer) -> Result<Vec<u32>, ApiE
     })
 }
 
-async fn completions(State(engine): State<EngineHandle>, body: Bytes) -> Response {
+/// The ids of a text prompt. Its length is checked before any tokenizing, which then runs on
+/// a blocking thread: a long prompt takes seconds, and on an async worker it would stall every
+/// other request that worker serves.
+async fn tokenize(front: &Front, text: String) -> Result<Vec<u32>, ApiError> {
+    let max = front.limits.prompt_bytes_max;
+    if text.len() > max {
+        let message = format!("the prompt is {} bytes, more than this server's limit of {max} bytes (serve --max-prompt-bytes)", text.len());
+        return Err(ApiError(StatusCode::BAD_REQUEST, message));
+    }
+    let internal = |e: String| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e);
+    // The permit goes with the work: a client that leaves does not stop its tokenizing.
+    let permit = front.tokenizing.clone().acquire_owned().await.map_err(|e| internal(e.to_string()))?;
+    let tokenizer = front.engine.tokenizer().clone();
+    let encoded = tokio::task::spawn_blocking(move || {
+        let ids = tokenizer.encode(&text, true);
+        drop(permit);
+        ids
+    });
+    encoded.await.map_err(|e| internal(format!("the tokenizer failed: {e}")))?.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))
+}
+
+/// A request may name the served model, its alias, or none; vLLM answers any other name 404.
+fn check_model(engine: &EngineHandle, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        None => Ok(()),
+        Some(m) if m == engine.model_name() || m == MODEL_NAME_ALIAS => Ok(()),
+        Some(m) => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("The model `{m}` does not exist: this server serves `{}` (also answering to `{MODEL_NAME_ALIAS}`)", engine.model_name()),
+        )),
+    }
+}
+
+/// One completion a request: `n` or `best_of` other than 1 is refused rather than ignored.
+fn check_one_completion(field: &str, value: Option<u32>) -> Result<(), ApiError> {
+    match value {
+        None | Some(1) => Ok(()),
+        Some(v) => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("{field} = {v} is not supported: this server returns exactly one completion per request ({field} must be 1)"),
+        )),
+    }
+}
+
+async fn completions(State(front): State<Front>, body: Bytes) -> Response {
     let req: CompletionRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let prompt = match prompt_tokens(req.prompt, engine.tokenizer()) {
+    let engine = &front.engine;
+    let checked = check_model(engine, req.model.as_deref())
+        .and_then(|()| check_one_completion("n", req.n))
+        .and_then(|()| check_one_completion("best_of", req.best_of));
+    if let Err(e) = checked {
+        return e.into_response();
+    }
+    let prompt = match prompt_tokens(req.prompt, &front).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
@@ -310,10 +488,17 @@ fn decoded(decoder: &mut StreamDecoder, id: u32, last: bool) -> Result<String, S
     Ok(text)
 }
 
-async fn models(State(engine): State<EngineHandle>) -> Response {
-    let body = json!({"object": "list", "data": [{
-        "id": engine.model_name(), "object": "model", "created": 0, "owned_by": "servesim", "max_model_len": engine.context_len(),
-    }]});
+async fn models(State(front): State<Front>) -> Response {
+    let engine = &front.engine;
+    let mut names = vec![engine.model_name()];
+    if engine.model_name() != MODEL_NAME_ALIAS {
+        names.push(MODEL_NAME_ALIAS);
+    }
+    let data: Vec<Value> = names
+        .iter()
+        .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "servesim", "max_model_len": engine.context_len()}))
+        .collect();
+    let body = json!({"object": "list", "data": data});
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
@@ -335,6 +520,8 @@ struct TgiParameters {
     seed: Option<u64>,
     #[serde(default)]
     ignore_eos: bool,
+    #[serde(default)]
+    best_of: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -344,17 +531,18 @@ struct TgiRequest {
     parameters: Option<TgiParameters>,
 }
 
-async fn tgi_submit(engine: &EngineHandle, body: &Bytes) -> Result<(RequestStream, TgiParameters), ApiError> {
+async fn tgi_submit(front: &Front, body: &Bytes) -> Result<(RequestStream, TgiParameters), ApiError> {
     let req: TgiRequest = parse(body)?;
     let p = req.parameters.unwrap_or_default();
+    check_one_completion("best_of", p.best_of)?;
+    let sampling = SamplingParams::from_request(p.temperature, p.top_p, p.top_k, p.seed).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
     let params = GenerateParams {
-        prompt: engine.tokenizer().encode(&req.inputs, true).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
+        prompt: tokenize(front, req.inputs).await?,
         max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
         ignore_eos: p.ignore_eos,
-        sampling: SamplingParams::from_request(p.temperature, p.top_p, p.top_k, p.seed)
-            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?,
+        sampling,
     };
-    let stream = engine.submit(params).await?;
+    let stream = front.engine.submit(params).await?;
     Ok((stream, p))
 }
 
@@ -362,12 +550,12 @@ fn tgi_token(tokenizer: &Tokenizer, id: u32) -> Value {
     json!({"id": id, "text": tokenizer.token_text(id), "logprob": 0.0, "special": tokenizer.is_special(id)})
 }
 
-async fn generate(State(engine): State<EngineHandle>, body: Bytes) -> Response {
-    let (mut stream, p) = match tgi_submit(&engine, &body).await {
+async fn generate(State(front): State<Front>, body: Bytes) -> Response {
+    let (mut stream, p) = match tgi_submit(&front, &body).await {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
-    let tokenizer = engine.tokenizer();
+    let tokenizer = front.engine.tokenizer();
     let mut decoder = StreamDecoder::new(tokenizer.clone());
     let mut text = String::new();
     let mut tokens = Vec::new();
@@ -407,12 +595,12 @@ struct TgiStream {
     done: bool,
 }
 
-async fn generate_stream(State(engine): State<EngineHandle>, body: Bytes) -> Response {
-    let (stream, p) = match tgi_submit(&engine, &body).await {
+async fn generate_stream(State(front): State<Front>, body: Bytes) -> Response {
+    let (stream, p) = match tgi_submit(&front, &body).await {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
-    let tokenizer = engine.tokenizer().clone();
+    let tokenizer = front.engine.tokenizer().clone();
     let state = TgiStream { stream, decoder: StreamDecoder::new(tokenizer.clone()), tokenizer, text: String::new(), generated: 0, seed: p.seed, done: false };
     sse_response(stream::unfold(state, |mut s| async move {
         if s.done {
@@ -455,9 +643,9 @@ async fn health() -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], "{}").into_response()
 }
 
-async fn metrics(State(engine): State<EngineHandle>) -> Response {
+async fn metrics(State(front): State<Front>) -> Response {
     use std::fmt::Write;
-    let s = engine.stats();
+    let s = front.engine.stats();
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, v: f64| {
         let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n");

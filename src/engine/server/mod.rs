@@ -12,9 +12,11 @@
 //! JSON error, a full waiting queue a 503, an executor error (or panic) a 500 for the requests of
 //! that step only.
 
+mod connection;
 mod engine;
 mod http;
 mod knobs;
+mod limits;
 mod model_executor;
 mod tokenizer;
 
@@ -23,7 +25,11 @@ pub use engine::{
     StepInputs, SubmitError, TRACE_ROWS_MAX,
 };
 pub use knobs::EngineKnobs;
-pub use http::{MAX_TOKENS_DEFAULT, REQUEST_BODY_BYTES_MAX, router, serve};
+pub use connection::{Drained, HEADER_BYTES_MAX, HEADERS_MAX};
+pub use http::{MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, router, router_with, serve, serve_with};
+pub use limits::{
+    BODY_READ_TIMEOUT_DEFAULT, DRAIN_TIMEOUT_DEFAULT, HEADER_READ_TIMEOUT_DEFAULT, PROMPT_BYTES_MAX_DEFAULT, REQUEST_BODY_BYTES_MAX, ServerLimits,
+};
 pub use model_executor::{CudaModelEngine, LogitsModel, ModelEngine, sample_rows};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
