@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
 use servesim::sched::{Batch, SchedulerConfig, TgiConfig};
-use servesim::sim::{SimConfig, simulate};
+use servesim::sim::{SimConfig, SimOutput, simulate, simulate_per_sequence};
 use servesim::workload::RequestSpec;
 
 /// A simple cost model: fixed per step plus per token, so tests need no hardware.
@@ -22,6 +22,49 @@ impl CostModel for LinearCost {
     fn source(&self) -> &'static str {
         "linear test model"
     }
+}
+
+/// A cost model that reads every part of a batch a real one reads: tokens, sequences, sampled
+/// rows, the attention contexts (summed, squared, longest) and the graph size, so that a fast
+/// path that got any of them wrong would time its steps differently.
+struct ContextCost;
+
+impl CostModel for ContextCost {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        let mut contexts = batch.cohort.context_tokens;
+        let mut squares = batch.cohort.context_token_squares as f64;
+        for w in &batch.seqs {
+            contexts += w.context_tokens as u64;
+            squares += w.context_tokens as f64 * w.context_tokens as f64;
+        }
+        let gemm_ns = 1_000 * batch.tokens() as u64 + 700 * batch.sampled_tokens() as u64;
+        let attention_ns = 3 * contexts + (squares / 64.0) as u64 + 11 * batch.max_context_tokens() as u64;
+        let overhead_ns = 200_000 + 5_000 * batch.num_seqs() as u64 + batch.graph_size.map_or(0, |g| 100 * g as u64);
+        StepCost { total_ns: gemm_ns + attention_ns + overhead_ns, gemm_ns, attention_ns, overhead_ns, ..StepCost::default() }
+    }
+    fn source(&self) -> &'static str {
+        "context test model"
+    }
+}
+
+/// Everything a simulation outputs, compared field by field.
+fn assert_same_output(fast: &SimOutput, reference: &SimOutput) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&fast.records.requests, &reference.records.requests);
+    prop_assert_eq!(fast.records.itl_ns.sorted(), reference.records.itl_ns.sorted());
+    prop_assert_eq!(&fast.records.tokens_per_second, &reference.records.tokens_per_second);
+    prop_assert_eq!(fast.records.duration_ns, reference.records.duration_ns);
+    prop_assert_eq!(&fast.extras, &reference.extras);
+    prop_assert_eq!(&fast.timeline, &reference.timeline);
+    prop_assert_eq!(fast.rejected, reference.rejected);
+    Ok(())
+}
+
+/// Long outputs, so that decode cohorts form, grow, cross many blocks and finish.
+fn long_requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
+    prop::collection::vec((0u64..80_000_000, 1u32..200, 1u32..200), 1..120).prop_map(|mut v| {
+        v.sort_by_key(|r| r.0);
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect()
+    })
 }
 
 fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
@@ -184,6 +227,20 @@ proptest! {
                 prop_assert!(in_flight as u32 <= limit);
             }
         }
+    }
+
+    /// The decode cohort (issue 14) changes nothing: every record, ITL sample, token count,
+    /// timeline row and price equals the per-sequence reference's, over both vLLM policies,
+    /// chunked and whole prefill, preemption (small KV caches), replicas, the concurrency gate,
+    /// the front end and TGI (which keeps no cohort, so this checks it is left alone).
+    #[test]
+    fn decode_cohort_matches_the_per_sequence_reference(
+        requests in prop_oneof![requests_strategy(), long_requests_strategy()],
+        config in config_strategy(),
+    ) {
+        let fast = simulate(&requests, &config, &ContextCost);
+        let reference = simulate_per_sequence(&requests, &config, &ContextCost);
+        assert_same_output(&fast, &reference)?;
     }
 
     #[test]

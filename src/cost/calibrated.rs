@@ -1100,7 +1100,7 @@ impl MoePredictors {
 
 impl CostModel for Calibrated {
     fn predict(&self, batch: &Batch) -> StepCost {
-        if batch.seqs.is_empty() {
+        if batch.is_empty() {
             return StepCost::default();
         }
         // Elementwise, communication and CPU overhead as the roofline prices them.
@@ -1132,6 +1132,22 @@ impl CostModel for Calibrated {
             if phase == MIXED {
                 s.prefix_keys += q * c;
             }
+        }
+        // The cohort's decodes, from its totals: each is q = 1 on its context c, so it adds
+        // c + 1 keys and KV tokens and 1 query token. Every total is an integer below 2⁵², so
+        // these sums are exact, as the per-sequence ones are, and equal them.
+        let cohort = &batch.cohort;
+        if cohort.seqs > 0 {
+            let (n, contexts) = (f64::from(cohort.seqs), cohort.context_tokens as f64);
+            tokens += n;
+            sampled += n;
+            let s = &mut sums[DECODE];
+            s.seqs += n;
+            s.query_tokens += n;
+            s.context_tokens += contexts;
+            s.context_squares += cohort.context_token_squares as f64;
+            s.keys += contexts + n;
+            s.kv_tokens += contexts + n;
         }
 
         let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);

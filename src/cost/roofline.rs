@@ -442,7 +442,7 @@ fn to_ns(seconds: f64) -> u64 {
 
 impl CostModel for Roofline {
     fn predict(&self, batch: &Batch) -> StepCost {
-        if batch.seqs.is_empty() {
+        if batch.is_empty() {
             return StepCost::default();
         }
 
@@ -471,6 +471,13 @@ impl CostModel for Roofline {
             }
             kv_tokens_read += c + q;
         }
+        // The cohort's decodes: each is q = 1 on its context c, as above.
+        let cohort = &batch.cohort;
+        let cohort_seqs = u64::from(cohort.seqs);
+        tokens += cohort_seqs;
+        sampled += cohort_seqs;
+        keys += cohort.context_tokens + cohort_seqs;
+        kv_tokens_read += cohort.context_tokens + cohort_seqs;
         let tokens = tokens as f64;
         let sampled = sampled as f64;
 
@@ -502,7 +509,7 @@ impl CostModel for Roofline {
         } else {
             0.0
         };
-        let overhead_s = step_overhead_s + prefill_s + self.seq_overhead_s * batch.seqs.len() as f64;
+        let overhead_s = step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64;
 
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);

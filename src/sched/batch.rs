@@ -23,13 +23,33 @@ impl SeqWork {
     }
 }
 
+/// The decode cohort's share of a step (see `sched::cohort`): sequences that each decode one
+/// token, given as totals rather than one [`SeqWork`] each. Every total is of what the
+/// sequences' [`SeqWork`]s would say, so a cost model that sums per-sequence terms gets the same
+/// figures from these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CohortWork {
+    pub seqs: u32,
+    /// Σ of the sequences' `context_tokens` (the keys already cached, before this step).
+    pub context_tokens: u64,
+    /// Σ of the squares of the sequences' `context_tokens`. The scheduler keeps it below 2⁵²,
+    /// so a sum of the per-sequence squares in f64 is exact and equals this.
+    pub context_token_squares: u64,
+    /// The longest context any of them attends to after this step (`context_tokens + 1`).
+    pub max_context_tokens: u32,
+}
+
 /// A step's batch. Built by a scheduler policy, priced by a cost model.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
+    /// The sequences scheduled one by one: prefill chunks, and decodes outside the cohort.
     pub seqs: Vec<SeqWork>,
+    /// Decodes of the cohort, as totals; all zero when the scheduler keeps no cohort (the
+    /// engine's), so that `seqs` lists every sequence.
+    pub cohort: CohortWork,
     /// Tokens computed for sequences that are still in prefill (including recompute).
     pub prefill_tokens: u32,
-    /// Tokens computed for sequences that decode.
+    /// Tokens computed for sequences that decode, the cohort's included.
     pub decode_tokens: u32,
     /// `Some(n)` when the engine replays this step from a CUDA/HIP graph captured for `n` token
     /// rows (the batch padded up to a capture size); `None` when it launches kernels eagerly.
@@ -41,6 +61,7 @@ impl Batch {
         self.seqs.clear();
         self.prefill_tokens = 0;
         self.decode_tokens = 0;
+        self.cohort = CohortWork::default();
         self.graph_size = None;
     }
 
@@ -67,8 +88,20 @@ impl Batch {
         self.seqs.push(work);
     }
 
+    /// Adds the cohort's decodes, one token each.
+    pub fn push_cohort(&mut self, cohort: CohortWork) {
+        debug_assert_eq!(self.cohort.seqs, 0, "one cohort per step");
+        self.decode_tokens += cohort.seqs;
+        self.cohort = cohort;
+    }
+
+    /// Sequences in the step, the cohort's included.
+    pub fn num_seqs(&self) -> u32 {
+        self.seqs.len() as u32 + self.cohort.seqs
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.seqs.is_empty()
+        self.num_seqs() == 0
     }
 
     pub fn tokens(&self) -> u32 {
@@ -76,17 +109,18 @@ impl Batch {
     }
 
     pub fn sampled_tokens(&self) -> u32 {
-        self.seqs.iter().filter(|s| s.samples_token).count() as u32
+        self.seqs.iter().filter(|s| s.samples_token).count() as u32 + self.cohort.seqs
     }
 
     /// A decode-only batch is the one engines replay from captured CUDA/HIP graphs.
     pub fn is_decode_only(&self) -> bool {
-        self.prefill_tokens == 0 && !self.seqs.is_empty()
+        self.prefill_tokens == 0 && !self.is_empty()
     }
 
     /// The longest context any sequence of the batch attends to after this step.
     pub fn max_context_tokens(&self) -> u32 {
-        self.seqs.iter().map(|s| s.context_tokens + s.new_tokens).max().unwrap_or(0)
+        let explicit = self.seqs.iter().map(|s| s.context_tokens + s.new_tokens).max().unwrap_or(0);
+        explicit.max(self.cohort.max_context_tokens)
     }
 }
 

@@ -16,11 +16,14 @@ pub struct BlockPool {
     /// Blocks `next_unused..blocks_total` have never been handed out.
     next_unused: u32,
     blocks_total: u32,
+    /// Blocks counted as used but given no id yet: those the decode cohort's sequences grew
+    /// into (see `sched::cohort`). They get ids only if their sequence leaves the cohort alive.
+    reserved: u32,
 }
 
 impl BlockPool {
     pub fn new(blocks_total: u32) -> BlockPool {
-        BlockPool { freed: Vec::new(), next_unused: 0, blocks_total }
+        BlockPool { freed: Vec::new(), next_unused: 0, blocks_total, reserved: 0 }
     }
 
     pub fn blocks_total(&self) -> u32 {
@@ -28,7 +31,12 @@ impl BlockPool {
     }
 
     pub fn blocks_free(&self) -> u32 {
-        self.freed.len() as u32 + (self.blocks_total - self.next_unused)
+        self.freed.len() as u32 + (self.blocks_total - self.next_unused) - self.reserved
+    }
+
+    /// Blocks counted as used without an id (see [`BlockPool::reserved`]).
+    pub fn blocks_reserved(&self) -> u32 {
+        self.reserved
     }
 
     pub fn blocks_used(&self) -> u32 {
@@ -123,6 +131,32 @@ impl KvCacheManager {
         let allocated = self.pool.allocate_into(missing, &mut self.tables[slot]);
         debug_assert!(allocated);
         allocated
+    }
+
+    /// Counts `count` more blocks as used, without ids, if that many are free.
+    pub(super) fn reserve(&mut self, count: u32) -> bool {
+        if count > self.pool.blocks_free() {
+            return false;
+        }
+        self.pool.reserved += count;
+        true
+    }
+
+    /// Returns `count` reserved blocks to the free count.
+    pub(super) fn release_reserved(&mut self, count: u32) {
+        debug_assert!(count <= self.pool.reserved);
+        self.pool.reserved -= count;
+    }
+
+    /// Gives `count` reserved blocks ids, appended to `seq`'s table.
+    pub(super) fn assign_reserved(&mut self, seq: u32, count: u32) {
+        self.release_reserved(count);
+        let slot = seq as usize;
+        if self.tables.len() <= slot {
+            self.tables.resize_with(slot + 1, Vec::new);
+        }
+        let assigned = self.pool.allocate_into(count, &mut self.tables[slot]);
+        debug_assert!(assigned, "reserved blocks are free once released");
     }
 
     /// Returns all of `seq`'s blocks to the pool.

@@ -23,6 +23,7 @@
 //! sequence and reports tokens and completions).
 
 pub mod batch;
+mod cohort;
 mod config;
 pub mod kv;
 mod outcome;
@@ -32,7 +33,7 @@ mod select;
 mod state;
 mod tgi;
 
-pub use batch::{Batch, SeqWork};
+pub use batch::{Batch, CohortWork, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
 pub use config::{SchedulerConfig, TgiConfig};
 pub use outcome::{Admission, Finished, Rejection, StepOutcome};

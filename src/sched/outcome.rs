@@ -33,7 +33,24 @@ pub struct Finished {
 /// What a step produced. Buffers are owned by the scheduler and reused every step.
 #[derive(Clone, Debug, Default)]
 pub struct StepOutcome {
-    /// Requests that received one new token this step (including those that finished).
+    /// Requests outside the decode cohort that received one new token this step (including
+    /// those that finished).
     pub tokens: Vec<u32>,
+    /// Tokens of the decode cohort's members (see `Scheduler::with_decode_cohort`): one each,
+    /// and each member's previous token came at the end of the cohort's previous step.
+    pub cohort_tokens: u32,
+    /// Whether every member of the cohort now has its last token at this step's end (false
+    /// when the cohort sat out the step, as in V0's prefill-only steps).
+    pub cohort_synced: bool,
+    /// Requests that left the cohort since the previous step alive: their last token came at
+    /// the end of the cohort's previous step, and their next will be in `tokens`.
+    pub left_cohort: Vec<u32>,
     pub finished: Vec<Finished>,
+}
+
+impl StepOutcome {
+    /// Tokens produced in the step.
+    pub fn num_tokens(&self) -> u64 {
+        self.tokens.len() as u64 + u64::from(self.cohort_tokens)
+    }
 }

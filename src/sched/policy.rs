@@ -27,6 +27,11 @@ pub trait SchedulingPolicy {
     fn budget_bounds_decodes(&self) -> bool {
         true
     }
+    /// Whether the policy schedules running sequences through [`schedule_running`], which keeps
+    /// decoding sequences as a cohort of totals when the scheduler has one. Default: no.
+    fn decodes_in_cohort(&self) -> bool {
+        false
+    }
 }
 
 /// vLLM V1 (≥ 0.8): one token budget shared by running and new requests; running requests
@@ -38,6 +43,10 @@ pub struct VllmV1;
 impl SchedulingPolicy for VllmV1 {
     fn name(&self) -> &'static str {
         "vllm-v1"
+    }
+
+    fn decodes_in_cohort(&self) -> bool {
+        true
     }
 
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
@@ -63,6 +72,10 @@ pub struct Servesim;
 impl SchedulingPolicy for Servesim {
     fn name(&self) -> &'static str {
         "servesim"
+    }
+
+    fn decodes_in_cohort(&self) -> bool {
+        true
     }
 
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
@@ -104,6 +117,10 @@ impl SchedulingPolicy for VllmV0 {
         "vllm-v0"
     }
 
+    fn decodes_in_cohort(&self) -> bool {
+        true
+    }
+
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
         if s.config.enable_chunked_prefill {
@@ -125,7 +142,7 @@ impl SchedulingPolicy for VllmV0 {
         if !batch.is_decode_only() || batch.max_context_tokens() > V0_MAX_CONTEXT_TO_CAPTURE {
             return None;
         }
-        padded_capture_size(batch.seqs.len() as u32, &V0_CAPTURE_SIZES)
+        padded_capture_size(batch.num_seqs(), &V0_CAPTURE_SIZES)
     }
 }
 
@@ -141,7 +158,14 @@ enum AdmitBlocks {
 /// Schedules running sequences in order under the budget, preempting the newest when KV runs
 /// out. KV grows with the tokens scheduled (both vLLM engines). Returns whether anything was
 /// preempted.
+///
+/// With a decode cohort, a step in which everything runs in full is scheduled from its totals;
+/// any other step dissolves the cohort and is scheduled here one sequence at a time.
 fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
+    if s.schedule_cohort_step(batch, budget) {
+        return false;
+    }
+    s.dissolve_cohort();
     let mut preempted = false;
     let mut i = 0;
     while i < s.running.len() && *budget > 0 {
@@ -176,7 +200,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
 fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
     let watermark_blocks = s.config.watermark_blocks();
     while let Some(&seq) = s.waiting.front() {
-        if *budget == 0 || s.running.len() as u32 >= s.config.max_num_seqs {
+        if *budget == 0 || s.num_running() >= s.config.max_num_seqs {
             break;
         }
         let pending = s.seqs[seq as usize].tokens_pending();
@@ -192,7 +216,7 @@ fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, ch
             break;
         }
         s.waiting.pop_front();
-        s.running.push(seq);
+        s.push_running(seq);
         s.push_work(batch, seq, tokens);
         *budget -= tokens;
     }

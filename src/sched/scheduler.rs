@@ -1,6 +1,7 @@
 //! The scheduler: one [`SchedulerState`] and the policy that forms each step's batch from it.
 
 use super::batch::Batch;
+use super::cohort::{BLOCK_SIZE_MAX, Cohort, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 use super::outcome::{Admission, Finished, Rejection, StepOutcome};
@@ -29,6 +30,17 @@ impl Scheduler {
         }
     }
 
+    /// Keeps decoding sequences as a cohort of totals (see `sched::cohort`) where the policy
+    /// allows it: the simulator's speed, with the same steps, tokens and finishes as without.
+    /// Outcomes then report the cohort's tokens as a count ([`StepOutcome::cohort_tokens`]).
+    pub fn with_decode_cohort(mut self) -> Scheduler {
+        let block_size = self.state.config.block_size;
+        if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX {
+            self.state.cohort = Some(Cohort::new(block_size));
+        }
+        self
+    }
+
     pub fn config(&self) -> &SchedulerConfig {
         &self.state.config
     }
@@ -46,11 +58,11 @@ impl Scheduler {
     }
 
     pub fn num_running(&self) -> u32 {
-        self.state.running.len() as u32
+        self.state.num_running()
     }
 
     pub fn has_work(&self) -> bool {
-        !self.state.waiting.is_empty() || !self.state.running.is_empty()
+        !self.state.waiting.is_empty() || self.state.num_running() > 0
     }
 
     /// Queues a request. It stops after `output_tokens` (the simulator knows each request's
@@ -70,15 +82,7 @@ impl Scheduler {
         if blocks_needed > blocks_usable {
             return Admission::Rejected(Rejection::KvCapacity { blocks_needed, blocks_usable });
         }
-        let slot = state.insert(Seq {
-            request_id,
-            prompt_tokens,
-            max_output_tokens: output_tokens,
-            max_tokens,
-            generated: 0,
-            computed: 0,
-            preemptions: 0,
-        });
+        let slot = state.insert(Seq::new(request_id, prompt_tokens, output_tokens, max_tokens));
         state.waiting.push_back(slot);
         Admission::Queued { seq: slot }
     }
@@ -106,9 +110,31 @@ impl Scheduler {
     pub fn finish_step(&mut self) -> &StepOutcome {
         assert!(self.step_in_flight, "finish_step() without a scheduled step");
         self.step_in_flight = false;
-        self.outcome.tokens.clear();
-        self.outcome.finished.clear();
+        let outcome = &mut self.outcome;
+        outcome.tokens.clear();
+        outcome.finished.clear();
+        outcome.left_cohort.clear();
+        outcome.cohort_tokens = self.batch.cohort.seqs;
         let state = &mut self.state;
+        std::mem::swap(&mut outcome.left_cohort, &mut state.left_cohort);
+        let cohort_advanced = self.batch.cohort.seqs > 0;
+        // Taken out while its finishers are released, which needs the whole state.
+        if let Some(mut cohort) = state.cohort.take_if(|_| cohort_advanced) {
+            cohort.advance();
+            while let Some(slot) = cohort.pop_finished(&mut state.seqs) {
+                let seq = state.seqs[slot as usize];
+                let grown = state.kv.blocks_for_tokens(seq.computed) - state.kv.block_table(slot).len() as u32;
+                state.kv.release_reserved(grown);
+                outcome.finished.push(Finished {
+                    request_id: seq.request_id,
+                    output_tokens: seq.generated,
+                    preemptions: seq.preemptions,
+                });
+                state.release(slot);
+            }
+            state.cohort = Some(cohort);
+        }
+        let mut any_finished = false;
         for work in &self.batch.seqs {
             let seq = &mut state.seqs[work.seq as usize];
             seq.computed += work.new_tokens;
@@ -118,9 +144,10 @@ impl Scheduler {
             }
             debug_assert_eq!(seq.computed, seq.tokens_known());
             seq.generated += 1;
-            self.outcome.tokens.push(seq.request_id);
+            outcome.tokens.push(seq.request_id);
             if seq.generated == seq.max_output_tokens {
-                self.outcome.finished.push(Finished {
+                any_finished = true;
+                outcome.finished.push(Finished {
                     request_id: seq.request_id,
                     output_tokens: seq.generated,
                     preemptions: seq.preemptions,
@@ -128,9 +155,29 @@ impl Scheduler {
                 state.release(work.seq);
             }
         }
-        if !self.outcome.finished.is_empty() {
+        if any_finished {
             let seqs = &state.seqs;
             state.running.retain(|&s| seqs[s as usize].generated < seqs[s as usize].max_output_tokens);
+        }
+        // Who sampled now decodes next step with its last token at this step's end: the
+        // cohort's members too, if they decoded in this step (a step of V0 without chunked
+        // prefill runs prefills alone), or if there are none.
+        outcome.cohort_synced = false;
+        if let Some(cohort) = state.cohort.as_mut().filter(|c| cohort_advanced || c.is_empty()) {
+            outcome.cohort_synced = true;
+            let (seqs, kv) = (&mut state.seqs, &state.kv);
+            let mut joined = false;
+            for work in self.batch.seqs.iter().filter(|w| w.samples_token) {
+                let seq = &seqs[work.seq as usize];
+                let live = seq.generated < seq.max_output_tokens;
+                if live && kv.block_table(work.seq).len() as u32 == kv.blocks_for_tokens(seq.computed) {
+                    cohort.join(seqs, work.seq);
+                    joined = true;
+                }
+            }
+            if joined {
+                state.running.retain(|&s| seqs[s as usize].cohort_index == NOT_MEMBER);
+            }
         }
         #[cfg(debug_assertions)]
         self.check_invariants();
@@ -142,6 +189,10 @@ impl Scheduler {
     pub fn finish_early(&mut self, seq: u32) -> Option<Finished> {
         assert!(!self.step_in_flight, "finish_early() during a step");
         let state = &mut self.state;
+        // Rare (the simulator never stops a request early): the members go back to one by one.
+        if state.seqs.get(seq as usize).is_some_and(|s| s.cohort_index != NOT_MEMBER) {
+            state.dissolve_cohort();
+        }
         let in_running = state.running.iter().position(|&s| s == seq);
         let in_waiting = state.waiting.iter().position(|&s| s == seq);
         match (in_running, in_waiting) {
@@ -167,12 +218,28 @@ impl Scheduler {
         // Only running sequences hold blocks (waiting ones were never admitted or were preempted,
         // which frees everything), so their tables must account for every used block.
         let blocks_running: u64 = state.running.iter().map(|&s| state.kv.block_table(s).len() as u64).sum();
-        assert_eq!(blocks_running, pool.blocks_used() as u64, "KV blocks leaked");
-        assert!(state.running.len() <= state.config.max_num_seqs as usize, "running > max_num_seqs");
+        let mut blocks_cohort = 0u64;
+        if let Some(cohort) = &state.cohort {
+            cohort.check(&state.seqs);
+            // In a step in flight, the members hold the block of the token they are computing.
+            let ahead = (self.step_in_flight && self.batch.cohort.seqs > 0) as u32;
+            let mut grown = 0u64;
+            for slot in cohort.slots() {
+                let (computed, _) = cohort.materialize(&state.seqs[slot as usize]);
+                let computed = computed + ahead;
+                let held = state.kv.block_table(slot).len() as u64;
+                blocks_cohort += held;
+                grown += state.kv.blocks_for_tokens(computed) as u64 - held;
+            }
+            assert_eq!(grown, pool.blocks_reserved() as u64, "reserved blocks are the cohort's growth");
+            blocks_cohort += grown;
+        }
+        assert_eq!(blocks_running + blocks_cohort, pool.blocks_used() as u64, "KV blocks leaked");
+        assert!(state.num_running() <= state.config.max_num_seqs, "running > max_num_seqs");
         let budgeted_tokens =
             if self.policy.budget_bounds_decodes() { self.batch.tokens() } else { self.batch.prefill_tokens };
         assert!(budgeted_tokens <= state.config.max_num_batched_tokens, "token budget exceeded");
-        assert!(self.batch.seqs.len() <= state.config.max_num_seqs as usize);
+        assert!(self.batch.num_seqs() <= state.config.max_num_seqs);
     }
 
     /// Every scheduled sequence holds KV blocks for the tokens it is about to compute.
@@ -182,6 +249,17 @@ impl Scheduler {
         for work in &self.batch.seqs {
             let s = &state.seqs[work.seq as usize];
             assert!(state.kv.block_table(work.seq).len() as u32 >= state.kv.blocks_for_tokens(s.computed + work.new_tokens));
+        }
+        // A member holds its table plus what it grew into (reserved), which covers its decode.
+        if let Some(cohort) = state.cohort.as_ref().filter(|_| self.batch.cohort.seqs > 0) {
+            let reserved: u64 = cohort
+                .slots()
+                .map(|slot| {
+                    let (computed, _) = cohort.materialize(&state.seqs[slot as usize]);
+                    (state.kv.blocks_for_tokens(computed + 1) - state.kv.block_table(slot).len() as u32) as u64
+                })
+                .sum();
+            assert_eq!(reserved, state.kv.pool().blocks_reserved() as u64, "the cohort's decodes have their blocks");
         }
     }
 }

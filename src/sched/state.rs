@@ -4,7 +4,8 @@
 
 use std::collections::VecDeque;
 
-use super::batch::{Batch, SeqWork};
+use super::batch::{Batch, CohortWork, SeqWork};
+use super::cohort::{Cohort, EXACT_TOTAL_MAX, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 
@@ -23,9 +24,27 @@ pub(super) struct Seq {
     /// Tokens whose KV is in the cache.
     pub computed: u32,
     pub preemptions: u32,
+    /// When it last went from waiting to running: orders the running sequences.
+    pub admitted: u64,
+    /// Its place in the decode cohort, or [`NOT_MEMBER`].
+    pub cohort_index: u32,
 }
 
 impl Seq {
+    pub fn new(request_id: u32, prompt_tokens: u32, max_output_tokens: u32, max_tokens: u32) -> Seq {
+        Seq {
+            request_id,
+            prompt_tokens,
+            max_output_tokens,
+            max_tokens,
+            generated: 0,
+            computed: 0,
+            preemptions: 0,
+            admitted: 0,
+            cohort_index: NOT_MEMBER,
+        }
+    }
+
     /// Tokens the sequence consists of now: the prompt plus what it generated.
     pub fn tokens_known(&self) -> u32 {
         self.prompt_tokens + self.generated
@@ -49,9 +68,16 @@ pub struct SchedulerState {
     free_slots: Vec<u32>,
     /// FCFS; preempted sequences go back to the front.
     pub(super) waiting: VecDeque<u32>,
-    /// In admission order: the last one is the newest, and the first preemption victim.
+    /// In admission order: the last one is the newest, and the first preemption victim. With a
+    /// cohort, only the running sequences outside it.
     pub(super) running: Vec<u32>,
     pub(super) kv: KvCacheManager,
+    /// The decoding sequences kept as totals (see [`Cohort`]); `None` where every sequence is
+    /// scheduled one by one (the engine, TGI, the reference path of tests).
+    pub(super) cohort: Option<Cohort>,
+    /// Request ids of members that left the cohort alive since the last step's end.
+    pub(super) left_cohort: Vec<u32>,
+    admitted_next: u64,
 }
 
 impl SchedulerState {
@@ -64,7 +90,85 @@ impl SchedulerState {
             waiting: VecDeque::new(),
             running: Vec::new(),
             kv,
+            cohort: None,
+            left_cohort: Vec::new(),
+            admitted_next: 0,
         }
+    }
+
+    /// Running sequences, the cohort's included.
+    pub(super) fn num_running(&self) -> u32 {
+        self.running.len() as u32 + self.cohort.as_ref().map_or(0, Cohort::len)
+    }
+
+    /// Moves `seq`, just taken off the waiting queue, to the end of the running order.
+    pub(super) fn push_running(&mut self, seq: u32) {
+        self.seqs[seq as usize].admitted = self.admitted_next;
+        self.admitted_next += 1;
+        self.running.push(seq);
+    }
+
+    /// The cohort's fast step: when every running sequence can run in full (the cohort's
+    /// members one token each, the others all their pending tokens) within `budget` and the
+    /// free KV blocks, schedules them all and returns true. The per-sequence path would schedule
+    /// exactly the same: nothing runs out, so its order matters for nothing. Otherwise changes
+    /// nothing and returns false.
+    pub(super) fn schedule_cohort_step(&mut self, batch: &mut Batch, budget: &mut u32) -> bool {
+        let Some(cohort) = self.cohort.as_mut() else { return false };
+        if cohort.is_empty() {
+            return false;
+        }
+        let mut tokens = u64::from(cohort.len());
+        let mut blocks = u64::from(cohort.crossers());
+        for &seq in &self.running {
+            let s = &self.seqs[seq as usize];
+            tokens += u64::from(s.tokens_pending());
+            blocks += u64::from(self.kv.blocks_missing(seq, s.computed + s.tokens_pending()));
+        }
+        if tokens > u64::from(*budget) || blocks > u64::from(self.kv.pool().blocks_free()) {
+            return false;
+        }
+        let totals = cohort.totals(&self.seqs);
+        if totals.context_token_squares >= EXACT_TOTAL_MAX {
+            return false;
+        }
+        let crossers = cohort.crossers();
+        let work = CohortWork {
+            seqs: cohort.len(),
+            context_tokens: totals.context_tokens as u64,
+            context_token_squares: totals.context_token_squares as u64,
+            max_context_tokens: totals.max_context_tokens + 1,
+        };
+        for i in 0..self.running.len() {
+            let seq = self.running[i];
+            let s = self.seqs[seq as usize];
+            let allocated = self.kv.allocate(seq, s.computed + s.tokens_pending(), 0);
+            debug_assert!(allocated, "counted as free above");
+            self.push_work(batch, seq, s.tokens_pending());
+        }
+        let reserved = self.kv.reserve(crossers);
+        debug_assert!(reserved, "counted as free above");
+        batch.push_cohort(work);
+        *budget -= tokens as u32;
+        true
+    }
+
+    /// Ends the cohort: its members rejoin the running sequences one by one, in admission
+    /// order, with ids for the blocks they grew into.
+    pub(super) fn dissolve_cohort(&mut self) {
+        let Some(cohort) = self.cohort.as_mut() else { return };
+        if cohort.is_empty() {
+            return;
+        }
+        for slot in cohort.dissolve(&mut self.seqs) {
+            let s = &self.seqs[slot as usize];
+            let grown = self.kv.blocks_for_tokens(s.computed) - self.kv.block_table(slot).len() as u32;
+            self.kv.assign_reserved(slot, grown);
+            self.left_cohort.push(s.request_id);
+            self.running.push(slot);
+        }
+        let seqs = &self.seqs;
+        self.running.sort_unstable_by_key(|&slot| seqs[slot as usize].admitted);
     }
 
     /// Stores `seq` in a free slot of the slab and returns the slot.
@@ -108,6 +212,7 @@ impl SchedulerState {
     /// dropped (the tokens it generated are kept and re-prefilled), and it goes to the front of
     /// the waiting queue. Returns the victim.
     pub(super) fn preempt_newest(&mut self) -> Option<u32> {
+        debug_assert!(self.cohort.as_ref().is_none_or(Cohort::is_empty), "preemption with a cohort");
         let victim = self.running.pop()?;
         self.kv.free(victim);
         let s = &mut self.seqs[victim as usize];

@@ -132,7 +132,7 @@ impl Tgi {
             let q = s.seqs[seq as usize];
             let reserved = s.kv.allocate(seq, reserved_tokens(q.prompt_tokens, q.max_tokens), 0);
             assert!(reserved, "fitting() checked the blocks");
-            s.running.push(seq);
+            s.push_running(seq);
             s.push_work(batch, seq, q.prompt_tokens);
         }
         self.waiting_tokens = 1;
@@ -198,7 +198,7 @@ impl SchedulingPolicy for Tgi {
         if !batch.is_decode_only() {
             return None;
         }
-        padded_capture_size(batch.seqs.len() as u32, &TGI_CAPTURE_SIZES)
+        padded_capture_size(batch.num_seqs(), &TGI_CAPTURE_SIZES)
     }
 
     /// The router's checks, in its order: the concurrency semaphore in the HTTP handler first

@@ -17,6 +17,8 @@ pub struct Replica {
     pub step_cost: StepCost,
     /// When the front end finishes the requests handed to it so far.
     pub frontend_free_ns: u64,
+    /// When the scheduler's decode cohort last got its tokens: every member's previous token.
+    pub cohort_last_token_ns: u64,
 }
 
 /// Replicas plus routing state.
@@ -27,17 +29,23 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(config: &SchedulerConfig, policy: Policy, replicas: u32, router: Router) -> Cluster {
+    /// `decode_cohort`: schedulers keep decoding sequences as totals (see
+    /// [`Scheduler::with_decode_cohort`]); false schedules every sequence one by one.
+    pub fn new(config: &SchedulerConfig, policy: Policy, replicas: u32, router: Router, decode_cohort: bool) -> Cluster {
         assert!(replicas > 0);
         let replicas = (0..replicas)
             .map(|_| Replica {
-                scheduler: Scheduler::new(config.clone(), policy.build(config)),
+                scheduler: {
+                    let scheduler = Scheduler::new(config.clone(), policy.build(config));
+                    if decode_cohort { scheduler.with_decode_cohort() } else { scheduler }
+                },
                 busy: false,
                 start_queued: false,
                 outstanding: 0,
                 step_started_ns: 0,
                 step_cost: StepCost::default(),
                 frontend_free_ns: 0,
+                cohort_last_token_ns: 0,
             })
             .collect();
         Cluster { replicas, router, round_robin_next: 0 }

@@ -90,6 +90,17 @@ struct Simulation<'a> {
 
 /// Runs one benchmark: `requests` (sorted by arrival) against the configured cluster.
 pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel) -> SimOutput {
+    simulate_with(requests, config, cost, true)
+}
+
+/// [`simulate`] with every sequence scheduled one by one, no decode cohort: the plain
+/// per-sequence reference that tests compare the fast path with. Same output, slower.
+#[doc(hidden)]
+pub fn simulate_per_sequence(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel) -> SimOutput {
+    simulate_with(requests, config, cost, false)
+}
+
+fn simulate_with(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel, decode_cohort: bool) -> SimOutput {
     assert!(requests.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns), "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
     let mut sim = Simulation {
@@ -102,7 +113,7 @@ pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMod
         in_flight: 0,
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
-        cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router),
+        cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router, decode_cohort),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         finished_buffer: Vec::new(),
@@ -234,7 +245,7 @@ impl Simulation<'_> {
             running: replica.scheduler.num_running(),
             waiting: replica.scheduler.num_waiting(),
             kv_blocks_used: replica.scheduler.kv().pool().blocks_used(),
-            batch_seqs: batch.seqs.len() as u32,
+            batch_seqs: batch.num_seqs(),
             prefill_tokens: batch.prefill_tokens,
             decode_tokens: batch.decode_tokens,
             cost,
@@ -251,23 +262,31 @@ impl Simulation<'_> {
         replica.busy = false;
         let outcome = replica.scheduler.finish_step();
         let records = &mut self.out.records;
+        for &id in &outcome.left_cohort {
+            self.last_token_ns[id as usize] = replica.cohort_last_token_ns;
+        }
         for &id in &outcome.tokens {
             let record = &mut records.requests[id as usize];
             match record.first_token_ns {
                 None => record.first_token_ns = Some(now_ns),
                 Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
             }
-            record.output_tokens += 1;
             self.last_token_ns[id as usize] = now_ns;
         }
+        // The cohort's members all had their previous token at its previous step's end.
+        records.itl_ns.push_n(now_ns - replica.cohort_last_token_ns, u64::from(outcome.cohort_tokens));
+        if outcome.cohort_synced {
+            replica.cohort_last_token_ns = now_ns;
+        }
         // vLLM buckets tokens by whole seconds since the earliest send, which is the first arrival.
-        records.tokens_per_second.add(now_ns - self.requests[0].arrival_ns, outcome.tokens.len() as u64);
+        records.tokens_per_second.add(now_ns - self.requests[0].arrival_ns, outcome.num_tokens());
         replica.outstanding -= outcome.finished.len() as u32;
         let mut finished = std::mem::take(&mut self.finished_buffer);
         finished.clear();
         finished.extend_from_slice(&outcome.finished);
         for f in &finished {
             self.out.extras[f.request_id as usize].preemptions = f.preemptions;
+            self.out.records.requests[f.request_id as usize].output_tokens = f.output_tokens;
             self.complete(f.request_id, true);
         }
         self.finished_buffer = finished;

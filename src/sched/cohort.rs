@@ -1,0 +1,230 @@
+//! The decode cohort (issue 14): running sequences that decode one token in every step they
+//! run, kept as totals so that a step of a thousand decodes costs the simulator what a step of
+//! one does.
+//!
+//! A decoding sequence does the same thing every step: its context grows by one token, it needs
+//! a new KV block every `block_size` tokens, and it finishes at a step known when it starts
+//! decoding. So the cohort keeps, instead of each member's state:
+//!
+//! ```text
+//!   epoch                 steps the cohort has decoded together
+//!   member offset o       context (computed tokens) − epoch, fixed while it is a member
+//!   Σo, Σo²               → Σ context = Σo + n·epoch,  Σ context² = Σo² + 2·epoch·Σo + n·epoch²
+//!   crossing[r]           members whose context is a multiple of block_size when epoch ≡ r
+//!                         (they need a block this step): r = −o mod block_size
+//!   finishes              min-heap of (epoch at which the member's last token is out, slot)
+//!   longest               max-heap of (o, serial, slot), stale entries skipped (the V0 graph
+//!                         check asks for the longest context)
+//! ```
+//!
+//! Per-member work happens only when a sequence joins, finishes or leaves. A member's
+//! `Seq::computed` and `Seq::generated` are those it joined with; [`Cohort::materialize`] gives
+//! its state now. Its KV table keeps the blocks it joined with; the blocks it grew into since are
+//! counted in the pool as reserved, and get ids only if it leaves alive.
+//!
+//! The scheduler falls back to its per-sequence path (the reference) whenever a step is not a
+//! plain "every member decodes": it dissolves the cohort, schedules sequence by sequence, and
+//! the sequences that sampled in that step form the next cohort.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::state::Seq;
+
+/// Largest block size the cohort keeps a counter per residue for. Larger blocks leave every
+/// sequence to the per-sequence path: exact, only slower, and memory stays bounded.
+pub(super) const BLOCK_SIZE_MAX: u32 = 4096;
+
+/// `Seq::cohort_index` of a sequence that is not a member.
+pub(super) const NOT_MEMBER: u32 = u32::MAX;
+
+/// Bound on Σ context² (and so on every other total) for a step the cohort runs: below it, a
+/// cost model's f64 sum of per-sequence terms is a sum of exact integers, so it equals the
+/// totals whatever the order. A step over it goes through the per-sequence path.
+pub(super) const EXACT_TOTAL_MAX: u128 = 1 << 52;
+
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    slot: u32,
+    /// Context minus epoch.
+    offset: i64,
+    /// Unique per join, to tell a live `longest` entry from one of a member since gone.
+    serial: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Cohort {
+    epoch: u64,
+    block_size: u32,
+    members: Vec<Member>,
+    offset_sum: i128,
+    offset_squares: i128,
+    crossing: Vec<u32>,
+    finishes: BinaryHeap<Reverse<(u64, u32)>>,
+    longest: BinaryHeap<(i64, u64, u32)>,
+    serial_next: u64,
+}
+
+/// A member's totals at one epoch.
+pub(super) struct Totals {
+    pub context_tokens: u128,
+    pub context_token_squares: u128,
+    pub max_context_tokens: u32,
+}
+
+impl Cohort {
+    pub(super) fn new(block_size: u32) -> Cohort {
+        debug_assert!(block_size > 0 && block_size <= BLOCK_SIZE_MAX);
+        Cohort {
+            epoch: 0,
+            block_size,
+            members: Vec::new(),
+            offset_sum: 0,
+            offset_squares: 0,
+            crossing: vec![0; block_size as usize],
+            finishes: BinaryHeap::new(),
+            longest: BinaryHeap::new(),
+            serial_next: 1,
+        }
+    }
+
+    pub(super) fn len(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Slots of the members, in no particular order.
+    pub(super) fn slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members.iter().map(|m| m.slot)
+    }
+
+    fn residue(&self, offset: i64) -> usize {
+        (-offset).rem_euclid(self.block_size as i64) as usize
+    }
+
+    /// Adds `seq` (in slot `slot`), which has just sampled a token and decodes next.
+    pub(super) fn join(&mut self, seqs: &mut [Seq], slot: u32) {
+        let seq = &mut seqs[slot as usize];
+        debug_assert_eq!(seq.cohort_index, NOT_MEMBER);
+        debug_assert!(!seq.in_prefill() && seq.generated < seq.max_output_tokens);
+        let offset = seq.computed as i64 - self.epoch as i64;
+        let serial = self.serial_next;
+        self.serial_next += 1;
+        seq.cohort_index = self.members.len() as u32;
+        self.members.push(Member { slot, offset, serial });
+        self.offset_sum += offset as i128;
+        self.offset_squares += offset as i128 * offset as i128;
+        let residue = self.residue(offset);
+        self.crossing[residue] += 1;
+        let finish_epoch = self.epoch + u64::from(seq.max_output_tokens - seq.generated);
+        self.finishes.push(Reverse((finish_epoch, slot)));
+        self.longest.push((offset, serial, slot));
+    }
+
+    /// `(computed, generated)` of member `seq` now.
+    pub(super) fn materialize(&self, seq: &Seq) -> (u32, u32) {
+        let member = self.members[seq.cohort_index as usize];
+        let computed = (member.offset + self.epoch as i64) as u32;
+        (computed, seq.generated + (computed - seq.computed))
+    }
+
+    /// Takes member `slot` out, writing its state now into its `Seq`.
+    pub(super) fn remove(&mut self, seqs: &mut [Seq], slot: u32) {
+        let index = seqs[slot as usize].cohort_index as usize;
+        let (computed, generated) = self.materialize(&seqs[slot as usize]);
+        let member = self.members.swap_remove(index);
+        debug_assert_eq!(member.slot, slot);
+        if let Some(moved) = self.members.get(index) {
+            seqs[moved.slot as usize].cohort_index = index as u32;
+        }
+        let seq = &mut seqs[slot as usize];
+        seq.computed = computed;
+        seq.generated = generated;
+        seq.cohort_index = NOT_MEMBER;
+        self.offset_sum -= member.offset as i128;
+        self.offset_squares -= member.offset as i128 * member.offset as i128;
+        let residue = self.residue(member.offset);
+        self.crossing[residue] -= 1;
+    }
+
+    /// Takes every member out (their state written back) and returns their slots.
+    pub(super) fn dissolve(&mut self, seqs: &mut [Seq]) -> Vec<u32> {
+        let slots: Vec<u32> = self.slots().collect();
+        for &slot in &slots {
+            let (computed, generated) = self.materialize(&seqs[slot as usize]);
+            let seq = &mut seqs[slot as usize];
+            seq.computed = computed;
+            seq.generated = generated;
+            seq.cohort_index = NOT_MEMBER;
+        }
+        self.members.clear();
+        self.offset_sum = 0;
+        self.offset_squares = 0;
+        self.crossing.fill(0);
+        self.finishes.clear();
+        self.longest.clear();
+        slots
+    }
+
+    /// Members that need a new KV block before this step's decode.
+    pub(super) fn crossers(&self) -> u32 {
+        self.crossing[(self.epoch % self.block_size as u64) as usize]
+    }
+
+    /// The members' contexts before this step's decode, as totals.
+    pub(super) fn totals(&mut self, seqs: &[Seq]) -> Totals {
+        let (n, epoch) = (self.members.len() as i128, self.epoch as i128);
+        let context_tokens = self.offset_sum + n * epoch;
+        let context_token_squares = self.offset_squares + 2 * epoch * self.offset_sum + n * epoch * epoch;
+        // Entries of members that left stay in the heap until they reach its top.
+        while let Some(&(_, serial, slot)) = self.longest.peek() {
+            let index = seqs[slot as usize].cohort_index;
+            if self.members.get(index as usize).is_some_and(|m| m.slot == slot && m.serial == serial) {
+                break;
+            }
+            self.longest.pop();
+        }
+        if self.longest.len() > 2 * self.members.len() + 64 {
+            self.longest = self.members.iter().map(|m| (m.offset, m.serial, m.slot)).collect();
+        }
+        let max_context_tokens = self.longest.peek().map_or(0, |&(offset, _, _)| (offset + self.epoch as i64) as u32);
+        Totals {
+            context_tokens: context_tokens as u128,
+            context_token_squares: context_token_squares as u128,
+            max_context_tokens,
+        }
+    }
+
+    /// Every member decoded one token.
+    pub(super) fn advance(&mut self) {
+        self.epoch += 1;
+    }
+
+    /// A member whose last token this step was, taken out with its state written back.
+    pub(super) fn pop_finished(&mut self, seqs: &mut [Seq]) -> Option<u32> {
+        match self.finishes.peek() {
+            Some(&Reverse((epoch, slot))) if epoch == self.epoch => {
+                self.finishes.pop();
+                self.remove(seqs, slot);
+                Some(slot)
+            }
+            _ => None,
+        }
+    }
+
+    /// Debug check: the totals are those of the members.
+    #[cfg(debug_assertions)]
+    pub(super) fn check(&self, seqs: &[Seq]) {
+        let offsets: i128 = self.members.iter().map(|m| m.offset as i128).sum();
+        assert_eq!(offsets, self.offset_sum, "cohort offset sum");
+        let crossing: u64 = self.crossing.iter().map(|&c| c as u64).sum();
+        assert_eq!(crossing, self.members.len() as u64, "cohort crossing counters");
+        for (i, m) in self.members.iter().enumerate() {
+            assert_eq!(seqs[m.slot as usize].cohort_index as usize, i, "cohort index");
+        }
+        assert_eq!(self.finishes.len(), self.members.len(), "one finish per member");
+    }
+}
