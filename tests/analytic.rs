@@ -47,7 +47,7 @@ fn lone_request_ttft_and_tpot_are_the_step_costs() {
     let tpot_ms = decode_ns as f64 / (output - 1) as f64 / 1e6;
     assert!((summary.ttft.mean_ms - prefill_ns as f64 / 1e6).abs() < 1e-9, "{} vs {}", summary.ttft.mean_ms, prefill_ns);
     assert!((summary.tpot.mean_ms - tpot_ms).abs() < 1e-9, "{} vs {}", summary.tpot.mean_ms, tpot_ms);
-    assert_eq!(out.timeline.len() as u32, output, "one prefill step, then one step per further token");
+    assert_eq!(out.steps, u64::from(output), "one prefill step, then one step per further token");
 }
 
 /// M/D/1: Poisson arrivals at 50% load to a server that handles one request at a time with a

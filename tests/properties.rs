@@ -109,6 +109,7 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                 router,
                 max_concurrency,
                 frontend_overhead_ns,
+                timeline: true,
             }
         })
 }
@@ -164,6 +165,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                     router,
                     max_concurrency,
                     frontend_overhead_ns,
+                    timeline: true,
                 }
             },
         )
@@ -274,6 +276,7 @@ fn a_front_end_spreads_a_burst_over_the_first_step() {
         router: Router::RoundRobin,
         max_concurrency: None,
         frontend_overhead_ns,
+        timeline: true,
     };
     let at_once = simulate(&requests, &config(0), &LinearCost);
     assert_eq!((at_once.timeline[0].start_ns, at_once.timeline[0].batch_seqs), (0, 8));

@@ -127,7 +127,13 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
     let (cost, cost_label) = (named.model, named.label);
     let bar = progress::sweep(scenario.workload.num_prompts.len());
     let points =
-        crate::run::run_scenario_with_progress(scenario, cost.as_ref(), &config.report.percentiles, &mut |_| bar.inc(1));
+        crate::run::run_scenario_with_progress(
+            scenario,
+            cost.as_ref(),
+            &config.report.percentiles,
+            config.out.is_some(),
+            &mut |_| bar.inc(1),
+        );
     bar.finish_and_clear();
     let mut text = String::new();
     for (i, point) in points.iter().enumerate() {

@@ -2,6 +2,7 @@
 //! its text and JSON formats. Knows nothing of where records came from (simulator or client).
 
 pub mod format;
+mod radix;
 pub mod recorded;
 pub mod samples;
 pub mod summary;

@@ -116,7 +116,7 @@ pub struct SortedSamples {
 impl SortedSamples {
     fn from_runs(mut runs: Vec<(u64, u64)>) -> Self {
         runs.retain(|&(_, count)| count > 0);
-        runs.sort_unstable_by_key(|&(value_ns, _)| value_ns);
+        super::radix::sort_by_key_u64(&mut runs, |&(value_ns, _)| value_ns);
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
         for (value_ns, count) in runs {
             match merged.last_mut() {

@@ -50,7 +50,7 @@ impl Stat {
 
     /// Statistics of one value per request, in ns (TPOT is not a whole number of ns).
     fn of_values(mut values_ns: Vec<f64>, percentiles: &[f64]) -> Stat {
-        values_ns.sort_unstable_by(f64::total_cmp);
+        super::radix::sort_non_negative(&mut values_ns);
         let n = values_ns.len() as u64;
         let nth = |k: u64| values_ns[k as usize];
         let mean_ns = mean(&values_ns);
@@ -172,14 +172,15 @@ fn peak_concurrent_requests(requests: &[RequestRecord]) -> u64 {
     let second = |time_ns: u64| (time_ns - origin_ns) / NS_PER_S;
     // (second, change): +1 where a request's first second begins, −1 after its last one. At one
     // second the −1s sort first: a request that ended in the second before is gone.
-    let mut changes: Vec<(u64, i64)> = successful()
-        .flat_map(|r| [(second(r.send_ns), 1), (second(r.end_ns.max(r.send_ns)) + 1, -1)])
+    // Encoded as `second · 2 + (1 for a start)`, so one integer sort puts them in that order.
+    let mut changes: Vec<u64> = successful()
+        .flat_map(|r| [second(r.send_ns) * 2 + 1, (second(r.end_ns.max(r.send_ns)) + 1) * 2])
         .collect();
-    changes.sort_unstable();
+    super::radix::sort_by_key_u64(&mut changes, |&c| c);
     let mut active = 0i64;
     let mut peak = 0i64;
-    for (_, change) in changes {
-        active += change;
+    for change in changes {
+        active += if change & 1 == 1 { 1 } else { -1 };
         peak = peak.max(active);
     }
     peak as u64

@@ -48,6 +48,7 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
         router: scenario.engine.router,
         max_concurrency: scenario.workload.max_concurrency,
         frontend_overhead_ns: (scenario.cost.frontend_overhead_us * 1e3).round() as u64,
+        timeline: false,
     }
 }
 
@@ -202,18 +203,20 @@ fn auto_notes(name: &str, mismatches: Vec<String>) -> Vec<String> {
 /// Simulates every point of the scenario's sweep. `percentiles` are those the summaries compute
 /// (vLLM's `--metric-percentiles`).
 pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult> {
-    run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, &mut |_| {})
+    run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, false, &mut |_| {})
 }
 
-/// [`run_scenario`] with a given cost model (e.g. a calibrated profile), calling `on_point` after each sweep point finishes (e.g. to advance a
-/// progress bar); the results do not depend on it.
+/// [`run_scenario`] with a given cost model (e.g. a calibrated profile), keeping each step's
+/// row if `timeline` (for `--out`), and calling `on_point` after each sweep point finishes (e.g.
+/// to advance a progress bar); the results do not depend on it.
 pub fn run_scenario_with_progress(
     scenario: &Scenario,
     cost: &dyn CostModel,
     percentiles: &[f64],
+    timeline: bool,
     on_point: &mut dyn FnMut(&PointResult),
 ) -> Vec<PointResult> {
-    let config = sim_config(scenario);
+    let config = SimConfig { timeline, ..sim_config(scenario) };
     scenario
         .workload
         .points()

@@ -83,7 +83,7 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             insert_request_arrays(obj, records);
             obj.insert("preemptions".into(), json!(p.output.extras.iter().map(|e| e.preemptions as u64).sum::<u64>()));
             obj.insert("rejected_requests".into(), json!(p.output.rejected));
-            obj.insert("engine_steps".into(), json!(p.output.timeline.len()));
+            obj.insert("engine_steps".into(), json!(p.output.steps));
             v
         })
         .collect();

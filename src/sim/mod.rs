@@ -38,6 +38,10 @@ pub struct SimConfig {
     pub max_concurrency: Option<u32>,
     /// The front end's time per request, before the scheduler sees it (see the module doc).
     pub frontend_overhead_ns: u64,
+    /// Keep a row per engine step in [`SimOutput::timeline`] (for `timeline.csv` and the
+    /// engine comparison). Off, only the step count is kept, and memory does not grow with the
+    /// number of steps.
+    pub timeline: bool,
 }
 
 /// Per-request facts beyond what the metrics need, for `requests.csv`.
@@ -53,7 +57,10 @@ pub struct SimOutput {
     pub records: RunRecords,
     /// Parallel to `records.requests`.
     pub extras: Vec<RequestExtra>,
+    /// One row per engine step, when [`SimConfig::timeline`] asks for them.
     pub timeline: Vec<StepRow>,
+    /// Engine steps, over all replicas.
+    pub steps: u64,
     /// Requests that could never fit in the KV cache and were failed at once.
     pub rejected: u32,
 }
@@ -80,6 +87,7 @@ struct Simulation<'a> {
     in_flight: u32,
     max_concurrency: u32,
     frontend_overhead_ns: u64,
+    keep_timeline: bool,
     cluster: Cluster,
     last_token_ns: Vec<u64>,
     done: Vec<bool>,
@@ -113,6 +121,7 @@ fn simulate_with(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMo
         in_flight: 0,
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
+        keep_timeline: config.timeline,
         cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router, decode_cohort),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
@@ -136,6 +145,7 @@ fn simulate_with(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMo
             },
             extras: vec![RequestExtra::default(); requests.len()],
             timeline: Vec::new(),
+            steps: 0,
             rejected: 0,
         },
     };
@@ -239,17 +249,20 @@ impl Simulation<'_> {
         let batch = replica.scheduler.batch();
         let cost = self.cost.predict(batch);
         assert!(cost.total_ns > 0, "a step must take time");
-        self.out.timeline.push(StepRow {
-            start_ns: self.now_ns,
-            replica: replica_index,
-            running: replica.scheduler.num_running(),
-            waiting: replica.scheduler.num_waiting(),
-            kv_blocks_used: replica.scheduler.kv().pool().blocks_used(),
-            batch_seqs: batch.num_seqs(),
-            prefill_tokens: batch.prefill_tokens,
-            decode_tokens: batch.decode_tokens,
-            cost,
-        });
+        self.out.steps += 1;
+        if self.keep_timeline {
+                self.out.timeline.push(StepRow {
+                start_ns: self.now_ns,
+                replica: replica_index,
+                running: replica.scheduler.num_running(),
+                waiting: replica.scheduler.num_waiting(),
+                kv_blocks_used: replica.scheduler.kv().pool().blocks_used(),
+                batch_seqs: batch.num_seqs(),
+                prefill_tokens: batch.prefill_tokens,
+                decode_tokens: batch.decode_tokens,
+                cost,
+            });
+        }
         replica.busy = true;
         replica.step_started_ns = self.now_ns;
         replica.step_cost = cost;

@@ -563,7 +563,8 @@ fn measure(
     let percentiles = ReportOptions::default().percentiles;
     let measured = Summary::from_records(&run.records, &percentiles);
     let point = scenario.workload.points()[0];
-    let simulated = run_point(&scenario, &sim_config(&scenario), cost, &point, &percentiles);
+    let config = crate::sim::SimConfig { timeline: true, ..sim_config(&scenario) };
+    let simulated = run_point(&scenario, &config, cost, &point, &percentiles);
     log(&format!(
         "    {label}: {} requests, {} engine steps; output throughput measured {:.1} tok/s, simulated {:.1} tok/s",
         point.num_prompts,
