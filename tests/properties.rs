@@ -245,6 +245,22 @@ proptest! {
         assert_same_output(&fast, &reference)?;
     }
 
+    /// Outputs longer than the cohort's finish buckets (1,024 steps), so that finishes wait in
+    /// its heap and move into the buckets; chunked prefill only, since a recompute of such a
+    /// sequence would not fit a whole-prompt budget.
+    #[test]
+    fn decode_cohort_matches_the_reference_on_long_outputs(
+        requests in prop::collection::vec((0u64..50_000_000, 1u32..100, 900u32..2600), 1..8).prop_map(|mut v| {
+            v.sort_by_key(|r| r.0);
+            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect::<Vec<_>>()
+        }),
+        config in vllm_config_strategy().prop_filter("chunked prefill", |c| c.scheduler.enable_chunked_prefill),
+    ) {
+        let fast = simulate(&requests, &config, &ContextCost);
+        let reference = simulate_per_sequence(&requests, &config, &ContextCost);
+        assert_same_output(&fast, &reference)?;
+    }
+
     #[test]
     fn same_input_same_output(requests in requests_strategy(), config in config_strategy()) {
         let a = simulate(&requests, &config, &LinearCost);

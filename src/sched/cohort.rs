@@ -12,7 +12,8 @@
 //!   Σo, Σo²               → Σ context = Σo + n·epoch,  Σ context² = Σo² + 2·epoch·Σo + n·epoch²
 //!   crossing[r]           members whose context is a multiple of block_size when epoch ≡ r
 //!                         (they need a block this step): r = −o mod block_size
-//!   finishes              min-heap of (epoch at which the member's last token is out, slot)
+//!   finishes              the epoch at which each member's last token is out: buckets for
+//!                         the next FINISH_RING epochs, a min-heap beyond
 //!   longest               max-heap of (o, serial, slot), stale entries skipped (the V0 graph
 //!                         check asks for the longest context)
 //! ```
@@ -38,6 +39,10 @@ pub(super) const BLOCK_SIZE_MAX: u32 = 4096;
 /// `Seq::cohort_index` of a sequence that is not a member.
 pub(super) const NOT_MEMBER: u32 = u32::MAX;
 
+/// Epochs ahead that finishes are kept in buckets (most outputs are shorter); later ones wait
+/// in a heap until they come this close.
+const FINISH_RING: u64 = 1024;
+
 /// Bound on Σ context² (and so on every other total) for a step the cohort runs: below it, a
 /// cost model's f64 sum of per-sequence terms is a sum of exact integers, so it equals the
 /// totals whatever the order. A step over it goes through the per-sequence path.
@@ -60,7 +65,13 @@ pub(super) struct Cohort {
     offset_sum: i128,
     offset_squares: i128,
     crossing: Vec<u32>,
-    finishes: BinaryHeap<Reverse<(u64, u32)>>,
+    /// `finish_ring[e % FINISH_RING]`: members finishing at epoch `e`, for `e` within
+    /// FINISH_RING of the epoch.
+    finish_ring: Vec<Vec<u32>>,
+    /// Members finishing later, as (epoch, slot).
+    finish_later: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Members finishing at this epoch, not yet taken out.
+    finishing: Vec<u32>,
     longest: BinaryHeap<(i64, u64, u32)>,
     serial_next: u64,
 }
@@ -82,7 +93,9 @@ impl Cohort {
             offset_sum: 0,
             offset_squares: 0,
             crossing: vec![0; block_size as usize],
-            finishes: BinaryHeap::new(),
+            finish_ring: vec![Vec::new(); FINISH_RING as usize],
+            finish_later: BinaryHeap::new(),
+            finishing: Vec::new(),
             longest: BinaryHeap::new(),
             serial_next: 1,
         }
@@ -120,7 +133,11 @@ impl Cohort {
         let residue = self.residue(offset);
         self.crossing[residue] += 1;
         let finish_epoch = self.epoch + u64::from(seq.max_output_tokens - seq.generated);
-        self.finishes.push(Reverse((finish_epoch, slot)));
+        if finish_epoch - self.epoch < FINISH_RING {
+            self.finish_ring[(finish_epoch % FINISH_RING) as usize].push(slot);
+        } else {
+            self.finish_later.push(Reverse((finish_epoch, slot)));
+        }
         self.longest.push((offset, serial, slot));
     }
 
@@ -164,7 +181,9 @@ impl Cohort {
         self.offset_sum = 0;
         self.offset_squares = 0;
         self.crossing.fill(0);
-        self.finishes.clear();
+        self.finish_ring.iter_mut().for_each(Vec::clear);
+        self.finish_later.clear();
+        self.finishing.clear();
         self.longest.clear();
         slots
     }
@@ -201,18 +220,22 @@ impl Cohort {
     /// Every member decoded one token.
     pub(super) fn advance(&mut self) {
         self.epoch += 1;
+        while let Some(&Reverse((epoch, slot))) = self.finish_later.peek() {
+            if epoch - self.epoch >= FINISH_RING {
+                break;
+            }
+            self.finish_later.pop();
+            self.finish_ring[(epoch % FINISH_RING) as usize].push(slot);
+        }
+        debug_assert!(self.finishing.is_empty());
+        std::mem::swap(&mut self.finishing, &mut self.finish_ring[(self.epoch % FINISH_RING) as usize]);
     }
 
     /// A member whose last token this step was, taken out with its state written back.
     pub(super) fn pop_finished(&mut self, seqs: &mut [Seq]) -> Option<u32> {
-        match self.finishes.peek() {
-            Some(&Reverse((epoch, slot))) if epoch == self.epoch => {
-                self.finishes.pop();
-                self.remove(seqs, slot);
-                Some(slot)
-            }
-            _ => None,
-        }
+        let slot = self.finishing.pop()?;
+        self.remove(seqs, slot);
+        Some(slot)
     }
 
     /// Debug check: the totals are those of the members.
@@ -225,6 +248,7 @@ impl Cohort {
         for (i, m) in self.members.iter().enumerate() {
             assert_eq!(seqs[m.slot as usize].cohort_index as usize, i, "cohort index");
         }
-        assert_eq!(self.finishes.len(), self.members.len(), "one finish per member");
+        let finishes = self.finish_ring.iter().map(Vec::len).sum::<usize>() + self.finish_later.len() + self.finishing.len();
+        assert_eq!(finishes, self.members.len(), "one finish per member");
     }
 }
