@@ -24,7 +24,7 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
     assert!(text.contains("Total input tokens:                      60        \n"), "{text}");
 
     // SIGTERM: a graceful stop, exit code 0.
-    let status = sigterm_and_wait(&mut server, Duration::from_secs(20));
+    let status = sigterm_and_wait(&mut server, Duration::from_secs(60));
     assert!(status.success(), "server exit status {status}");
 
     // The step trace, in timeline.csv's columns: every prompt token prefilled once, every

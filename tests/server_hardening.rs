@@ -141,8 +141,8 @@ async fn every_error_status_has_a_json_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_503_says_when_to_retry() {
     bounded(async {
-        // One long request running (at least 20 s of steps), one waiting: a third is refused.
-        let s = start(ServerLimits::default(), 1, 1, Duration::from_millis(20)).await;
+        // One long request running (at least 40 s of steps), one waiting: a third is refused.
+        let s = start(ServerLimits::default(), 1, 1, Duration::from_millis(40)).await;
         let client = reqwest::Client::new();
         let long = client
             .post(format!("{}/v1/completions", s.base))
@@ -241,13 +241,17 @@ async fn prompt_bytes_are_limited_before_tokenizing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_are_cut_and_slow_bodies_get_408() {
     bounded(async {
-        let limits = ServerLimits { header_read_timeout: Duration::from_millis(300), body_read_timeout: Duration::from_millis(300), ..ServerLimits::default() };
+        // Each server has one short timeout and one long: a busy machine that reads the headers
+        // late cannot turn the body's 408 into a closed connection.
+        let limits = ServerLimits { header_read_timeout: Duration::from_millis(300), body_read_timeout: Duration::from_secs(600), ..ServerLimits::default() };
         let s = start(limits, 8, 64, Duration::ZERO).await;
         // Half a request line, then silence: the connection is closed with no response.
         assert_eq!(raw(&s.addr, b"POST /generate HT").await, "");
         // Connected and silent: closed too.
         assert_eq!(raw(&s.addr, b"").await, "");
         // Headers, then 1 byte of a 100-byte body.
+        let limits = ServerLimits { header_read_timeout: Duration::from_secs(600), body_read_timeout: Duration::from_millis(300), ..ServerLimits::default() };
+        let s = start(limits, 8, 64, Duration::ZERO).await;
         let response = raw(&s.addr, b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{").await;
         let (status, v) = json_error(&response);
         assert_eq!(status, 408, "{response}");
@@ -290,11 +294,18 @@ async fn shutdown_drains_then_closes_what_is_left() {
         }
         assert!(rest.ends_with(b"data: [DONE]\n\n"), "{}", String::from_utf8_lossy(&rest));
         assert_eq!(drained.await.unwrap().connections_closed, 0);
+        // The client has [DONE] a moment before the engine counts the request finished (its
+        // step ends after the outputs are sent): wait for it, as long as a busy machine needs.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while engine.stats().requests_finished_total == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "not counted finished: {:?}", engine.stats());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(engine.stats().requests_finished_total, 1);
 
-        // A half-open connection and an endless stream: closed when the drain time runs out,
-        // and the stream's request is cancelled in the engine.
-        let s = start(ServerLimits { drain_timeout: Duration::from_millis(500), ..patient }, 8, 64, Duration::from_millis(5)).await;
+        // A half-open connection and an endless stream (1000 steps of 50 ms): closed when the
+        // drain time runs out, and the stream's request is cancelled in the engine.
+        let s = start(ServerLimits { drain_timeout: Duration::from_millis(500), ..patient }, 8, 64, Duration::from_millis(50)).await;
         let _stalled = half_open(&s.addr);
         let resp = client
             .post(format!("{}/v1/completions", s.base))

@@ -71,6 +71,12 @@ struct ShapeOutcome {
 /// every attempted shape failed (a broken backend, not a too-large shape).
 pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -> Result<Profile, DeviceError> {
     let start = Instant::now();
+    calibrate_timed(backend, grid, options, &|| start.elapsed())
+}
+
+/// [`calibrate`], with the time since the run began read from `elapsed` for the budget: a
+/// test's own clock makes the budget cut land at the same shape however busy the machine is.
+pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions, elapsed: &dyn Fn() -> Duration) -> Result<Profile, DeviceError> {
     let peak = backend.peak();
     let positive = |x: f64| x.is_finite() && x > 0.0;
     if !positive(peak.flops_per_s) || !positive(peak.memory_bytes_per_s) {
@@ -96,7 +102,7 @@ pub fn calibrate(backend: &mut dyn Backend, grid: &Grid, options: &RunOptions) -
     };
     time_reference_now(backend, &progress)?;
 
-    let spent = || options.budget.is_some_and(|budget| start.elapsed() >= budget);
+    let spent = || options.budget.is_some_and(|budget| elapsed() >= budget);
     let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
     let mut passes_run = 0;
     let mut passes_done = 0;
@@ -427,14 +433,11 @@ mod tests {
     #[test]
     fn budget_stops_the_run_and_keeps_what_was_measured() {
         let grid = tiny_grid(vec![Dtype::Bf16]);
-        let mut backend = Sleepy {
-            law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]),
-            sleep: Duration::from_millis(2),
-            attention_fails: true,
-        };
+        let mut backend = Ticking::new(Duration::from_millis(2), true);
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         let options = RunOptions { budget: Some(Duration::from_millis(30)), timing, passes: 2, ..RunOptions::default() };
-        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let clock = backend.clock.clone();
+        let profile = calibrate_timed(&mut backend, &grid, &options, &|| clock.now()).unwrap();
         let run = &profile.provenance.run;
         assert!(run.measured >= 1 && run.skipped_budget > 0 && run.cut_short, "{run:?}");
         assert_eq!(run.measured + run.skipped_budget + run.failed + run.skipped_unsupported, grid.len() as u64);
@@ -443,21 +446,48 @@ mod tests {
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
     }
 
-    /// Each run sleeps `sleep` of wall time and reports the synthetic law's duration; with
-    /// `attention_fails`, attention cannot be prepared (as if out of memory).
-    struct Sleepy {
-        law: SyntheticBackend,
-        sleep: Duration,
-        attention_fails: bool,
-    }
-    struct SleepyOp(Duration, f64);
-    impl PreparedOp for SleepyOp {
-        fn run_once(&mut self) -> Result<f64, DeviceError> {
-            std::thread::sleep(self.0);
-            Ok(self.1)
+    /// A test's clock: only the runs of [`Ticking`]'s ops move it, so a budget measured on it
+    /// cuts a run at the same shape on any machine, idle or busy.
+    #[derive(Clone, Default)]
+    struct TestClock(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+    impl TestClock {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        }
+        fn advance(&self, by: Duration) {
+            self.0.fetch_add(by.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    impl Backend for Sleepy {
+
+    /// Each run moves `clock` on by `tick` and reports the synthetic law's duration; with
+    /// `attention_fails`, attention cannot be prepared (as if out of memory).
+    struct Ticking {
+        law: SyntheticBackend,
+        clock: TestClock,
+        tick: Duration,
+        attention_fails: bool,
+    }
+    impl Ticking {
+        fn new(tick: Duration, attention_fails: bool) -> Ticking {
+            Ticking { law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), clock: TestClock::default(), tick, attention_fails }
+        }
+        fn op(&self, ns: f64) -> Box<dyn PreparedOp + '_> {
+            Box::new(TickingOp { clock: self.clock.clone(), tick: self.tick, ns })
+        }
+    }
+    struct TickingOp {
+        clock: TestClock,
+        tick: Duration,
+        ns: f64,
+    }
+    impl PreparedOp for TickingOp {
+        fn run_once(&mut self) -> Result<f64, DeviceError> {
+            self.clock.advance(self.tick);
+            Ok(self.ns)
+        }
+    }
+    impl Backend for Ticking {
         fn device_info(&self) -> DeviceInfo {
             self.law.device_info()
         }
@@ -471,30 +501,27 @@ mod tests {
             vec![]
         }
         fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            Ok(Box::new(SleepyOp(self.sleep, self.law.gemm_ns(shape))))
+            Ok(self.op(self.law.gemm_ns(shape)))
         }
         fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
             if self.attention_fails {
                 return Err(DeviceError::Failed("out of memory".into()));
             }
-            Ok(Box::new(SleepyOp(self.sleep, self.law.attention_ns(shape))))
+            Ok(self.op(self.law.attention_ns(shape)))
         }
     }
 
     #[test]
     fn a_budget_cut_run_covers_every_op_kind() {
         let grid = tiny_grid(vec![Dtype::Bf16]);
-        let mut backend = Sleepy {
-            law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]),
-            sleep: Duration::from_millis(1),
-            attention_fails: false,
-        };
+        let mut backend = Ticking::new(Duration::from_millis(1), false);
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         // Three passes take over 1.5 s; the budget is an eighth of that. Before kinds were
         // interleaved, GEMMs ran first and alone until a budget was spent.
         assert!(grid.len() > 500, "{}", grid.len());
         let options = RunOptions { budget: Some(Duration::from_millis(200)), timing, passes: 3, ..RunOptions::default() };
-        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        let clock = backend.clock.clone();
+        let profile = calibrate_timed(&mut backend, &grid, &options, &|| clock.now()).unwrap();
         let run = &profile.provenance.run;
         assert!(run.cut_short && run.skipped_budget > 0, "{run:?}");
         for kind in [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed] {

@@ -10,7 +10,7 @@ use crate::bench::sse::SseLines;
 use crate::calibrate::backend::Peak;
 use crate::calibrate::profile::{parse_csv, parse_provenance};
 use crate::engine::model::{LlamaConfig, LlamaWeights, WeightDtype};
-use crate::engine::server::Tokenizer;
+use crate::engine::server::{Api, ApiError, GenerateParams, PromptInput, Tokenizer, check_request_fits, parse_request};
 use crate::metrics::recorded::{parse_json, parse_text};
 use crate::plan::file::Plan;
 use crate::scenario::{ModelSpec, Scenario};
@@ -39,6 +39,7 @@ pub fn all() -> Vec<Target> {
         Target { name: "safetensors", seeds: safetensors_seeds, run: run_safetensors },
         Target { name: "tokenizer", seeds: tokenizer_seeds, run: run_tokenizer },
         Target { name: "sse", seeds: sse_seeds, run: run_sse },
+        Target { name: "http-body", seeds: http_body_seeds, run: run_http_body },
     ]
 }
 
@@ -195,4 +196,93 @@ fn run_sse(input: &[u8], _: &Path) -> bool {
         }
     }
     accepted
+}
+
+/// The server the `http-body` target pretends to be. The byte limit is small so that mutants
+/// cross it; the context is twice as long, so that a prompt at the limit fits.
+const HTTP_MODEL: &str = "tiny";
+const HTTP_PROMPT_BYTES_MAX: usize = 512;
+const HTTP_CONTEXT_LEN: u32 = 1024;
+/// The byte-level tokenizer's (the server's default).
+const HTTP_VOCAB_SIZE: u32 = 256;
+
+fn http_body_seeds(_: &Path) -> Vec<Vec<u8>> {
+    let at_limit = "a".repeat(HTTP_PROMPT_BYTES_MAX);
+    let mut bodies = seeds(&[
+        // OpenAI /v1/completions: text, ids, a list of one of each, every field.
+        r#"{"model": "tiny", "prompt": "Hello, my name is", "max_tokens": 16, "temperature": 0, "stream": false}"#,
+        r#"{"model": "servesim", "prompt": [1, 2, 3, 4], "max_tokens": 4, "stream": true, "stream_options": {"include_usage": true},
+            "ignore_eos": true, "temperature": 0.8, "top_p": 0.9, "top_k": -1, "seed": 42, "n": 1, "best_of": 1}"#,
+        r#"{"prompt": ["one text \u00e9 \ud83d\ude00"], "max_tokens": 1}"#,
+        r#"{"prompt": [[5, 6, 7]], "max_tokens": 200, "top_k": 50}"#,
+        // TGI /generate and /generate_stream.
+        r#"{"inputs": "What is Deep Learning?", "parameters": {"max_new_tokens": 20, "details": true, "temperature": 0.7,
+            "top_p": 0.95, "top_k": 50, "seed": 1, "ignore_eos": false, "best_of": 1}}"#,
+        r#"{"inputs": "x", "parameters": null}"#,
+        // Edge cases: refused, each for one reason.
+        r#"{"model": "tiny", "messages": [{"role": "user", "content": "a chat body"}], "max_tokens": 8}"#,
+        r#"{"prompt": [], "max_tokens": 0}"#,
+        r#"{"prompt": [256], "max_tokens": 4294967295}"#,
+        r#"{"prompt": ["a", "b"], "n": 2, "best_of": 0}"#,
+        r#"{"model": "other", "prompt": "a", "temperature": -1, "top_p": 0}"#,
+        r#"{"inputs": "", "parameters": {"max_new_tokens": 0, "top_k": -2, "best_of": 2}}"#,
+    ]);
+    bodies.push(format!(r#"{{"inputs": "{at_limit}", "parameters": {{"max_new_tokens": 1}}}}"#).into_bytes());
+    bodies.push(format!(r#"{{"prompt": "{at_limit}b", "max_tokens": 1}}"#).into_bytes());
+    bodies
+}
+
+/// The body as each API: parsed and checked as the server does before queueing it (the
+/// tokenizer included), with what a refusal and an acceptance must satisfy asserted.
+fn run_http_body(input: &[u8], _: &Path) -> bool {
+    let mut accepted = false;
+    for api in [Api::Completions, Api::Generate] {
+        accepted |= http_body_accepted(api, input);
+    }
+    accepted
+}
+
+fn http_body_accepted(api: Api, body: &[u8]) -> bool {
+    let request = match parse_request(api, body, HTTP_MODEL, HTTP_PROMPT_BYTES_MAX) {
+        Ok(request) => request,
+        Err(e) => return assert_refusal(&e),
+    };
+    let sampling = request.sampling;
+    assert!(sampling.temperature.is_finite() && sampling.temperature >= 0.0, "accepted temperature {}", sampling.temperature);
+    assert!(sampling.top_p > 0.0 && sampling.top_p <= 1.0, "accepted top_p {}", sampling.top_p);
+    let prompt = match request.prompt {
+        PromptInput::Text(text) => {
+            assert!(text.len() <= HTTP_PROMPT_BYTES_MAX, "accepted a prompt of {} bytes", text.len());
+            match http_tokenizer().encode(&text, true) {
+                Ok(ids) => ids,
+                Err(message) => return assert_refusal(&ApiError::new(axum::http::StatusCode::BAD_REQUEST, message)),
+            }
+        }
+        PromptInput::Tokens(ids) => ids,
+    };
+    let params = GenerateParams { prompt, max_tokens: request.max_tokens, ignore_eos: request.ignore_eos, sampling };
+    if let Err(e) = check_request_fits(&params, HTTP_VOCAB_SIZE, HTTP_CONTEXT_LEN) {
+        return assert_refusal(&e.into());
+    }
+    let tokens = params.prompt.len() as u64 + params.max_tokens as u64;
+    assert!(!params.prompt.is_empty() && params.max_tokens >= 1, "accepted {} prompt tokens, max_tokens {}", params.prompt.len(), params.max_tokens);
+    assert!(tokens <= HTTP_CONTEXT_LEN as u64, "accepted {tokens} tokens in a context of {HTTP_CONTEXT_LEN}");
+    true
+}
+
+/// A refusal is a client error with a message, and its JSON body carries both. Returns false
+/// (not accepted).
+fn assert_refusal(e: &ApiError) -> bool {
+    assert!(matches!(e.status.as_u16(), 400 | 404 | 413 | 422), "refused with status {}: {}", e.status, e.message);
+    assert!(!e.message.trim().is_empty(), "refused with status {} and no message", e.status);
+    let body: serde_json::Value = serde_json::from_str(&e.body()).expect("an error body is JSON");
+    assert_eq!(body["error"]["message"].as_str(), Some(e.message.as_str()), "error body {body}");
+    assert_eq!(body["error"]["code"].as_u64(), Some(e.status.as_u16() as u64), "error body {body}");
+    false
+}
+
+/// The server's default tokenizer, built once: building it costs more than a parse.
+fn http_tokenizer() -> &'static Tokenizer {
+    static TOKENIZER: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
+    TOKENIZER.get_or_init(Tokenizer::bytes)
 }

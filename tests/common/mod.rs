@@ -144,7 +144,7 @@ pub fn http_get(base: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let host = base.strip_prefix("http://").expect("http:// base URL");
     let mut stream = std::net::TcpStream::connect(host).expect("connect");
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read the response");

@@ -137,6 +137,31 @@ impl std::fmt::Display for SubmitError {
     }
 }
 
+/// The checks [`EngineHandle::submit`] makes before queueing a request, which need no engine:
+/// a prompt of at least one token, all within the vocabulary, and at least one token to
+/// generate, the whole within `context_len`. Separate so that the fuzzer (`crate::fuzz`) can run
+/// them on every body it sends.
+pub fn check_request_fits(params: &GenerateParams, vocab_size: u32, context_len: u32) -> Result<(), SubmitError> {
+    if params.prompt.is_empty() {
+        return Err(SubmitError::Invalid("the prompt is empty".into()));
+    }
+    if params.max_tokens == 0 {
+        return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+    }
+    if let Some(&bad) = params.prompt.iter().find(|&&t| t >= vocab_size) {
+        return Err(SubmitError::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab_size})")));
+    }
+    let total = params.prompt.len() as u64 + params.max_tokens as u64;
+    if total > context_len as u64 {
+        return Err(SubmitError::Invalid(format!(
+            "this model's maximum context length is {context_len} tokens, but the request asks for {total} tokens ({} in the prompt + {} max_tokens)",
+            params.prompt.len(),
+            params.max_tokens
+        )));
+    }
+    Ok(())
+}
+
 /// Upper bounds (seconds) of the step-time histogram buckets; `+Inf` is implicit.
 pub const STEP_TIME_BUCKETS_S: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
@@ -282,25 +307,7 @@ impl EngineHandle {
 
     pub async fn submit(&self, mut params: GenerateParams) -> Result<RequestStream, SubmitError> {
         params.ignore_eos |= self.ignore_eos;
-        if params.prompt.is_empty() {
-            return Err(SubmitError::Invalid("the prompt is empty".into()));
-        }
-        if params.max_tokens == 0 {
-            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
-        }
-        if let Some(&bad) = params.prompt.iter().find(|&&t| t >= self.vocab_size) {
-            return Err(SubmitError::Invalid(format!("token id {bad} is outside the vocabulary (size {})", self.vocab_size)));
-        }
-        let total = params.prompt.len() as u64 + params.max_tokens as u64;
-        if total > self.context_len as u64 {
-            return Err(SubmitError::Invalid(format!(
-                "this model's maximum context length is {} tokens, but the request asks for {} tokens ({} in the prompt + {} max_tokens)",
-                self.context_len,
-                total,
-                params.prompt.len(),
-                params.max_tokens
-            )));
-        }
+        check_request_fits(&params, self.vocab_size, self.context_len)?;
         let id = self.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (reply_tx, reply_rx) = oneshot::channel();

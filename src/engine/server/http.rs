@@ -16,22 +16,14 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{StreamExt, stream};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::connection::{Drained, serve_app};
-use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SubmitError};
+use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S};
 use super::limits::{REQUEST_BODY_BYTES_MAX, ServerLimits};
+use super::request::{Api, ApiError, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, parse_request};
 use super::tokenizer::{StreamDecoder, Tokenizer};
-use crate::engine::model::SamplingParams;
-
-/// `max_tokens` when a request gives none (OpenAI's default).
-pub const MAX_TOKENS_DEFAULT: u32 = 16;
-
-/// The model name every server also answers to besides its own: `servesim bench`'s default
-/// `--model`, so that a bench run without `--model` is not a 404.
-pub const MODEL_NAME_ALIAS: &str = "servesim";
 
 /// Seconds a client is asked to wait after a 503 (`Retry-After`): about a few engine steps.
 const RETRY_AFTER_S: &str = "1";
@@ -187,27 +179,10 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// An error before a response starts: a status and a message.
-struct ApiError(StatusCode, String);
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error_response(self.0, &self.1)
+        error_response(self.status, &self.message)
     }
-}
-
-impl From<SubmitError> for ApiError {
-    fn from(e: SubmitError) -> ApiError {
-        let status = match e {
-            SubmitError::Invalid(_) => StatusCode::BAD_REQUEST,
-            SubmitError::Overloaded { .. } | SubmitError::EngineStopped => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        ApiError(status, e.to_string())
-    }
-}
-
-fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("malformed JSON request: {e}")))
 }
 
 fn unix_time_s() -> u64 {
@@ -228,77 +203,25 @@ where
 
 // ---------------------------------------------------------------- OpenAI
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Prompt {
-    Text(String),
-    Tokens(Vec<u32>),
-    Texts(Vec<String>),
-    TokenLists(Vec<Vec<u32>>),
-}
-
-#[derive(Deserialize, Default)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
-}
-
-#[derive(Deserialize)]
-struct CompletionRequest {
-    #[serde(default)]
-    model: Option<String>,
-    prompt: Prompt,
-    #[serde(default)]
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    ignore_eos: bool,
-    #[serde(default)]
-    temperature: Option<f32>,
-    #[serde(default)]
-    top_p: Option<f32>,
-    /// vLLM's extension of the OpenAI API; −1 or 0 is every token.
-    #[serde(default)]
-    top_k: Option<i64>,
-    #[serde(default)]
-    seed: Option<u64>,
-    #[serde(default)]
-    n: Option<u32>,
-    #[serde(default)]
-    best_of: Option<u32>,
-}
-
-async fn prompt_tokens(prompt: Prompt, front: &Front) -> Result<Vec<u32>, ApiError> {
-    let one = |n: usize| {
-        if n == 1 { Ok(()) } else { Err(ApiError(StatusCode::BAD_REQUEST, format!("a request must hold exactly one prompt, got {n}"))) }
+/// Parses, tokenizes and queues a request of `api`: its stream of events, what the response
+/// needs, and the prompt's length in tokens.
+async fn submit(front: &Front, api: Api, body: &[u8]) -> Result<(RequestStream, ReplyOptions, u32), ApiError> {
+    let ParsedRequest { prompt, max_tokens, ignore_eos, sampling, reply } =
+        parse_request(api, body, front.engine.model_name(), front.limits.prompt_bytes_max)?;
+    let prompt = match prompt {
+        PromptInput::Text(text) => tokenize(front, text).await?,
+        PromptInput::Tokens(ids) => ids,
     };
-    Ok(match prompt {
-        Prompt::Text(t) => tokenize(front, t).await?,
-        Prompt::Tokens(t) => t,
-        Prompt::Texts(mut v) => {
-            one(v.len())?;
-            tokenize(front, v.remove(0)).await?
-        }
-        Prompt::TokenLists(mut v) => {
-            one(v.len())?;
-            v.remove(0)
-        }
-    })
+    let prompt_len = prompt.len() as u32;
+    let stream = front.engine.submit(GenerateParams { prompt, max_tokens, ignore_eos, sampling }).await?;
+    Ok((stream, reply, prompt_len))
 }
 
-/// The ids of a text prompt. Its length is checked before any tokenizing, which then runs on
-/// a blocking thread: a long prompt takes seconds, and on an async worker it would stall every
+/// The ids of a text prompt (already within the byte limit: [`parse_request`]). Tokenizing runs
+/// on a blocking thread: a long prompt takes seconds, and on an async worker it would stall every
 /// other request that worker serves.
 async fn tokenize(front: &Front, text: String) -> Result<Vec<u32>, ApiError> {
-    let max = front.limits.prompt_bytes_max;
-    if text.len() > max {
-        let message = format!("the prompt is {} bytes, more than this server's limit of {max} bytes (serve --max-prompt-bytes)", text.len());
-        return Err(ApiError(StatusCode::BAD_REQUEST, message));
-    }
-    let internal = |e: String| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e);
+    let internal = |e: String| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e);
     // The permit goes with the work: a client that leaves does not stop its tokenizing.
     let permit = front.tokenizing.clone().acquire_owned().await.map_err(|e| internal(e.to_string()))?;
     let tokenizer = front.engine.tokenizer().clone();
@@ -307,69 +230,23 @@ async fn tokenize(front: &Front, text: String) -> Result<Vec<u32>, ApiError> {
         drop(permit);
         ids
     });
-    encoded.await.map_err(|e| internal(format!("the tokenizer failed: {e}")))?.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))
+    encoded.await.map_err(|e| internal(format!("the tokenizer failed: {e}")))?.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
 }
 
-/// A request may name the served model, its alias, or none; vLLM answers any other name 404.
-fn check_model(engine: &EngineHandle, model: Option<&str>) -> Result<(), ApiError> {
-    match model {
-        None => Ok(()),
-        Some(m) if m == engine.model_name() || m == MODEL_NAME_ALIAS => Ok(()),
-        Some(m) => Err(ApiError(
-            StatusCode::NOT_FOUND,
-            format!("The model `{m}` does not exist: this server serves `{}` (also answering to `{MODEL_NAME_ALIAS}`)", engine.model_name()),
-        )),
-    }
-}
-
-/// One completion a request: `n` or `best_of` other than 1 is refused rather than ignored.
-fn check_one_completion(field: &str, value: Option<u32>) -> Result<(), ApiError> {
-    match value {
-        None | Some(1) => Ok(()),
-        Some(v) => Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("{field} = {v} is not supported: this server returns exactly one completion per request ({field} must be 1)"),
-        )),
-    }
-}
+// ---------------------------------------------------------------- OpenAI
 
 async fn completions(State(front): State<Front>, body: Bytes) -> Response {
-    let req: CompletionRequest = match parse(&body) {
-        Ok(r) => r,
+    let (stream, reply, prompt_len) = match submit(&front, Api::Completions, &body).await {
+        Ok(x) => x,
         Err(e) => return e.into_response(),
     };
     let engine = &front.engine;
-    let checked = check_model(engine, req.model.as_deref())
-        .and_then(|()| check_one_completion("n", req.n))
-        .and_then(|()| check_one_completion("best_of", req.best_of));
-    if let Err(e) = checked {
-        return e.into_response();
-    }
-    let prompt = match prompt_tokens(req.prompt, &front).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
-    let prompt_len = prompt.len() as u32;
-    let params = GenerateParams {
-        prompt,
-        max_tokens: req.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
-        ignore_eos: req.ignore_eos,
-        sampling: match SamplingParams::from_request(req.temperature, req.top_p, req.top_k, req.seed) {
-            Ok(p) => p,
-            Err(e) => return ApiError(StatusCode::BAD_REQUEST, e).into_response(),
-        },
-    };
-    let stream = match engine.submit(params).await {
-        Ok(s) => s,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
     let id = format!("cmpl-{}", stream.id());
-    let model = req.model.unwrap_or_else(|| engine.model_name().to_string());
+    let model = reply.model.unwrap_or_else(|| engine.model_name().to_string());
     let created = unix_time_s();
     let decoder = StreamDecoder::new(engine.tokenizer().clone());
-    if req.stream {
-        let include_usage = req.stream_options.unwrap_or_default().include_usage;
-        completion_stream(stream, decoder, id, model, created, prompt_len, include_usage)
+    if reply.stream {
+        completion_stream(stream, decoder, id, model, created, prompt_len, reply.include_usage)
     } else {
         completion_whole(stream, decoder, id, model, created, prompt_len).await
     }
@@ -504,54 +381,12 @@ async fn models(State(front): State<Front>) -> Response {
 
 // ---------------------------------------------------------------- TGI
 
-#[derive(Deserialize, Default)]
-struct TgiParameters {
-    #[serde(default)]
-    max_new_tokens: Option<u32>,
-    #[serde(default)]
-    details: bool,
-    #[serde(default)]
-    temperature: Option<f32>,
-    #[serde(default)]
-    top_p: Option<f32>,
-    #[serde(default)]
-    top_k: Option<i64>,
-    #[serde(default)]
-    seed: Option<u64>,
-    #[serde(default)]
-    ignore_eos: bool,
-    #[serde(default)]
-    best_of: Option<u32>,
-}
-
-#[derive(Deserialize)]
-struct TgiRequest {
-    inputs: String,
-    #[serde(default)]
-    parameters: Option<TgiParameters>,
-}
-
-async fn tgi_submit(front: &Front, body: &Bytes) -> Result<(RequestStream, TgiParameters), ApiError> {
-    let req: TgiRequest = parse(body)?;
-    let p = req.parameters.unwrap_or_default();
-    check_one_completion("best_of", p.best_of)?;
-    let sampling = SamplingParams::from_request(p.temperature, p.top_p, p.top_k, p.seed).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
-    let params = GenerateParams {
-        prompt: tokenize(front, req.inputs).await?,
-        max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
-        ignore_eos: p.ignore_eos,
-        sampling,
-    };
-    let stream = front.engine.submit(params).await?;
-    Ok((stream, p))
-}
-
 fn tgi_token(tokenizer: &Tokenizer, id: u32) -> Value {
     json!({"id": id, "text": tokenizer.token_text(id), "logprob": 0.0, "special": tokenizer.is_special(id)})
 }
 
 async fn generate(State(front): State<Front>, body: Bytes) -> Response {
-    let (mut stream, p) = match tgi_submit(&front, &body).await {
+    let (mut stream, p, _) = match submit(&front, Api::Generate, &body).await {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };
@@ -596,7 +431,7 @@ struct TgiStream {
 }
 
 async fn generate_stream(State(front): State<Front>, body: Bytes) -> Response {
-    let (stream, p) = match tgi_submit(&front, &body).await {
+    let (stream, p, _) = match submit(&front, Api::Generate, &body).await {
         Ok(x) => x,
         Err(e) => return e.into_response(),
     };

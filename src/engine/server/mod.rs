@@ -18,15 +18,17 @@ mod http;
 mod knobs;
 mod limits;
 mod model_executor;
+mod request;
 mod tokenizer;
 
 pub use engine::{
     CancelOnDrop, EngineHandle, EngineStats, Event, Executor, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SeqInput,
-    StepInputs, SubmitError, TRACE_ROWS_MAX,
+    StepInputs, SubmitError, TRACE_ROWS_MAX, check_request_fits,
 };
 pub use knobs::EngineKnobs;
 pub use connection::{Drained, HEADER_BYTES_MAX, HEADERS_MAX};
-pub use http::{MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, router, router_with, serve, serve_with};
+pub use http::{router, router_with, serve, serve_with};
+pub use request::{Api, ApiError, MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, parse_request};
 pub use limits::{
     BODY_READ_TIMEOUT_DEFAULT, DRAIN_TIMEOUT_DEFAULT, HEADER_READ_TIMEOUT_DEFAULT, PROMPT_BYTES_MAX_DEFAULT, REQUEST_BODY_BYTES_MAX, ServerLimits,
 };
