@@ -18,7 +18,11 @@
 //! touches only its own file and the place that picks it by name ([`Policy::build`]).
 //!
 //! The simulator drives a [`Scheduler`] with a virtual clock and a cost model; the engine drives
-//! the very same code with real kernels. A step is `schedule()` (which fills a [`Batch`]), then
+//! the very same code with real kernels. The simulator also asks for a decode cohort
+//! ([`Scheduler::with_decode_cohort`], `cohort.rs`): sequences that decode every step are kept
+//! as totals, so a step costs the same whatever its batch size. The policies and the
+//! per-sequence path are the same code either way; the cohort only takes the steps in which
+//! nothing runs short, and a property test holds its output equal to the per-sequence path's. A step is `schedule()` (which fills a [`Batch`]), then
 //! the forward pass (simulated or real), then `finish_step()` (which advances every scheduled
 //! sequence and reports tokens and completions).
 
