@@ -165,6 +165,12 @@ impl SortedSamples {
         std_of(runs, self.len(), self.mean())
     }
 
+    /// The distinct values, ascending, each with how many samples have it.
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let starts = std::iter::once(0).chain(self.runs.iter().map(|&(_, end)| end));
+        self.runs.iter().zip(starts).map(|(&(value_ns, end), start)| (value_ns, end - start))
+    }
+
     /// The `k`-th smallest sample (0-based) in ns; `k` is clamped to the last sample.
     ///
     /// Returns 0 when empty.

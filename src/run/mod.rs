@@ -1,5 +1,6 @@
 //! Running a validated scenario: one simulation per sweep point, then the summary of each.
 
+mod csv_line;
 pub mod output;
 
 use crate::cost::CostModel;

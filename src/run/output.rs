@@ -19,6 +19,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::PointResult;
+use super::csv_line::{CsvLine, push_fixed};
 use crate::Error;
 use crate::metrics::format::{ReportOptions, insert_request_arrays, to_json};
 use crate::scenario::Scenario;
@@ -27,12 +28,22 @@ use crate::timeline::StepRow;
 
 /// `ns` as seconds with all nine decimals.
 pub fn seconds(ns: u64) -> String {
-    format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
+    fixed_text(ns, SECOND_DECIMALS)
+}
+
+/// Decimals of a time in seconds, and of one in milliseconds, written from nanoseconds.
+const SECOND_DECIMALS: u32 = 9;
+const MILLI_DECIMALS: u32 = 6;
+
+fn fixed_text(value: u64, decimals: u32) -> String {
+    let mut buf = Vec::new();
+    push_fixed(&mut buf, value, decimals);
+    String::from_utf8(buf).expect("digits are ASCII")
 }
 
 /// `ns` as milliseconds with all six decimals.
 pub fn millis(ns: u64) -> String {
-    format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
+    fixed_text(ns, MILLI_DECIMALS)
 }
 
 /// Writes all four files into `dir`, creating it.
@@ -163,25 +174,18 @@ pub fn write_requests_rows<'a>(w: &mut impl Write, rows: impl IntoIterator<Item 
         w,
         "point,num_prompts,request_id,replica,send_s,first_token_s,end_s,input_tokens,output_tokens,preemptions,success,error"
     )?;
-    let cell = |v: Option<u32>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut line = CsvLine::default();
     for row in rows {
         let r = row.record;
-        writeln!(
-            w,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
-            row.key.point,
-            row.key.num_prompts,
-            row.request_id,
-            cell(row.replica),
-            seconds(r.send_ns),
-            r.first_token_ns.map(seconds).unwrap_or_default(),
-            seconds(r.end_ns),
-            r.input_tokens,
-            r.output_tokens,
-            cell(row.preemptions),
-            r.success,
-            csv_text(row.error.unwrap_or_default())
-        )?;
+        line.uint(row.key.point.into()).uint(row.key.num_prompts.into()).uint(row.request_id as u64);
+        line.uint_or_empty(row.replica.map(u64::from)).fixed(r.send_ns, SECOND_DECIMALS);
+        match r.first_token_ns {
+            Some(ns) => line.fixed(ns, SECOND_DECIMALS),
+            None => line.text(""),
+        };
+        line.fixed(r.end_ns, SECOND_DECIMALS).uint(r.input_tokens.into()).uint(r.output_tokens.into());
+        line.uint_or_empty(row.preemptions.map(u64::from)).text(if r.success { "true" } else { "false" });
+        line.text(&csv_text(row.error.unwrap_or_default())).finish(w)?;
     }
     Ok(())
 }
@@ -215,29 +219,17 @@ pub fn write_timeline_rows<'a>(
         "point,num_prompts,replica,start_s,running,waiting,kv_blocks_used,kv_blocks_total,batch_seqs,prefill_tokens,decode_tokens,\
          step_ms,gemm_ms,attention_ms,elementwise_ms,communication_ms,overhead_ms"
     )?;
+    let mut line = CsvLine::default();
     for (key, s) in rows {
         let c = &s.cost;
-        writeln!(
-            w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            key.point,
-            key.num_prompts,
-            s.replica,
-            seconds(s.start_ns),
-            s.running,
-            s.waiting,
-            s.kv_blocks_used,
-            kv_blocks_total,
-            s.batch_seqs,
-            s.prefill_tokens,
-            s.decode_tokens,
-            millis(c.total_ns),
-            millis(c.gemm_ns),
-            millis(c.attention_ns),
-            millis(c.elementwise_ns),
-            millis(c.communication_ns),
-            millis(c.overhead_ns)
-        )?;
+        line.uint(key.point.into()).uint(key.num_prompts.into()).uint(s.replica.into());
+        line.fixed(s.start_ns, SECOND_DECIMALS).uint(s.running.into()).uint(s.waiting.into());
+        line.uint(s.kv_blocks_used.into()).uint(kv_blocks_total.into()).uint(s.batch_seqs.into());
+        line.uint(s.prefill_tokens.into()).uint(s.decode_tokens.into());
+        for ns in [c.total_ns, c.gemm_ns, c.attention_ns, c.elementwise_ns, c.communication_ns, c.overhead_ns] {
+            line.fixed(ns, MILLI_DECIMALS);
+        }
+        line.finish(w)?;
     }
     Ok(())
 }
@@ -255,18 +247,11 @@ pub fn write_timeline_file<'a>(
 /// `itl.csv`: per sweep point, the ITL samples as sorted runs of equal values (see the module doc).
 fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
     writeln!(w, "point,num_prompts,itl_ms,count")?;
+    let mut line = CsvLine::default();
     for (p, key) in points.iter().zip(PointKey::all(points)) {
-        let mut runs = p.output.records.itl_ns.runs.clone();
-        runs.sort_unstable_by_key(|&(value_ns, _)| value_ns);
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
-        for (value_ns, count) in runs.into_iter().filter(|&(_, count)| count > 0) {
-            match merged.last_mut() {
-                Some((last_ns, last_count)) if *last_ns == value_ns => *last_count += count,
-                _ => merged.push((value_ns, count)),
-            }
-        }
-        for (value_ns, count) in merged {
-            writeln!(w, "{},{},{},{}", key.point, key.num_prompts, millis(value_ns), count)?;
+        for (value_ns, count) in p.output.records.itl_ns.sorted().runs() {
+            line.uint(key.point.into()).uint(key.num_prompts.into()).fixed(value_ns, MILLI_DECIMALS).uint(count);
+            line.finish(w)?;
         }
     }
     Ok(())

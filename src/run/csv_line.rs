@@ -1,0 +1,127 @@
+//! CSV lines built digit by digit in one reused buffer.
+//!
+//! A 100k-request `--out` writes about three million numbers. Through `core::fmt` (and a
+//! `String` per time) that was three quarters of the run (issue 14); writing the digits
+//! directly gives the same bytes several times faster.
+
+use std::io::{self, Write};
+
+/// One CSV line at a time: cells are appended with their separating commas, and
+/// [`CsvLine::finish`] writes the line and empties the buffer for the next.
+#[derive(Default)]
+pub struct CsvLine {
+    buf: Vec<u8>,
+    cells: usize,
+}
+
+impl CsvLine {
+    fn separate(&mut self) {
+        if self.cells > 0 {
+            self.buf.push(b',');
+        }
+        self.cells += 1;
+    }
+
+    /// An unsigned integer, as `Display` writes it.
+    pub fn uint(&mut self, value: u64) -> &mut Self {
+        self.separate();
+        push_uint(&mut self.buf, value);
+        self
+    }
+
+    /// An integer or, for `None`, an empty cell.
+    pub fn uint_or_empty(&mut self, value: Option<u64>) -> &mut Self {
+        match value {
+            Some(v) => self.uint(v),
+            None => self.text(""),
+        }
+    }
+
+    /// `value / 10^decimals` with every decimal: `fixed(1_500_000_001, 9)` is `1.500000001`.
+    pub fn fixed(&mut self, value: u64, decimals: u32) -> &mut Self {
+        self.separate();
+        push_fixed(&mut self.buf, value, decimals);
+        self
+    }
+
+    /// Text as it is (the caller quotes it where it must be).
+    pub fn text(&mut self, text: &str) -> &mut Self {
+        self.separate();
+        self.buf.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    /// Writes the line with its newline and starts the next.
+    pub fn finish(&mut self, w: &mut impl Write) -> io::Result<()> {
+        self.buf.push(b'\n');
+        w.write_all(&self.buf)?;
+        self.buf.clear();
+        self.cells = 0;
+        Ok(())
+    }
+}
+
+/// Appends the decimal digits of `value`.
+pub fn push_uint(buf: &mut Vec<u8>, value: u64) {
+    // Digits written in place, last first (a copy from a stack buffer was a library call per
+    // number).
+    let digits = value.checked_ilog10().map_or(1, |log| log as usize + 1);
+    let at = buf.len();
+    buf.resize(at + digits, b'0');
+    fill_digits(&mut buf[at..], value);
+}
+
+/// Writes the low `digits.len()` decimal digits of `value` into `digits`, zero-padded.
+fn fill_digits(digits: &mut [u8], mut value: u64) {
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+/// Appends `value / 10^decimals` with all `decimals` digits after the point (none and no point
+/// when `decimals` is 0).
+pub fn push_fixed(buf: &mut Vec<u8>, value: u64, decimals: u32) {
+    let scale = 10u64.pow(decimals);
+    push_uint(buf, value / scale);
+    if decimals == 0 {
+        return;
+    }
+    buf.push(b'.');
+    let at = buf.len();
+    buf.resize(at + decimals as usize, b'0');
+    fill_digits(&mut buf[at..], value % scale);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn digits_are_those_of_format(value in any::<u64>(), decimals in 0u32..=9) {
+            let mut buf = Vec::new();
+            push_uint(&mut buf, value);
+            prop_assert_eq!(String::from_utf8(buf).unwrap(), value.to_string());
+            let mut buf = Vec::new();
+            push_fixed(&mut buf, value, decimals);
+            let scale = 10u64.pow(decimals);
+            let expected = if decimals == 0 {
+                value.to_string()
+            } else {
+                format!("{}.{:0width$}", value / scale, value % scale, width = decimals as usize)
+            };
+            prop_assert_eq!(String::from_utf8(buf).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn a_line_separates_its_cells() {
+        let mut out = Vec::new();
+        let mut line = CsvLine::default();
+        line.uint(0).uint_or_empty(None).fixed(7_280_001, 6).text("x").finish(&mut out).unwrap();
+        line.uint(u64::MAX).finish(&mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "0,,7.280001,x\n18446744073709551615\n");
+    }
+}
