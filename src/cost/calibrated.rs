@@ -26,6 +26,7 @@
 
 use std::collections::BTreeMap;
 
+use super::memo::ByRows;
 use super::moe::ExpertRouting;
 use super::roofline::Roofline;
 use super::sampling::SamplingCost;
@@ -734,6 +735,9 @@ pub struct Calibrated {
     /// QKV, O, gate+up, down.
     layer_gemms: [GemmPredictor; 4],
     lm_head: GemmPredictor,
+    /// One layer's GEMMs (routed experts included) and the LM head, by rows.
+    layer_gemm_s_by_rows: ByRows,
+    lm_head_s_by_rows: ByRows,
     /// The routed experts of a mixture-of-experts model.
     moe: Option<MoePredictors>,
     /// Prefill, decode, mixed.
@@ -893,6 +897,8 @@ impl Calibrated {
             heads,
             layer_gemms,
             lm_head,
+            layer_gemm_s_by_rows: ByRows::new(),
+            lm_head_s_by_rows: ByRows::new(),
             moe,
             attention,
             fallback_attention_s_per_key: flops_per_key / (peak_16bit * params.attention_efficiency),
@@ -1151,9 +1157,12 @@ impl CostModel for Calibrated {
         }
 
         let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
-        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows, &self.peak)).sum::<f64>()
-            + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows, &self.peak));
-        let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled, &self.peak);
+        let layer_gemm_s = self.layer_gemm_s_by_rows.get(gemm_rows, || {
+            self.layer_gemms.iter().map(|op| op.time_s(gemm_rows, &self.peak)).sum::<f64>()
+                + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows, &self.peak))
+        });
+        let lm_head_s = self.lm_head_s_by_rows.get(sampled, || self.lm_head.time_s(sampled, &self.peak));
+        let gemm_s = self.num_layers * layer_gemm_s + lm_head_s;
         let attention_s = if tokens > 0.0 {
             self.num_layers
                 * (self.attention_s(PREFILL, &sums[PREFILL])

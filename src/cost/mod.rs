@@ -6,6 +6,7 @@
 
 pub mod bundled;
 pub mod calibrated;
+mod memo;
 pub mod moe;
 pub mod profile_match;
 pub mod roofline;
