@@ -25,7 +25,7 @@ pub fn sort_by_key_u64<T: Copy>(values: &mut Vec<T>, key: impl Fn(&T) -> u64) {
     }
     let mut scratch: Vec<T> = Vec::with_capacity(values.len());
     for (byte, count) in counts.iter().enumerate() {
-        if count.iter().any(|&c| c == values.len()) {
+        if count.contains(&values.len()) {
             continue;
         }
         let mut offsets = [0usize; 256];

@@ -111,7 +111,7 @@ pub fn read_run(dir: &Path) -> Result<RunData, Error> {
     // The summary says how many requests each point ran; a point with none here is a file cut
     // short or emptied, and its charts would be blank without a word.
     if let Some(i) = run.points.iter().position(|p| p.requests.is_empty()) {
-        return Err(bad(&path, None, &format!("sweep point {} has no requests (the file holds a header only, or is cut short)", i + 1)));
+        return Err(bad(&path, None, format!("sweep point {} has no requests (the file holds a header only, or is cut short)", i + 1)));
     }
 
     let path = dir.join("timeline.csv");

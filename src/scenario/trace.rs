@@ -233,7 +233,7 @@ fn parse_row(fields: &[&str; 3], line: u64, path: &Path) -> Result<TraceRow, Tra
         expected: "a number of seconds",
     })?;
     // `>= 0.0` is false for NaN as well as for negatives; `-0.0` is accepted as zero.
-    if !(arrival_s.is_finite() && arrival_s >= 0.0 && arrival_s <= crate::workload::HORIZON_MAX_S) {
+    if !(arrival_s.is_finite() && (0.0..=crate::workload::HORIZON_MAX_S).contains(&arrival_s)) {
         return Err(TraceError::BadArrival {
             path: path.to_path_buf(),
             line,
