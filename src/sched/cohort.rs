@@ -14,8 +14,10 @@
 //!                         (they need a block this step): r = −o mod block_size
 //!   finishes              the epoch at which each member's last token is out: buckets for
 //!                         the next FINISH_RING epochs, a min-heap beyond
-//!   longest               max-heap of (o, serial, slot), stale entries skipped (the V0 graph
-//!                         check asks for the longest context)
+//!   longest               the member with the largest o (the V0 graph check asks for the
+//!                         longest context)
+//!   newest                the member admitted last (whether running sequences outside the
+//!                         cohort come after every member in the running order)
 //! ```
 //!
 //! Per-member work happens only when a sequence joins, finishes or leaves. A member's
@@ -48,12 +50,45 @@ const FINISH_RING: u64 = 1024;
 /// totals whatever the order. A step over it goes through the per-sequence path.
 pub(super) const EXACT_TOTAL_MAX: u128 = 1 << 52;
 
+/// The largest key among the members, in a max-heap whose entries of members since gone are
+/// dropped when they reach the top.
+#[derive(Clone, Debug, Default)]
+struct LazyMax<K: Ord> {
+    heap: BinaryHeap<(K, u64, u32)>,
+}
+
+impl<K: Ord + Copy> LazyMax<K> {
+    fn push(&mut self, key: K, member: &Member) {
+        self.heap.push((key, member.serial, member.slot));
+    }
+
+    /// The largest key of a live member; `key` recomputes a member's key to rebuild the heap
+    /// when stale entries outnumber live ones.
+    fn max(&mut self, members: &[Member], seqs: &[Seq], key: impl Fn(&Member) -> K) -> Option<K> {
+        while let Some(&(_, serial, slot)) = self.heap.peek() {
+            let index = seqs[slot as usize].cohort_index;
+            if members.get(index as usize).is_some_and(|m| m.slot == slot && m.serial == serial) {
+                break;
+            }
+            self.heap.pop();
+        }
+        if self.heap.len() > 2 * members.len() + 64 {
+            self.heap = members.iter().map(|m| (key(m), m.serial, m.slot)).collect();
+        }
+        self.heap.peek().map(|&(k, _, _)| k)
+    }
+
+    fn clear(&mut self) {
+        self.heap.clear();
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Member {
     slot: u32,
     /// Context minus epoch.
     offset: i64,
-    /// Unique per join, to tell a live `longest` entry from one of a member since gone.
+    /// Unique per join, to tell a live [`LazyMax`] entry from one of a member since gone.
     serial: u64,
 }
 
@@ -72,7 +107,8 @@ pub(super) struct Cohort {
     finish_later: BinaryHeap<Reverse<(u64, u32)>>,
     /// Members finishing at this epoch, not yet taken out.
     finishing: Vec<u32>,
-    longest: BinaryHeap<(i64, u64, u32)>,
+    longest: LazyMax<i64>,
+    newest: LazyMax<u64>,
     serial_next: u64,
 }
 
@@ -96,7 +132,8 @@ impl Cohort {
             finish_ring: vec![Vec::new(); FINISH_RING as usize],
             finish_later: BinaryHeap::new(),
             finishing: Vec::new(),
-            longest: BinaryHeap::new(),
+            longest: LazyMax::default(),
+            newest: LazyMax::default(),
             serial_next: 1,
         }
     }
@@ -127,7 +164,10 @@ impl Cohort {
         let serial = self.serial_next;
         self.serial_next += 1;
         seq.cohort_index = self.members.len() as u32;
-        self.members.push(Member { slot, offset, serial });
+        let member = Member { slot, offset, serial };
+        self.members.push(member);
+        self.longest.push(offset, &member);
+        self.newest.push(seq.admitted, &member);
         self.offset_sum += offset as i128;
         self.offset_squares += offset as i128 * offset as i128;
         let residue = self.residue(offset);
@@ -138,7 +178,6 @@ impl Cohort {
         } else {
             self.finish_later.push(Reverse((finish_epoch, slot)));
         }
-        self.longest.push((offset, serial, slot));
     }
 
     /// `(computed, generated)` of member `seq` now.
@@ -185,6 +224,7 @@ impl Cohort {
         self.finish_later.clear();
         self.finishing.clear();
         self.longest.clear();
+        self.newest.clear();
         slots
     }
 
@@ -198,23 +238,18 @@ impl Cohort {
         let (n, epoch) = (self.members.len() as i128, self.epoch as i128);
         let context_tokens = self.offset_sum + n * epoch;
         let context_token_squares = self.offset_squares + 2 * epoch * self.offset_sum + n * epoch * epoch;
-        // Entries of members that left stay in the heap until they reach its top.
-        while let Some(&(_, serial, slot)) = self.longest.peek() {
-            let index = seqs[slot as usize].cohort_index;
-            if self.members.get(index as usize).is_some_and(|m| m.slot == slot && m.serial == serial) {
-                break;
-            }
-            self.longest.pop();
-        }
-        if self.longest.len() > 2 * self.members.len() + 64 {
-            self.longest = self.members.iter().map(|m| (m.offset, m.serial, m.slot)).collect();
-        }
-        let max_context_tokens = self.longest.peek().map_or(0, |&(offset, _, _)| (offset + self.epoch as i64) as u32);
+        let longest = self.longest.max(&self.members, seqs, |m| m.offset);
+        let max_context_tokens = longest.map_or(0, |offset| (offset + self.epoch as i64) as u32);
         Totals {
             context_tokens: context_tokens as u128,
             context_token_squares: context_token_squares as u128,
             max_context_tokens,
         }
+    }
+
+    /// When the member admitted last was admitted (`Seq::admitted`); `None` without members.
+    pub(super) fn newest_admitted(&mut self, seqs: &[Seq]) -> Option<u64> {
+        self.newest.max(&self.members, seqs, |m| seqs[m.slot as usize].admitted)
     }
 
     /// Every member decoded one token.

@@ -162,7 +162,7 @@ enum AdmitBlocks {
 /// With a decode cohort, a step in which everything runs in full is scheduled from its totals;
 /// any other step dissolves the cohort and is scheduled here one sequence at a time.
 fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
-    if s.schedule_cohort_step(batch, budget) {
+    if s.schedule_cohort_step(batch, budget, chunked) {
         return false;
     }
     s.dissolve_cohort();

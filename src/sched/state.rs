@@ -108,48 +108,69 @@ impl SchedulerState {
         self.running.push(seq);
     }
 
-    /// The cohort's fast step: when every running sequence can run in full (the cohort's
-    /// members one token each, the others all their pending tokens) within `budget` and the
-    /// free KV blocks, schedules them all and returns true. The per-sequence path would schedule
-    /// exactly the same: nothing runs out, so its order matters for nothing. Otherwise changes
-    /// nothing and returns false.
-    pub(super) fn schedule_cohort_step(&mut self, batch: &mut Batch, budget: &mut u32) -> bool {
+    /// The cohort's fast step. The per-sequence path walks the running sequences in admission
+    /// order, each taking its pending tokens (1 for a member) while the budget lasts. When the
+    /// members and the sequences outside the cohort admitted before its newest member all run in
+    /// full, and the rest take what is left in order as that walk would give it, and all of
+    /// this fits in the free KV blocks (no preemption), this schedules exactly what the walk
+    /// would, from the cohort's totals, and returns true. Otherwise it changes nothing and
+    /// returns false. `chunked` is as in `schedule_running`.
+    pub(super) fn schedule_cohort_step(&mut self, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
         let Some(cohort) = self.cohort.as_mut() else { return false };
-        if cohort.is_empty() {
-            return false;
-        }
-        let mut tokens = u64::from(cohort.len());
-        let mut blocks = u64::from(cohort.crossers());
+        let Some(newest) = cohort.newest_admitted(&self.seqs) else { return false };
+        let (members, crossers) = (cohort.len(), cohort.crossers());
+        // Sequences admitted before the newest member must run in full beside the cohort; the
+        // later ones, after every member in the order, share what is left.
+        let mut tokens_early = u64::from(members);
+        let mut blocks = u64::from(crossers);
         for &seq in &self.running {
             let s = &self.seqs[seq as usize];
-            tokens += u64::from(s.tokens_pending());
-            blocks += u64::from(self.kv.blocks_missing(seq, s.computed + s.tokens_pending()));
+            if s.admitted < newest {
+                tokens_early += u64::from(s.tokens_pending());
+                blocks += u64::from(self.kv.blocks_missing(seq, s.computed + s.tokens_pending()));
+            }
         }
-        if tokens > u64::from(*budget) || blocks > u64::from(self.kv.pool().blocks_free()) {
+        if tokens_early > u64::from(*budget) {
             return false;
         }
+        let late_budget = *budget - tokens_early as u32;
+        let mut late_tokens = 0;
+        for (seq, tokens) in late_shares(&self.running, &self.seqs, newest, late_budget, chunked) {
+            blocks += u64::from(self.kv.blocks_missing(seq, self.seqs[seq as usize].computed + tokens));
+            late_tokens += tokens;
+        }
+        if blocks > u64::from(self.kv.pool().blocks_free()) {
+            return false;
+        }
+        let Some(cohort) = self.cohort.as_mut() else { return false };
         let totals = cohort.totals(&self.seqs);
         if totals.context_token_squares >= EXACT_TOTAL_MAX {
             return false;
         }
-        let crossers = cohort.crossers();
-        let work = CohortWork {
-            seqs: cohort.len(),
-            context_tokens: totals.context_tokens as u64,
-            context_token_squares: totals.context_token_squares as u64,
-            max_context_tokens: totals.max_context_tokens + 1,
-        };
         for i in 0..self.running.len() {
             let seq = self.running[i];
             let s = self.seqs[seq as usize];
-            let allocated = self.kv.allocate(seq, s.computed + s.tokens_pending(), 0);
+            if s.admitted < newest {
+                let allocated = self.kv.allocate(seq, s.computed + s.tokens_pending(), 0);
+                debug_assert!(allocated, "counted as free above");
+                self.push_work(batch, seq, s.tokens_pending());
+            }
+        }
+        let late = late_shares(&self.running, &self.seqs, newest, late_budget, chunked);
+        for (seq, tokens) in late {
+            let allocated = self.kv.allocate(seq, self.seqs[seq as usize].computed + tokens, 0);
             debug_assert!(allocated, "counted as free above");
-            self.push_work(batch, seq, s.tokens_pending());
+            push_work(&self.seqs, batch, seq, tokens);
         }
         let reserved = self.kv.reserve(crossers);
         debug_assert!(reserved, "counted as free above");
-        batch.push_cohort(work);
-        *budget -= tokens as u32;
+        batch.push_cohort(CohortWork {
+            seqs: members,
+            context_tokens: totals.context_tokens as u64,
+            context_token_squares: totals.context_token_squares as u64,
+            max_context_tokens: totals.max_context_tokens + 1,
+        });
+        *budget = late_budget - late_tokens;
         true
     }
 
@@ -193,19 +214,7 @@ impl SchedulerState {
 
     /// Adds `tokens` of `seq` to the batch.
     pub(super) fn push_work(&self, batch: &mut Batch, seq: u32, tokens: u32) {
-        let s = &self.seqs[seq as usize];
-        debug_assert!(tokens > 0 && tokens <= s.tokens_pending());
-        let work = SeqWork {
-            seq,
-            new_tokens: tokens,
-            context_tokens: s.computed,
-            samples_token: s.computed + tokens == s.tokens_known(),
-        };
-        if s.in_prefill() {
-            batch.push_prefill(work);
-        } else {
-            batch.push_decode(work);
-        }
+        push_work(&self.seqs, batch, seq, tokens);
     }
 
     /// Preempts the newest running sequence by recompute: its blocks are freed, its progress is
@@ -220,5 +229,44 @@ impl SchedulerState {
         s.preemptions += 1;
         self.waiting.push_front(victim);
         Some(victim)
+    }
+}
+
+/// The running sequences admitted after the cohort's newest member (`running` is in admission
+/// order), with the tokens each gets from `left`, as the per-sequence walk hands them out: its
+/// pending tokens while they fit, a chunk of what is left when chunked, and nothing to anyone
+/// once the budget is gone (or, unchunked, from the first that does not fit on).
+fn late_shares<'a>(
+    running: &'a [u32],
+    seqs: &'a [Seq],
+    newest: u64,
+    mut left: u32,
+    chunked: bool,
+) -> impl Iterator<Item = (u32, u32)> + 'a {
+    running.iter().filter(move |&&seq| seqs[seq as usize].admitted > newest).map_while(move |&seq| {
+        let pending = seqs[seq as usize].tokens_pending();
+        if left == 0 || (!chunked && pending > left) {
+            return None;
+        }
+        let tokens = pending.min(left);
+        left -= tokens;
+        Some((seq, tokens))
+    })
+}
+
+/// Adds `tokens` of `seq` to the batch, as a prefill chunk or a decode.
+fn push_work(seqs: &[Seq], batch: &mut Batch, seq: u32, tokens: u32) {
+    let s = &seqs[seq as usize];
+    debug_assert!(tokens > 0 && tokens <= s.tokens_pending());
+    let work = SeqWork {
+        seq,
+        new_tokens: tokens,
+        context_tokens: s.computed,
+        samples_token: s.computed + tokens == s.tokens_known(),
+    };
+    if s.in_prefill() {
+        batch.push_prefill(work);
+    } else {
+        batch.push_decode(work);
     }
 }
