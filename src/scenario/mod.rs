@@ -95,6 +95,19 @@ pub enum Router {
     RoundRobin,
     /// Send to the replica with the fewest requests in flight; ties go to the lowest index.
     LeastOutstanding,
+    /// Send to the replica minimising (outstanding + 1) / weight, where the weight is its speed;
+    /// ties go to the lowest index.
+    WeightedLeastOutstanding,
+}
+
+impl Router {
+    pub fn name(self) -> &'static str {
+        match self {
+            Router::RoundRobin => "round-robin",
+            Router::LeastOutstanding => "least-outstanding",
+            Router::WeightedLeastOutstanding => "weighted-least-outstanding",
+        }
+    }
 }
 
 /// Resolved `[engine]` section.
