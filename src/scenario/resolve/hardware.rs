@@ -122,7 +122,7 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
 }
 
 /// Most replicas one scenario may run: each holds a scheduler and its KV bookkeeping.
-const REPLICAS_MAX: u32 = 65_536;
+pub(super) const REPLICAS_MAX: u32 = 65_536;
 
 pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -> Result<u32, ScenarioError> {
     if engine.replicas > REPLICAS_MAX {
