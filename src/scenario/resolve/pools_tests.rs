@@ -68,6 +68,10 @@ fn one_pool_fields_and_weights_are_checked() {
     let text = two_pools("gpu = \"A100\"");
     invalid_in(&format!("[hardware]\ngpu = \"H100-SXM\"\n{text}"), &[], "hardware.gpu", "\"H100-SXM\"");
     invalid_in(&text, &["engine.replicas=2"], "engine.replicas", "2");
+    // Without pools or [hardware], the missing GPU is named.
+    let no_gpu = text[..text.find("[[cluster.pools]]").unwrap()].to_string();
+    let msg = invalid_in(&no_gpu, &[], "hardware.gpu", "(missing)");
+    assert!(msg.contains("[[cluster.pools]]"), "{msg}");
     invalid_in(&text, &["engine.tensor_parallel=1"], "engine.tensor_parallel", "1");
     let empty = text[..text.find("[[cluster.pools]]").unwrap()].to_string() + "[cluster]\n";
     invalid_in(&empty, &[], "cluster.pools", "[]");
