@@ -101,35 +101,25 @@ impl SimulateArgs {
 
 pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
     let scenario = &config.scenario;
-    let e = &scenario.engine;
-    eprintln!(
-        "{}: {} on {} × {} (TP {}, {} replica(s)), {}, {} KV blocks of {} tokens per replica",
-        scenario.name,
-        scenario.model.name,
-        scenario.hardware.count,
-        scenario.hardware.gpu.name,
-        e.tensor_parallel,
-        e.replicas,
-        e.policy.name(),
-        e.num_gpu_blocks,
-        e.block_size
-    );
-    let named = crate::run::scenario_cost(scenario, config.allow_profile_mismatch)?;
-    for warning in &named.warnings {
-        eprintln!("WARNING: {warning}");
+    let runs = crate::run::pool_runs(scenario, config.allow_profile_mismatch)?;
+    print_header(scenario, &runs);
+    for run in &runs {
+        for warning in &run.cost.warnings {
+            eprintln!("WARNING: {warning}");
+        }
+        for note in &run.cost.notes {
+            eprintln!("note: {note}");
+        }
     }
-    for note in &named.notes {
-        eprintln!("note: {note}");
+    if scenario.pools.is_empty() && runs[0].cost.kind != crate::run::CostKind::Roofline {
+        eprintln!("cost model: {}", runs[0].cost.label);
     }
-    if named.kind != crate::run::CostKind::Roofline {
-        eprintln!("cost model: {}", named.label);
-    }
-    let (cost, cost_label) = (named.model, named.label);
+    let cost_label = runs.iter().map(|run| run.cost.label.as_str()).collect::<Vec<_>>().join("; ");
     let bar = progress::sweep(scenario.workload.num_prompts.len());
     let points =
-        crate::run::run_scenario_with_progress(
+        crate::run::run_pools_with_progress(
             scenario,
-            cost.as_ref(),
+            &runs,
             &config.report.percentiles,
             config.out.is_some(),
             &mut |_| bar.inc(1),
@@ -153,8 +143,44 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         .and_then(|()| lock.flush())
         .map_err(|source| Error::Output { path: "<stdout>".into(), source })?;
     if let Some(dir) = &config.out {
-        output::write_all(dir, scenario, &points, &config.report, &cost_label)?;
+        let pools = if scenario.pools.is_empty() { &[][..] } else { &runs[..] };
+        output::write_all(dir, scenario, &points, &config.report, &cost_label, pools)?;
         eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
     }
     Ok(())
+}
+
+/// What is simulated, on stderr: the deployment; with pools, a line per pool with its cost model.
+fn print_header(scenario: &Scenario, runs: &[crate::run::PoolRun]) {
+    let e = &scenario.engine;
+    if scenario.pools.is_empty() {
+        eprintln!(
+            "{}: {} on {} × {} (TP {}, {} replica(s)), {}, {} KV blocks of {} tokens per replica",
+            scenario.name,
+            scenario.model.name,
+            scenario.hardware.count,
+            scenario.hardware.gpu.name,
+            e.tensor_parallel,
+            e.replicas,
+            e.policy.name(),
+            e.num_gpu_blocks,
+            e.block_size
+        );
+        return;
+    }
+    eprintln!(
+        "{}: {} on {}, {}, router {}",
+        scenario.name,
+        scenario.model.name,
+        crate::run::pools_text(runs),
+        e.policy.name(),
+        e.router.name()
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let pool = &run.scenario.engine;
+        eprintln!(
+            "  cluster.pools[{i}]: {} KV blocks of {} tokens per replica, weight {:.2}, cost model: {}",
+            pool.num_gpu_blocks, pool.block_size, run.weight, run.cost.label
+        );
+    }
 }

@@ -11,7 +11,7 @@ use crate::cost::calibrated::Calibrated;
 use crate::cost::bundled;
 use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
 use crate::scenario::{KernelProfile, Scenario, ScenarioError, SweepPoint};
-use crate::sched::SchedulerConfig;
+use crate::sched::{Batch, SchedulerConfig, SeqWork};
 use crate::sim::{self, SimConfig, SimOutput};
 use crate::workload;
 
@@ -201,10 +201,91 @@ fn auto_notes(name: &str, mismatches: Vec<String>) -> Vec<String> {
     mismatches.into_iter().map(|m| format!("cost.profile = \"auto\": {m}; the bundled {name} is the nearest there is")).collect()
 }
 
-/// Simulates every point of the scenario's sweep. `percentiles` are those the summaries compute
-/// (vLLM's `--metric-percentiles`).
+/// One pool of a scenario, ready to simulate: the scenario as the pool alone would be (see
+/// [`Scenario::pool_scenarios`]), its cost model and its weight for the weighted router.
+pub struct PoolRun {
+    pub scenario: Scenario,
+    pub cost: ScenarioCost,
+    pub weight: f64,
+}
+
+/// The decode step whose price stands for a pool's speed when the weighted router derives
+/// weights: 32 sequences each decoding one token after 1,024 tokens of context, launched
+/// eagerly. Decode steps are most of a serving run's steps; only the ratio between pools counts.
+const REFERENCE_DECODE_SEQS: u32 = 32;
+const REFERENCE_CONTEXT_TOKENS: u32 = 1024;
+
+/// A pool's speed by its cost model: reference decode steps per second.
+pub fn speed_weight(cost: &dyn CostModel) -> f64 {
+    let mut batch = Batch::default();
+    for seq in 0..REFERENCE_DECODE_SEQS {
+        batch.push_decode(SeqWork { seq, new_tokens: 1, context_tokens: REFERENCE_CONTEXT_TOKENS, samples_token: true });
+    }
+    1e9 / cost.predict(&batch).total_ns as f64
+}
+
+/// Each pool's cost model, resolved on the pool's GPU as [`scenario_cost`] resolves a
+/// scenario's, and its routing weight (the scenario's `weight`, else [`speed_weight`]). A
+/// scenario without pools is one pool of weight 1, and its notes and errors read as before;
+/// with pools, they say which pool.
+pub fn pool_runs(scenario: &Scenario, allow_mismatch: bool) -> Result<Vec<PoolRun>, ScenarioError> {
+    pool_runs_with(scenario, &|s| scenario_cost(s, allow_mismatch))
+}
+
+/// [`pool_runs`] with each pool's cost model from `cost_of` (given the pool's own scenario).
+fn pool_runs_with(
+    scenario: &Scenario,
+    cost_of: &dyn Fn(&Scenario) -> Result<ScenarioCost, ScenarioError>,
+) -> Result<Vec<PoolRun>, ScenarioError> {
+    if scenario.pools.is_empty() {
+        return Ok(vec![PoolRun { scenario: scenario.clone(), cost: cost_of(scenario)?, weight: 1.0 }]);
+    }
+    scenario
+        .pool_scenarios()
+        .into_iter()
+        .zip(&scenario.pools)
+        .enumerate()
+        .map(|(i, (pool_scenario, pool))| {
+            let which = format!("cluster.pools[{i}] ({})", pool.gpu.name);
+            let mut cost = cost_of(&pool_scenario).map_err(|e| match e {
+                ScenarioError::Invalid { file, field, value, reason } => {
+                    ScenarioError::Invalid { file, field, value, reason: format!("in {which}: {reason}") }
+                }
+                other => other,
+            })?;
+            for line in cost.notes.iter_mut().chain(cost.warnings.iter_mut()) {
+                *line = format!("{which}: {line}");
+            }
+            let weight = pool.weight.unwrap_or_else(|| speed_weight(cost.model.as_ref()));
+            Ok(PoolRun { scenario: pool_scenario, cost, weight })
+        })
+        .collect()
+}
+
+/// A scenario's roofline (see [`cost_model`]) as a [`ScenarioCost`].
+fn roofline_cost(scenario: &Scenario) -> ScenarioCost {
+    let model = cost_model(scenario);
+    let label = model.source().to_string();
+    ScenarioCost { model: Box::new(model), kind: CostKind::Roofline, label, notes: Vec::new(), warnings: Vec::new() }
+}
+
+/// The pools as GPU × TP × replicas, e.g. `2 × H100-SXM (TP 1) + 2 × A100-80G-SXM (TP 1)`.
+pub fn pools_text(runs: &[PoolRun]) -> String {
+    let pool = |run: &PoolRun| {
+        let e = &run.scenario.engine;
+        format!("{} × {} (TP {})", e.replicas, run.scenario.hardware.gpu.name, e.tensor_parallel)
+    };
+    runs.iter().map(pool).collect::<Vec<_>>().join(" + ")
+}
+
+/// Simulates every point of the scenario's sweep, priced by the roofline (each pool's own, with
+/// pools). `percentiles` are those the summaries compute (vLLM's `--metric-percentiles`).
 pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult> {
-    run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, false, &mut |_| {})
+    if scenario.pools.is_empty() {
+        return run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, false, &mut |_| {});
+    }
+    let runs = pool_runs_with(scenario, &|s| Ok(roofline_cost(s))).expect("the roofline prices any resolved scenario");
+    run_pools_with_progress(scenario, &runs, percentiles, false, &mut |_| {})
 }
 
 /// [`run_scenario`] with a given cost model (e.g. a calibrated profile), keeping each step's
@@ -218,12 +299,46 @@ pub fn run_scenario_with_progress(
     on_point: &mut dyn FnMut(&PointResult),
 ) -> Vec<PointResult> {
     let config = SimConfig { timeline, ..sim_config(scenario) };
+    run_sweep(scenario, &config, &[sim::Pool::uniform(&config, cost)], percentiles, on_point)
+}
+
+/// [`run_scenario_with_progress`] with each pool's own replicas, KV capacity and cost model
+/// (see [`pool_runs`]).
+pub fn run_pools_with_progress(
+    scenario: &Scenario,
+    runs: &[PoolRun],
+    percentiles: &[f64],
+    timeline: bool,
+    on_point: &mut dyn FnMut(&PointResult),
+) -> Vec<PointResult> {
+    let config = SimConfig { timeline, ..sim_config(scenario) };
+    let schedulers: Vec<SchedulerConfig> = runs.iter().map(|run| scheduler_config(&run.scenario)).collect();
+    let pools: Vec<sim::Pool> = runs
+        .iter()
+        .zip(&schedulers)
+        .map(|(run, scheduler)| sim::Pool {
+            scheduler,
+            replicas: run.scenario.engine.replicas,
+            cost: run.cost.model.as_ref(),
+            weight: run.weight,
+        })
+        .collect();
+    run_sweep(scenario, &config, &pools, percentiles, on_point)
+}
+
+fn run_sweep(
+    scenario: &Scenario,
+    config: &SimConfig,
+    pools: &[sim::Pool],
+    percentiles: &[f64],
+    on_point: &mut dyn FnMut(&PointResult),
+) -> Vec<PointResult> {
     scenario
         .workload
         .points()
         .iter()
         .map(|point| {
-            let result = run_point(scenario, &config, cost, point, percentiles);
+            let result = run_point_in(scenario, config, pools, point, percentiles);
             on_point(&result);
             result
         })
@@ -238,8 +353,12 @@ pub fn run_point(
     point: &SweepPoint,
     percentiles: &[f64],
 ) -> PointResult {
+    run_point_in(scenario, config, &[sim::Pool::uniform(config, cost)], point, percentiles)
+}
+
+fn run_point_in(scenario: &Scenario, config: &SimConfig, pools: &[sim::Pool], point: &SweepPoint, percentiles: &[f64]) -> PointResult {
     let requests = workload::generate_point(&scenario.workload, point);
-    let output = sim::simulate(&requests, config, cost);
+    let output = sim::simulate_pools(&requests, config, pools);
     let summary = Summary::from_records(&output.records, percentiles);
     PointResult { num_prompts: point.num_prompts, request_rate: point.request_rate, output, summary }
 }

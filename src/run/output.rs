@@ -18,8 +18,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::PointResult;
 use super::csv_line::{CsvLine, push_fixed};
+use super::{PointResult, PoolRun};
 use crate::Error;
 use crate::metrics::format::{ReportOptions, insert_request_arrays, to_json};
 use crate::scenario::Scenario;
@@ -46,13 +46,16 @@ pub fn millis(ns: u64) -> String {
     fixed_text(ns, MILLI_DECIMALS)
 }
 
-/// Writes all four files into `dir`, creating it.
+/// Writes all four files into `dir`, creating it. `pools` are the runs of a scenario with
+/// `[[cluster.pools]]` (see [`super::pool_runs`]); they are described too, and give each
+/// replica's KV capacity.
 pub fn write_all(
     dir: &Path,
     scenario: &Scenario,
     points: &[PointResult],
     opts: &ReportOptions,
     cost_source: &str,
+    pools: &[PoolRun],
 ) -> Result<(), Error> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -60,12 +63,21 @@ pub fn write_all(
     };
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summary_json(scenario, points, opts, cost_source)).expect("JSON of plain values");
+    let mut summary = summary_json(scenario, points, opts, cost_source);
+    if !scenario.pools.is_empty() {
+        describe_pools(&mut summary, points, pools);
+    }
+    let text = serde_json::to_string_pretty(&summary).expect("JSON of plain values");
     fs::write(&path, text + "\n").map_err(io_err(&path))?;
     let path = dir.join("requests.csv");
     write_file(&path, |w| write_requests_csv(w, points)).map_err(io_err(&path))?;
     let path = dir.join("timeline.csv");
-    write_file(&path, |w| write_timeline_csv(w, points, scenario.engine.num_gpu_blocks)).map_err(io_err(&path))?;
+    let kv_blocks_per_replica: Vec<u32> = if scenario.pools.is_empty() {
+        vec![scenario.engine.num_gpu_blocks; scenario.engine.replicas as usize]
+    } else {
+        replica_pools(pools).map(|pool| pools[pool].scenario.engine.num_gpu_blocks).collect()
+    };
+    write_file(&path, |w| write_timeline_csv(w, points, &kv_blocks_per_replica)).map_err(io_err(&path))?;
     let path = dir.join("itl.csv");
     write_file(&path, |w| write_itl_csv(w, points)).map_err(io_err(&path))?;
     Ok(())
@@ -119,6 +131,48 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
         },
         "results": results,
     })
+}
+
+/// Each replica's pool index, in replica order.
+fn replica_pools(pools: &[PoolRun]) -> impl Iterator<Item = usize> + '_ {
+    pools.iter().enumerate().flat_map(|(i, run)| std::iter::repeat_n(i, run.scenario.engine.replicas as usize))
+}
+
+/// A heterogeneous cluster's `summary.json`: `servesim.pools` says each pool (GPU × TP ×
+/// replicas, KV blocks, routing weight, cost model), and each result's `pool_requests` how many
+/// requests each pool was sent.
+fn describe_pools(summary: &mut Value, points: &[PointResult], pools: &[PoolRun]) {
+    let described: Vec<Value> = pools
+        .iter()
+        .map(|run| {
+            let e = &run.scenario.engine;
+            json!({
+                "gpu": run.scenario.hardware.gpu.name,
+                "tensor_parallel": e.tensor_parallel,
+                "replicas": e.replicas,
+                "num_gpu_blocks": e.num_gpu_blocks,
+                "weight": run.weight,
+                "cost_model": run.cost.label,
+            })
+        })
+        .collect();
+    let servesim = summary["servesim"].as_object_mut().expect("servesim is an object");
+    // The one-pool keys would describe the first pool only: the whole cluster instead.
+    servesim.insert("gpu".into(), json!(super::pools_text(pools)));
+    servesim.insert("gpus".into(), json!(pools.iter().map(|run| run.scenario.hardware.count).sum::<u32>()));
+    servesim.insert("replicas".into(), json!(pools.iter().map(|run| run.scenario.engine.replicas).sum::<u32>()));
+    servesim.remove("tensor_parallel");
+    servesim.remove("num_gpu_blocks");
+    servesim.insert("router".into(), json!(pools[0].scenario.engine.router.name()));
+    servesim.insert("pools".into(), json!(described));
+    let pool_of: Vec<usize> = replica_pools(pools).collect();
+    for (result, point) in summary["results"].as_array_mut().expect("results is a list").iter_mut().zip(points) {
+        let mut sent = vec![0u64; pools.len()];
+        for extra in &point.output.extras {
+            sent[pool_of[extra.replica as usize]] += 1;
+        }
+        result["pool_requests"] = json!(sent);
+    }
 }
 
 /// vLLM writes `inf` for an unbounded rate; JSON has no infinity, so it is a string here.
@@ -201,9 +255,9 @@ pub fn write_requests_file<'a>(path: &Path, rows: impl IntoIterator<Item = Reque
     write_file(path, |w| write_requests_rows(w, rows)).map_err(|source| Error::Output { path: path.to_path_buf(), source })
 }
 
-fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_total: u32) -> io::Result<()> {
+fn write_timeline_csv(w: &mut impl Write, points: &[PointResult], kv_blocks_per_replica: &[u32]) -> io::Result<()> {
     let rows = points.iter().zip(PointKey::all(points)).flat_map(|(p, key)| p.output.timeline.iter().map(move |s| (key, s)));
-    write_timeline_rows(w, rows, kv_blocks_total)
+    write_timeline_rows_with(w, rows, |replica| kv_blocks_per_replica[replica as usize])
 }
 
 /// `timeline.csv` from step rows tagged with their sweep point: the simulator's, or a real
@@ -213,6 +267,15 @@ pub fn write_timeline_rows<'a>(
     w: &mut impl Write,
     rows: impl IntoIterator<Item = (PointKey, &'a StepRow)>,
     kv_blocks_total: u32,
+) -> io::Result<()> {
+    write_timeline_rows_with(w, rows, |_| kv_blocks_total)
+}
+
+/// [`write_timeline_rows`] with each replica's KV capacity (pools differ).
+fn write_timeline_rows_with<'a>(
+    w: &mut impl Write,
+    rows: impl IntoIterator<Item = (PointKey, &'a StepRow)>,
+    kv_blocks_total: impl Fn(u32) -> u32,
 ) -> io::Result<()> {
     writeln!(
         w,
@@ -224,7 +287,7 @@ pub fn write_timeline_rows<'a>(
         let c = &s.cost;
         line.uint(key.point.into()).uint(key.num_prompts.into()).uint(s.replica.into());
         line.fixed(s.start_ns, SECOND_DECIMALS).uint(s.running.into()).uint(s.waiting.into());
-        line.uint(s.kv_blocks_used.into()).uint(kv_blocks_total.into()).uint(s.batch_seqs.into());
+        line.uint(s.kv_blocks_used.into()).uint(kv_blocks_total(s.replica).into()).uint(s.batch_seqs.into());
         line.uint(s.prefill_tokens.into()).uint(s.decode_tokens.into());
         for ns in [c.total_ns, c.gemm_ns, c.attention_ns, c.elementwise_ns, c.communication_ns, c.overhead_ns] {
             line.fixed(ns, MILLI_DECIMALS);

@@ -43,6 +43,20 @@ pub struct Scenario {
     /// The fitted profile (`servesim fit`) whose values `cost` holds, if `[cost] profile` names
     /// one.
     pub fitted_profile: Option<FittedProfile>,
+    /// `[[cluster.pools]]`, in routing order; empty for the one pool that `hardware` and `engine`
+    /// describe. With pools, `hardware` and `engine` are the first pool's.
+    pub pools: Vec<Pool>,
+}
+
+/// One pool of a heterogeneous cluster: replicas of one GPU type and tensor-parallel degree, with
+/// the scenario's engine knobs and their own KV capacity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    pub gpu: GpuSpec,
+    /// `tensor_parallel`, `replicas`, `num_gpu_blocks` (and TGI's token capacity) are the pool's.
+    pub engine: EngineConfig,
+    /// The scenario's `weight` for the weighted router; `None` derives it from the cost model.
+    pub weight: Option<f64>,
 }
 
 /// What a fitted profile says it was fitted on, to check it against the scenario that loads it.
@@ -95,6 +109,19 @@ pub enum Router {
     RoundRobin,
     /// Send to the replica with the fewest requests in flight; ties go to the lowest index.
     LeastOutstanding,
+    /// Send to the replica minimising (outstanding + 1) / weight, where the weight is its speed;
+    /// ties go to the lowest index.
+    WeightedLeastOutstanding,
+}
+
+impl Router {
+    pub fn name(self) -> &'static str {
+        match self {
+            Router::RoundRobin => "round-robin",
+            Router::LeastOutstanding => "least-outstanding",
+            Router::WeightedLeastOutstanding => "weighted-least-outstanding",
+        }
+    }
 }
 
 /// Resolved `[engine]` section.
@@ -292,6 +319,23 @@ impl Scenario {
     /// TOML value, and as a plain string if that fails.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Scenario, ScenarioError> {
         resolve::load(path, overrides)
+    }
+
+    /// The scenario as each pool alone would be: its GPU, TP, replicas and KV capacity, the rest
+    /// shared. A scenario without pools is its own one pool.
+    pub fn pool_scenarios(&self) -> Vec<Scenario> {
+        if self.pools.is_empty() {
+            return vec![self.clone()];
+        }
+        self.pools
+            .iter()
+            .map(|pool| Scenario {
+                hardware: Hardware { gpu: pool.gpu.clone(), count: pool.engine.tensor_parallel * pool.engine.replicas },
+                engine: pool.engine.clone(),
+                pools: Vec::new(),
+                ..self.clone()
+            })
+            .collect()
     }
 
     /// Parses scenario text as if it came from `path` (used by tests and built-in examples).

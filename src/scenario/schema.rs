@@ -19,6 +19,8 @@ pub struct RawScenario {
     /// Human name; defaults to the file stem.
     pub name: Option<String>,
     pub model: RawModel,
+    /// Required without `[[cluster.pools]]` (the resolver says so); with pools, each names its GPU.
+    #[serde(default)]
     pub hardware: RawHardware,
     #[serde(default)]
     pub engine: RawEngine,
@@ -26,6 +28,34 @@ pub struct RawScenario {
     pub cost: RawCost,
     pub workload: RawWorkload,
     pub validation: Option<RawValidation>,
+    /// `[cluster]`: heterogeneous pools of replicas behind one router.
+    pub cluster: Option<RawCluster>,
+}
+
+/// `[cluster]`: the replicas behind the router, as pools of GPUs of one kind each.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// `[[cluster.pools]]`, in routing order (replica indices count through them).
+    #[serde(default)]
+    pub pools: Vec<RawPool>,
+}
+
+/// One `[[cluster.pools]]` table: replicas that share a GPU type and tensor-parallel degree. The
+/// `[engine]` knobs apply to every pool; the memory ones can be set per pool.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    /// A GPU preset, as `hardware.gpu`.
+    pub gpu: Option<String>,
+    pub tensor_parallel: Option<u32>,
+    pub replicas: Option<u32>,
+    /// Overrides `engine.num_gpu_blocks` for this pool.
+    pub num_gpu_blocks: Option<u32>,
+    /// Overrides `engine.gpu_memory_utilization` for this pool.
+    pub gpu_memory_utilization: Option<f64>,
+    /// Relative speed for `router = "weighted-least-outstanding"` (default: from the cost model).
+    pub weight: Option<f64>,
 }
 
 /// `[validation]`: the recorded run this scenario reproduces.
@@ -117,7 +147,7 @@ pub struct RawEngine {
     /// (vLLM's `--enable-expert-parallel`); default false, each expert split like a dense MLP.
     pub expert_parallel: Option<bool>,
     pub replicas: Option<u32>,
-    /// "round-robin" (default) or "least-outstanding".
+    /// "round-robin" (default), "least-outstanding" or "weighted-least-outstanding".
     pub router: Option<String>,
     pub max_num_batched_tokens: Option<u32>,
     pub max_num_seqs: Option<u32>,

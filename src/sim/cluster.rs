@@ -1,8 +1,9 @@
 //! Replicas and the router in front of them.
 
+use super::Pool;
 use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
-use crate::sched::{Scheduler, SchedulerConfig};
+use crate::sched::Scheduler;
 
 /// One engine instance (a tensor-parallel group of GPUs) with its own scheduler and KV cache.
 pub struct Replica {
@@ -19,6 +20,8 @@ pub struct Replica {
     pub frontend_free_ns: u64,
     /// When the scheduler's decode cohort last got its tokens: every member's previous token.
     pub cohort_last_token_ns: u64,
+    /// Its pool's relative speed: the weighted router's measure of how much it can take.
+    pub weight: f64,
 }
 
 /// Replicas plus routing state.
@@ -29,12 +32,14 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `decode_cohort`: schedulers keep decoding sequences as totals (see
-    /// [`Scheduler::with_decode_cohort`]); false schedules every sequence one by one.
-    pub fn new(config: &SchedulerConfig, policy: Policy, replicas: u32, router: Router, decode_cohort: bool) -> Cluster {
-        assert!(replicas > 0);
-        let replicas = (0..replicas)
-            .map(|_| Replica {
+    /// The pools' replicas, in order. `decode_cohort`: schedulers keep decoding sequences as
+    /// totals (see [`Scheduler::with_decode_cohort`]); false schedules every sequence one by one.
+    pub fn new(pools: &[Pool], policy: Policy, router: Router, decode_cohort: bool) -> Cluster {
+        assert!(pools.iter().any(|pool| pool.replicas > 0));
+        let replicas = pools
+            .iter()
+            .flat_map(|pool| (0..pool.replicas).map(move |_| pool))
+            .map(|&Pool { scheduler: config, weight, .. }| Replica {
                 scheduler: {
                     let scheduler = Scheduler::new(config.clone(), policy.build(config));
                     if decode_cohort { scheduler.with_decode_cohort() } else { scheduler }
@@ -46,6 +51,7 @@ impl Cluster {
                 step_cost: StepCost::default(),
                 frontend_free_ns: 0,
                 cohort_last_token_ns: 0,
+                weight,
             })
             .collect();
         Cluster { replicas, router, round_robin_next: 0 }
@@ -63,6 +69,17 @@ impl Cluster {
                 let mut best = 0;
                 for (i, r) in self.replicas.iter().enumerate() {
                     if r.outstanding < self.replicas[best].outstanding {
+                        best = i;
+                    }
+                }
+                best as u32
+            }
+            Router::WeightedLeastOutstanding => {
+                // The load a replica would carry with this request, in units of its speed.
+                let load = |r: &Replica| (r.outstanding as f64 + 1.0) / r.weight;
+                let mut best = 0;
+                for (i, r) in self.replicas.iter().enumerate() {
+                    if load(r) < load(&self.replicas[best]) {
                         best = i;
                     }
                 }

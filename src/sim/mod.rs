@@ -44,6 +44,24 @@ pub struct SimConfig {
     pub timeline: bool,
 }
 
+/// Replicas that share a scheduler configuration (their KV capacity included) and a cost model:
+/// one pool of a heterogeneous cluster, or every replica of a uniform one.
+#[derive(Clone, Copy)]
+pub struct Pool<'a> {
+    pub scheduler: &'a SchedulerConfig,
+    pub replicas: u32,
+    pub cost: &'a dyn CostModel,
+    /// Relative speed, for [`Router::WeightedLeastOutstanding`]: only ratios between pools count.
+    pub weight: f64,
+}
+
+impl<'a> Pool<'a> {
+    /// All of `config`'s replicas, priced by `cost`.
+    pub fn uniform(config: &'a SimConfig, cost: &'a dyn CostModel) -> Pool<'a> {
+        Pool { scheduler: &config.scheduler, replicas: config.replicas, cost, weight: 1.0 }
+    }
+}
+
 /// Per-request facts beyond what the metrics need, for `requests.csv`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestExtra {
@@ -78,7 +96,8 @@ enum Event {
 /// The state of one simulated benchmark.
 struct Simulation<'a> {
     requests: &'a [RequestSpec],
-    cost: &'a dyn CostModel,
+    /// Each replica's cost model (its pool's), by replica index.
+    costs: Vec<&'a dyn CostModel>,
     events: EventQueue<Event>,
     now_ns: u64,
     arrivals_next: usize,
@@ -98,22 +117,28 @@ struct Simulation<'a> {
 
 /// Runs one benchmark: `requests` (sorted by arrival) against the configured cluster.
 pub fn simulate(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel) -> SimOutput {
-    simulate_with(requests, config, cost, true)
+    simulate_with(requests, config, &[Pool::uniform(config, cost)], true)
+}
+
+/// [`simulate`] on a heterogeneous cluster: the pools' replicas, in order, behind one router.
+/// `config.scheduler` and `config.replicas` give way to the pools' own.
+pub fn simulate_pools(requests: &[RequestSpec], config: &SimConfig, pools: &[Pool]) -> SimOutput {
+    simulate_with(requests, config, pools, true)
 }
 
 /// [`simulate`] with every sequence scheduled one by one, no decode cohort: the plain
 /// per-sequence reference that tests compare the fast path with. Same output, slower.
 #[doc(hidden)]
 pub fn simulate_per_sequence(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel) -> SimOutput {
-    simulate_with(requests, config, cost, false)
+    simulate_with(requests, config, &[Pool::uniform(config, cost)], false)
 }
 
-fn simulate_with(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostModel, decode_cohort: bool) -> SimOutput {
+fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[Pool<'a>], decode_cohort: bool) -> SimOutput {
     assert!(requests.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns), "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
     let mut sim = Simulation {
         requests,
-        cost,
+        costs: pools.iter().flat_map(|pool| (0..pool.replicas).map(|_| pool.cost)).collect(),
         events: EventQueue::default(),
         now_ns: 0,
         arrivals_next: 0,
@@ -122,7 +147,7 @@ fn simulate_with(requests: &[RequestSpec], config: &SimConfig, cost: &dyn CostMo
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
         keep_timeline: config.timeline,
-        cluster: Cluster::new(&config.scheduler, config.policy, config.replicas, config.router, decode_cohort),
+        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         finished_buffer: Vec::new(),
@@ -247,7 +272,7 @@ impl Simulation<'_> {
             assert!(!replica.scheduler.schedule().is_empty(), "scheduler stalled with work queued");
         }
         let batch = replica.scheduler.batch();
-        let cost = self.cost.predict(batch);
+        let cost = self.costs[replica_index as usize].predict(batch);
         assert!(cost.total_ns > 0, "a step must take time");
         self.out.steps += 1;
         if self.keep_timeline {

@@ -794,7 +794,7 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
             s.engine_steps.iter().map(|row| (key, row)),
             v.setup.knobs.num_gpu_blocks,
         )?;
-        crate::run::output::write_all(&series_dir.join("simulated"), &s.scenario, std::slice::from_ref(&s.simulated), &opts, "calibrated profile")?;
+        crate::run::output::write_all(&series_dir.join("simulated"), &s.scenario, std::slice::from_ref(&s.simulated), &opts, "calibrated profile", &[])?;
     }
     Ok(())
 }

@@ -146,6 +146,16 @@ pub fn simulate_metrics_with(
     points: &[SweepPoint],
     metrics: &[String],
 ) -> Result<Vec<Vec<f64>>, Error> {
+    if !scenario.pools.is_empty() {
+        // Recorded runs and fits are of one deployment; a cluster's pools would be priced as its first.
+        return Err(crate::scenario::ScenarioError::Invalid {
+            file: scenario.path.clone(),
+            field: "cluster.pools".into(),
+            value: format!("({} pools)", scenario.pools.len()),
+            reason: "validate and fit compare one pool of replicas with recorded runs; use `servesim simulate`".into(),
+        }
+        .into());
+    }
     let percentiles = percentiles_for(metrics);
     let opts = ReportOptions { percentile_metrics: LatencyMetric::ALL.to_vec(), percentiles: percentiles.clone(), ..ReportOptions::default() };
     let config = sim_config(scenario);

@@ -74,11 +74,12 @@ pub(super) fn resolve_engine(
         Some(r) => match r.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "round-robin" => Router::RoundRobin,
             "least-outstanding" | "least-outstanding-requests" => Router::LeastOutstanding,
+            "weighted-least-outstanding" | "weighted-least-outstanding-requests" => Router::WeightedLeastOutstanding,
             _ => {
                 return Err(cx.invalid(
                     "engine.router",
                     quote(r),
-                    "unknown router; known: round-robin, least-outstanding",
+                    "unknown router; known: round-robin, least-outstanding, weighted-least-outstanding",
                 ));
             }
         },

@@ -63,7 +63,18 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
     let name = match (&raw.name, b) {
         (Some(n), _) => n.clone(),
         (None, Some(g)) => g.name.clone(),
-        (None, None) => return Err(missing("name")),
+        // Nothing names a GPU: most likely `[hardware]` is left out altogether.
+        (None, None) => {
+            return Err(cx.invalid(
+                "hardware.gpu",
+                "(missing)",
+                format!(
+                    "give a GPU preset ({}), or an explicit GPU's name and figures; or [[cluster.pools]] for GPUs of \
+                     several kinds",
+                    GpuSpec::preset_names().join(", ")
+                ),
+            ));
+        }
     };
     let peak_flops_16bit = figure(
         "peak_tflops_16bit",
@@ -122,7 +133,7 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
 }
 
 /// Most replicas one scenario may run: each holds a scheduler and its KV bookkeeping.
-const REPLICAS_MAX: u32 = 65_536;
+pub(super) const REPLICAS_MAX: u32 = 65_536;
 
 pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -> Result<u32, ScenarioError> {
     if engine.replicas > REPLICAS_MAX {

@@ -23,6 +23,7 @@ mod cost;
 mod engine;
 mod hardware;
 mod model;
+mod pools;
 mod workload;
 
 use super::schema::{RawScenario, RawValidation};
@@ -117,11 +118,24 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             .unwrap_or_else(|| "scenario".into())
     });
     let mut model = model::resolve_model(&raw.model, cx)?;
-    let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
-    let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
-    model::place_experts(&raw.engine, &mut model, &engine, cx)?;
-    let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
-    hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
+    let (gpu, engine, count, pools) = match &raw.cluster {
+        None => {
+            let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
+            let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
+            model::place_experts(&raw.engine, &mut model, &engine, cx)?;
+            let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
+            hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
+            (gpu, engine, count, Vec::new())
+        }
+        Some(cluster) => {
+            // The shared knobs first, so that their errors name `[engine]` and no pool.
+            let shared = engine::resolve_engine(&raw.engine, &model, cx)?;
+            let pools = pools::resolve_pools(&raw, cluster, shared.router, &mut model, cx)?;
+            let first = &pools[0];
+            let count = first.engine.tensor_parallel * first.engine.replicas;
+            (first.gpu.clone(), first.engine.clone(), count, pools)
+        }
+    };
     let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, cx)?;
     let workload = workload::resolve_workload(&raw.workload, &engine, cx)?;
     let validation = raw.validation.as_ref().map(|v| resolve_validation(v, &workload, cx)).transpose()?;
@@ -136,6 +150,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         validation,
         kernel_profile,
         fitted_profile,
+        pools,
     })
 }
 
