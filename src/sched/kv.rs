@@ -124,13 +124,18 @@ impl KvCacheManager {
         if self.pool.blocks_free() < missing.saturating_add(blocks_reserved) {
             return false;
         }
+        let allocated = self.grow_table(seq, missing);
+        debug_assert!(allocated);
+        allocated
+    }
+
+    /// Moves `count` free blocks into `seq`'s table (made on first use), or none if fewer are free.
+    fn grow_table(&mut self, seq: u32, count: u32) -> bool {
         let slot = seq as usize;
         if self.tables.len() <= slot {
             self.tables.resize_with(slot + 1, Vec::new);
         }
-        let allocated = self.pool.allocate_into(missing, &mut self.tables[slot]);
-        debug_assert!(allocated);
-        allocated
+        self.pool.allocate_into(count, &mut self.tables[slot])
     }
 
     /// Counts `count` more blocks as used, without ids, if that many are free.
@@ -151,11 +156,7 @@ impl KvCacheManager {
     /// Gives `count` reserved blocks ids, appended to `seq`'s table.
     pub(super) fn assign_reserved(&mut self, seq: u32, count: u32) {
         self.release_reserved(count);
-        let slot = seq as usize;
-        if self.tables.len() <= slot {
-            self.tables.resize_with(slot + 1, Vec::new);
-        }
-        let assigned = self.pool.allocate_into(count, &mut self.tables[slot]);
+        let assigned = self.grow_table(seq, count);
         debug_assert!(assigned, "reserved blocks are free once released");
     }
 

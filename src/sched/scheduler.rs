@@ -123,7 +123,7 @@ impl Scheduler {
             cohort.advance();
             while let Some(slot) = cohort.pop_finished(&mut state.seqs) {
                 let seq = state.seqs[slot as usize];
-                let grown = state.kv.blocks_for_tokens(seq.computed) - state.kv.block_table(slot).len() as u32;
+                let grown = state.kv.blocks_missing(slot, seq.computed);
                 state.kv.release_reserved(grown);
                 outcome.finished.push(Finished {
                     request_id: seq.request_id,

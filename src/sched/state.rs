@@ -183,7 +183,7 @@ impl SchedulerState {
         }
         for slot in cohort.dissolve(&mut self.seqs) {
             let s = &self.seqs[slot as usize];
-            let grown = self.kv.blocks_for_tokens(s.computed) - self.kv.block_table(slot).len() as u32;
+            let grown = self.kv.blocks_missing(slot, s.computed);
             self.kv.assign_reserved(slot, grown);
             self.left_cohort.push(s.request_id);
             self.running.push(slot);
