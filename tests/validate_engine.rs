@@ -76,6 +76,7 @@ fn bad_engine_flags_exit_2() {
         vec!["validate", "--engine", "--concurrency", "0"],
         vec!["validate", "--engine", "--block-size", "12"],
         vec!["validate", "--engine", "--poisson-load", "-1"],
+        vec!["validate", "--engine", "--device", "gpu"],
     ] {
         let out = servesim(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -84,4 +85,45 @@ fn bad_engine_flags_exit_2() {
     // --engine and scenarios are two different jobs.
     let out = servesim(&["validate", "--engine", "scenarios/quickstart.toml"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// `--device cuda:N`: the CUDA engine, calibrated on its GPU in bf16. Without a GPU (CI) it is a
+/// usage error naming the device and the reason; with one it runs the whole loop, as the CPU
+/// test above does, and writes `gpu.csv`. `SERVESIM_REQUIRE_GPU=1` makes a missing GPU fail.
+#[test]
+fn the_engine_loop_on_a_gpu() {
+    let out = servesim(&["validate", "--engine", "--random-weights", "tiny", "--device", "cuda:4096"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--device: \"cuda:4096\""), "{}", stderr(&out));
+    if let Err(reason) = servesim::engine::cuda::device::check_driver() {
+        assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but {reason}");
+        println!("skipped the GPU run: {reason}");
+        let out = servesim(&["validate", "--engine", "--random-weights", "tiny", "--device", "cuda:0"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("--device: \"cuda:0\"") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("engine");
+    let out = servesim(&[
+        "validate", "--engine", "--device", "cuda:0", "--random-weights", "small", "--calibration-minutes", "0.5",
+        "--input-len", "32", "--output-len", "16", "--concurrency", "1,4", "--rounds", "2", "--poisson-load", "0.5",
+        "--max-num-seqs", "8", "--max-num-batched-tokens", "128", "--num-gpu-blocks", "256",
+        "--out", out_dir.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    println!("{text}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!text.contains("failed requests") && text.contains("cuda:0 (bf16)"), "{text}");
+    assert!(text.contains("| Poisson") && text.contains("| decode, 1 seqs |"), "{text}");
+    let scenario = std::fs::read_to_string(out_dir.join("engine.toml")).unwrap();
+    assert!(scenario.contains("dtype = \"bf16\"") && scenario.contains("(cuda:0, calibrated)\""), "{scenario}");
+    assert!(out_dir.join("gpu.csv").exists() && !out_dir.join("cpu.csv").exists());
+    let sim = servesim(&["simulate", out_dir.join("engine.toml").to_str().unwrap(), "--profile", out_dir.join("gpu.csv").to_str().unwrap()]);
+    assert!(sim.status.success(), "{}", stderr(&sim));
+    assert!(stdout(&sim).contains("Successful requests:                     8"), "{}", stdout(&sim));
 }

@@ -22,7 +22,7 @@ pub struct ServeArgs {
     /// A folder with a Hugging Face `config.json` and `.safetensors` weights.
     #[arg(long, value_name = "DIR", conflicts_with = "random_weights")]
     pub model: Option<PathBuf>,
-    /// Seeded random weights of a named size: tiny, small or 100m.
+    /// Seeded random weights of a named size: tiny, small, 100m or 1b (Llama-3.2-1B's shapes).
     #[arg(long, value_name = "SIZE")]
     pub random_weights: Option<String>,
     /// A Hugging Face tokenizer directory (its `tokenizer.json`) or file. Default: the `--model`
@@ -134,7 +134,7 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
         }
         (None, Some(size)) => {
             let config = LlamaConfig::named(size)
-                .ok_or_else(|| usage("--random-weights", size, "expected tiny, small or 100m"))?;
+                .ok_or_else(|| usage("--random-weights", size, LlamaConfig::unknown_name_reason()))?;
             (format!("random-{size}"), LlamaWeights::random(&config, args.seed))
         }
         (None, None) => return Err(usage("--model", "", "give --model DIR or --random-weights SIZE")),

@@ -14,19 +14,23 @@ use crate::validate::engine::{self, EngineSetup, EngineValidationConfig, SweepSe
 /// `validate --engine`: the whole loop on this machine against servesim's own engine.
 #[derive(Debug, Args)]
 pub struct EngineValidationArgs {
-    /// Instead of recorded runs: calibrate this machine's CPU, start servesim's engine, bench a
-    /// sweep, simulate the same workload with the profile, and print measured vs simulated.
+    /// Instead of recorded runs: calibrate this machine's CPU (or GPU, `--device`), start
+    /// servesim's engine, bench a sweep, simulate the same workload with the profile, and print measured vs simulated.
     #[arg(id = "engine", long = "engine", conflicts_with_all = ["scenarios", "recorded", "set"])]
     pub enabled: bool,
-    /// With --engine: the model's random-weight size (tiny, small, 100m).
+    /// With --engine: the model's random-weight size (tiny, small, 100m, 1b).
     #[arg(long, default_value = "small")]
     pub random_weights: String,
+    /// With --engine: `cpu` (the CPU engine in f32) or `cuda:N` (the CUDA engine on GPU N in
+    /// bf16, calibrated there with cuBLASLt and its kernels).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// With --engine: threads of the engine and of calibration (default: all cores but one,
     /// which the HTTP server and the benchmark client need beside the engine).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// With --engine: reuse this CPU calibration profile (from an earlier `--out DIR`'s cpu.csv,
-    /// or `calibrate --device cpu`) instead of calibrating.
+    /// With --engine: reuse this calibration profile of the device (from an earlier `--out DIR`'s
+    /// cpu.csv or gpu.csv, or `calibrate`) instead of calibrating.
     #[arg(long, value_name = "CSV")]
     pub profile: Option<PathBuf>,
     /// With --engine: calibration grid (tiny, quick, full) and time budget in minutes (the
@@ -75,6 +79,7 @@ pub(super) fn run(args: EngineValidationArgs, out: Option<&Path>) -> Result<(), 
     let knobs = args.knobs.knobs()?;
     let grid = GridScale::parse(&args.grid).ok_or_else(|| usage("--grid", &args.grid, "expected `full`, `quick` or `tiny`"))?;
     let profile = args.profile.as_deref().map(flags::profile).transpose()?;
+    let device = flags::device(&args.device)?;
     let config = EngineValidationConfig {
         engine: EngineSetup {
             size: args.random_weights,
@@ -84,6 +89,7 @@ pub(super) fn run(args: EngineValidationArgs, out: Option<&Path>) -> Result<(), 
             // (on 2 cores, 2 threads priced 5–8-sequence decodes 25% too cheap, 1 thread 14%).
             threads: args.threads.unwrap_or_else(|| flags::all_cores().saturating_sub(1).max(1)),
             knobs,
+            device,
         },
         sweep: SweepSetup {
             input_len: args.input_len,

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::bench::{Backend, BenchConfig};
-use crate::calibrate::backend::{Backend as _, Peak};
+use crate::calibrate::backend::{Backend as CalibrationBackend, Peak};
 use crate::calibrate::grid::{Grid, GridOptions, GridScale};
 use crate::calibrate::profile::Profile;
 use crate::calibrate::run::RunOptions;
@@ -32,7 +32,8 @@ use crate::calibrate::timing::TimingOptions;
 use crate::cost::calibrated::Calibrated;
 use crate::cost::sampling::SamplingCost;
 use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor, SamplingParams};
-use crate::engine::server::{EngineHandle, EngineKnobs, ModelEngine, Tokenizer, sample_rows};
+use crate::engine::cuda::CudaModelExecutor;
+use crate::engine::server::{CudaModelEngine, EngineHandle, EngineKnobs, Executor, ModelEngine, Tokenizer, sample_rows};
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
@@ -50,8 +51,31 @@ pub struct EngineSetup {
     /// `--random-weights` size (`tiny`, `small`, `100m`).
     pub size: String,
     pub seed: u64,
+    /// CPU threads of the engine and of calibration (on a GPU: of calibration's CPU side only).
     pub threads: usize,
     pub knobs: EngineKnobs,
+    /// `None`: the CPU engine in f32; `Some(n)`: the CUDA engine on GPU `n` in bf16.
+    pub device: Option<usize>,
+}
+
+impl EngineSetup {
+    /// `cpu` or `cuda:N`, as `--device` takes it.
+    pub fn device_label(&self) -> String {
+        self.device.map_or_else(|| "cpu".to_string(), |n| format!("cuda:{n}"))
+    }
+
+    /// Where and in what the engine computes, for the report.
+    pub fn runs_on(&self) -> String {
+        match self.device {
+            None => format!("{} threads (f32)", self.threads),
+            Some(n) => format!("cuda:{n} (bf16)"),
+        }
+    }
+
+    /// The dtype the engine computes, stores its KV cache and is calibrated in.
+    fn dtype(&self) -> Dtype {
+        if self.device.is_some() { Dtype::Bf16 } else { Dtype::Fp32 }
+    }
 }
 
 /// The workload of the sweep.
@@ -151,20 +175,22 @@ fn llama_config(size: &str) -> Result<LlamaConfig, Error> {
     LlamaConfig::named(size).ok_or_else(|| Error::Usage {
         flag: "--random-weights",
         value: size.to_string(),
-        reason: "expected tiny, small or 100m".into(),
+        reason: LlamaConfig::unknown_name_reason(),
     })
 }
 
-/// The scenario that describes `setup` serving `sweep`'s first closed-loop series, on a "GPU"
-/// that is this machine's CPU as calibration measured it. The simulator needs a peak and a
+/// The scenario that describes `setup` serving `sweep`'s first closed-loop series, on the device
+/// calibration measured (a CPU is a "GPU" here). The simulator needs a peak and a
 /// bandwidth only for what the profile lacks (element-wise work); capacity is moot because the
 /// KV cache is sized by `num_gpu_blocks` exactly as the engine's is.
-pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, peak: Peak, host: HostOverhead) -> Result<String, Error> {
+/// On a GPU the hardware is named as its driver reports it, `device_name`, so that the profile
+/// matches it by GPU family.
+pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, device_name: &str, peak: Peak, host: HostOverhead) -> Result<String, Error> {
     let m = llama_config(&setup.size)?;
     let concurrency = sweep.concurrency.first().copied().unwrap_or(1);
     let mut t = String::new();
-    let _ = writeln!(t, "# Written by `servesim validate --engine`: servesim's own CPU engine as the simulator sees it.");
-    let _ = writeln!(t, "# Rerun with: servesim simulate THIS.toml --profile cpu.csv");
+    let _ = writeln!(t, "# Written by `servesim validate --engine`: servesim's own engine on {} as the simulator sees it.", setup.device_label());
+    let _ = writeln!(t, "# Rerun with: servesim simulate THIS.toml --profile {}", profile_file_name(setup));
     let _ = writeln!(t, "name = \"engine-{}\"\n", setup.size);
     let _ = writeln!(t, "[model]");
     let _ = writeln!(t, "name = \"random-{}\"", setup.size);
@@ -177,9 +203,14 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, peak: Peak, host: 
     let _ = writeln!(t, "vocab_size = {}", m.vocab_size);
     let _ = writeln!(t, "tied_embeddings = {}", m.tie_word_embeddings);
     let _ = writeln!(t, "max_position_embeddings = {}", m.max_position_embeddings);
-    let _ = writeln!(t, "dtype = \"fp32\"\nkv_cache_dtype = \"fp32\"\n");
+    let dtype = setup.dtype().name();
+    let _ = writeln!(t, "dtype = \"{dtype}\"\nkv_cache_dtype = \"{dtype}\"\n");
     let _ = writeln!(t, "[hardware]");
-    let _ = writeln!(t, "name = \"CPU, {} threads (calibrated)\"", setup.threads);
+    match setup.device {
+        None => writeln!(t, "name = \"CPU, {} threads (calibrated)\"", setup.threads),
+        Some(n) => writeln!(t, "name = \"{device_name} (cuda:{n}, calibrated)\""),
+    }
+    .expect("writing to a String");
     let _ = writeln!(t, "peak_tflops_16bit = {}", peak.flops_per_s / 1e12);
     let _ = writeln!(t, "memory_bandwidth_gbps = {}", peak.memory_bytes_per_s / 1e9);
     let _ = writeln!(t, "memory_gib = 16\ninterconnect_gbps = 1\ncount = 1\n");
@@ -224,48 +255,20 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     let llama = llama_config(&setup.size)?;
     let profile = match &config.profile {
         Some(p) => p.clone(),
-        None => {
-            let mut backend = crate::calibrate::cpu::CpuBackend::new(setup.threads).map_err(|e| calibrate_error(e.to_string()))?;
-            // The model's shapes only, up to the engine's token budget: what a step can run.
-            let bare = Scenario::from_toml_str(
-                &scenario_toml(setup, sweep, backend.peak(), HostOverhead::default())?,
-                "engine.toml".as_ref(),
-                &[],
-            )?;
-            let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![Dtype::Fp32], config.grid);
-            options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
-            options.extra_m = backend.gemm_m_breakpoints();
-            let grid = Grid::new(options);
-            log(&format!("1/4 calibrating {} shapes of the {} model on {} threads", grid.len(), setup.size, setup.threads));
-            let options = RunOptions {
-                budget: config.calibration_budget,
-                progress: false,
-                timing: TimingOptions::quick(),
-                passes: crate::calibrate::cpu::PASSES_DEFAULT,
-                noise_check: true,
-            };
-            let started = std::time::Instant::now();
-            let profile =
-                crate::calibrate::run::calibrate(&mut backend, &grid, &options).map_err(|e| calibrate_error(e.to_string()))?;
-            log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
-            // A machine too noisy to calibrate is too noisy to validate against: say so first.
-            if let Some(warning) = profile.provenance.run.reference.as_ref().and_then(|r| r.warning()) {
-                log(&format!("    {warning}"));
-            }
-            profile
-        }
+        None => calibrate_engine_device(config, log)?,
     };
     let peak = Peak { flops_per_s: profile.provenance.peak.flops_per_s, memory_bytes_per_s: profile.provenance.peak.memory_bytes_per_s };
-    // The HTTP server and the bench client get the cores the engine does not use.
-    let runtime = crate::engine::server::http_runtime(setup.threads)
+    // The HTTP server and the bench client get the cores the engine does not compute on.
+    let engine_threads = if setup.device.is_some() { 0 } else { setup.threads };
+    let runtime = crate::engine::server::http_runtime(engine_threads)
         .map_err(|source| Error::Output { path: "<tokio runtime>".into(), source })?;
-    let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
+    let bare = Scenario::from_toml_str(&scenario_toml(setup, sweep, &profile.provenance.device.name, peak, HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
     let host = measure_host_overhead(&runtime, &setup.knobs, &bare, &llama);
     log(&format!(
         "    host overhead of the engine loop: {:.1} µs per step + {:.2} µs per sequence; front end {:.0} µs per request",
         host.step_us, host.seq_us, host.frontend_us
     ));
-    let scenario_text = scenario_toml(setup, sweep, peak, host)?;
+    let scenario_text = scenario_toml(setup, sweep, &profile.provenance.device.name, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
     let sampling = measure_sampling(setup.threads, llama.vocab_size, setup.knobs.max_num_seqs)?;
     log(&format!(
@@ -278,16 +281,12 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     // The bench asks for greedy tokens, so the twin's steps sample greedily.
     let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost).with_sampling(sampling.greedy);
 
-    log(&format!("2/4 starting the engine: random-{} weights, {} threads", setup.size, setup.threads));
+    log(&format!("2/4 starting the engine: random-{} weights on {}", setup.size, setup.device_label()));
     let k = &setup.knobs;
-    let mut model = ModelExecutor::new(LlamaWeights::random(&llama, setup.seed), k.num_gpu_blocks as usize, k.block_size as usize)
-        .map_err(|e| Error::Usage { flag: "--num-gpu-blocks", value: k.num_gpu_blocks.to_string(), reason: e.to_string() })?;
-    model
-        .use_own_pool(setup.threads)
-        .map_err(|e| Error::Usage { flag: "--threads", value: setup.threads.to_string(), reason: e.to_string() })?;
+    let model = start_executor(setup, &llama)?;
     let context_len = k.context_len(llama.max_position_embeddings);
     let engine = k
-        .start(ModelEngine::new(model), u32::MAX, context_len)
+        .start(model, u32::MAX, context_len)
         .with_model_name(format!("random-{}", setup.size))
         .with_tokenizer(served_tokenizer(&llama));
     let server = LocalServer::start(&runtime, &engine)?;
@@ -311,19 +310,92 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     }
     if sweep.poisson_load > 0.0 {
         let saturated = series.last().expect("at least one closed-loop series");
-        let rate = sweep.poisson_load * saturated.measured.request_throughput;
-        let mut s = base.clone();
-        s.workload.num_prompts = saturated.scenario.workload.num_prompts.clone();
-        s.workload.max_concurrency = None;
         // Rounded so the label, the scenario and a rerun agree on one number.
-        let rate = (rate * 1000.0).round() / 1000.0;
-        s.workload.request_rate = vec![rate; s.workload.num_prompts.len()];
-        let label = format!("Poisson {rate:.3} req/s");
-        series.push(measure(&runtime, &engine, &base_url, &cost, s, label, log)?);
+        let rate = (sweep.poisson_load * saturated.measured.request_throughput * 1000.0).round() / 1000.0;
+        if rate > 0.0 && rate.is_finite() {
+            let mut s = base.clone();
+            s.workload.num_prompts = saturated.scenario.workload.num_prompts.clone();
+            s.workload.max_concurrency = None;
+            s.workload.request_rate = vec![rate; s.workload.num_prompts.len()];
+            let label = format!("Poisson {rate:.3} req/s");
+            series.push(measure(&runtime, &engine, &base_url, &cost, s, label, log)?);
+        } else {
+            // Every request of the saturated series failed (reported with it): there is no
+            // throughput to take a fraction of, and a rate of 0 is no arrival process.
+            log(&format!("    the Poisson series is left out: {} completed no request", saturated.label));
+        }
     }
     server.stop(&runtime);
     log("4/4 compared");
     Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, sampling, series })
+}
+
+/// Times the kernels the engine runs, on the device it runs on, over its model's shapes up to
+/// its token budget (what a step can run): the CPU's in f32 with several passes, as its kernels'
+/// times move over seconds; a GPU's in bf16 with one pass and the L2 flushed, as `calibrate`
+/// times them.
+fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result<Profile, Error> {
+    let setup = &config.engine;
+    let device_error = |reason: String| Error::Usage { flag: "--device", value: setup.device_label(), reason };
+    let (mut backend, timing, passes): (Box<dyn CalibrationBackend>, TimingOptions, u32) = match setup.device {
+        None => (
+            Box::new(crate::calibrate::cpu::CpuBackend::new(setup.threads).map_err(|e| device_error(e.to_string()))?),
+            TimingOptions::quick(),
+            crate::calibrate::cpu::PASSES_DEFAULT,
+        ),
+        Some(ordinal) => (
+            Box::new(crate::calibrate::cuda::CudaBackend::new(ordinal).map_err(|e| device_error(e.to_string()))?),
+            TimingOptions::default(),
+            1,
+        ),
+    };
+    let bare =
+        Scenario::from_toml_str(&scenario_toml(setup, &config.sweep, &backend.device_info().name, backend.peak(), HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
+    let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![setup.dtype()], config.grid);
+    options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
+    options.extra_m = backend.gemm_m_breakpoints();
+    let grid = Grid::new(options);
+    let on = match setup.device {
+        None => format!("{} threads", setup.threads),
+        Some(_) => backend.device_info().name,
+    };
+    log(&format!("1/4 calibrating {} shapes of the {} model on {on}", grid.len(), setup.size));
+    let options = RunOptions { budget: config.calibration_budget, progress: false, timing, passes, noise_check: true };
+    let started = std::time::Instant::now();
+    let profile = crate::calibrate::run::calibrate(backend.as_mut(), &grid, &options).map_err(|e| device_error(format!("calibration failed: {e}")))?;
+    log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
+    // A machine too noisy to calibrate is too noisy to validate against: say so first.
+    if let Some(warning) = profile.provenance.run.reference.as_ref().and_then(|r| r.warning()) {
+        log(&format!("    {warning}"));
+    }
+    Ok(profile)
+}
+
+/// The profile's file name in `--out DIR`: `cpu.csv` or `gpu.csv`.
+fn profile_file_name(setup: &EngineSetup) -> &'static str {
+    if setup.device.is_some() { "gpu.csv" } else { "cpu.csv" }
+}
+
+/// The engine's forward pass and sampler on `setup`'s device, over random weights of its size.
+fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Executor>, Error> {
+    let k = &setup.knobs;
+    let weights = LlamaWeights::random(llama, setup.seed);
+    let (blocks, block_size) = (k.num_gpu_blocks as usize, k.block_size as usize);
+    let blocks_error = |e: String| Error::Usage { flag: "--num-gpu-blocks", value: k.num_gpu_blocks.to_string(), reason: e };
+    Ok(match setup.device {
+        None => {
+            let mut model = ModelExecutor::new(weights, blocks, block_size).map_err(|e| blocks_error(e.to_string()))?;
+            model
+                .use_own_pool(setup.threads)
+                .map_err(|e| Error::Usage { flag: "--threads", value: setup.threads.to_string(), reason: e.to_string() })?;
+            Box::new(ModelEngine::new(model))
+        }
+        Some(ordinal) => {
+            let model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
+                .map_err(|e| Error::Usage { flag: "--device", value: setup.device_label(), reason: e.to_string() })?;
+            Box::new(CudaModelEngine::new(model))
+        }
+    })
 }
 
 /// The engine's sampler timed on this machine, per logit of a sampled row.
@@ -530,10 +602,6 @@ fn measure_frontend_us(runtime: &tokio::runtime::Runtime, engine: &EngineHandle,
     ttft_ns.get(ttft_ns.len() / 2).map(|&ns| ns as f64 / 1e3)
 }
 
-fn calibrate_error(reason: String) -> Error {
-    Error::Usage { flag: "--engine", value: "cpu".into(), reason: format!("calibration failed: {reason}") }
-}
-
 /// Benches `scenario`'s one sweep point against the engine, returning the client's records.
 fn bench(runtime: &tokio::runtime::Runtime, engine: &EngineHandle, base_url: &str, scenario: &Scenario) -> Result<crate::bench::BenchRun, Error> {
     let requests = crate::workload::generate(&scenario.workload, scenario.workload.num_prompts[0]);
@@ -694,9 +762,9 @@ pub fn render(v: &EngineValidation) -> String {
     let s = &v.setup;
     let _ = writeln!(
         t,
-        "Engine: random-{} weights, {} threads, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {}. \
+        "Engine: random-{} weights, {}, max_num_seqs {}, max_num_batched_tokens {}, {} KV blocks of {}. \
          Profile: {}.\n",
-        s.size, s.threads, s.knobs.max_num_seqs, s.knobs.max_num_batched_tokens, s.knobs.num_gpu_blocks, s.knobs.block_size, v.profile.provenance.device.name
+        s.size, s.runs_on(), s.knobs.max_num_seqs, s.knobs.max_num_batched_tokens, s.knobs.num_gpu_blocks, s.knobs.block_size, v.profile.provenance.device.name
     );
     let _ = writeln!(
         t,
@@ -764,6 +832,7 @@ fn step_row(kind: &str, e: &StepMeans, s: &StepMeans) -> String {
 }
 
 /// Writes `dir/README.md` (the tables), `dir/engine.toml` (the simulated scenario), `dir/cpu.csv`
+/// (`gpu.csv` on a GPU)
 /// with its provenance (the profile), and per series `dir/<i>-<label>/`: `engine-summary.json`
 /// and `engine-timeline.csv` (what the client measured, the engine's step trace) beside
 /// `simulated/` (what `simulate --out` writes).
@@ -778,7 +847,7 @@ pub fn write_outputs(v: &EngineValidation, dir: &std::path::Path) -> Result<(), 
     std::fs::write(&readme, text).map_err(io(&readme))?;
     let toml_path = dir.join("engine.toml");
     std::fs::write(&toml_path, &v.scenario_toml).map_err(io(&toml_path))?;
-    let csv = dir.join("cpu.csv");
+    let csv = dir.join(profile_file_name(&v.setup));
     v.profile.write(&csv).map_err(|e| Error::Output { path: csv.clone(), source: std::io::Error::other(e.to_string()) })?;
     let opts = ReportOptions::default();
     for (i, s) in v.series.iter().enumerate() {
@@ -811,6 +880,7 @@ mod tests {
             seed: 0,
             threads: 1,
             knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64 },
+            device: None,
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };
         (engine, sweep)
@@ -830,7 +900,7 @@ mod tests {
         let (engine, sweep) = setup();
         let peak = Peak { flops_per_s: 5e10, memory_bytes_per_s: 2e10 };
         let host = HostOverhead { step_us: 3.0, seq_us: 0.25, frontend_us: 120.0 };
-        let text = scenario_toml(&engine, &sweep, peak, host).unwrap();
+        let text = scenario_toml(&engine, &sweep, "CPU", peak, host).unwrap();
         let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         let m = LlamaConfig::tiny();
         assert_eq!((s.model.hidden_size as usize, s.model.num_layers as usize), (m.hidden_size, m.num_layers));
@@ -844,11 +914,27 @@ mod tests {
         assert_eq!(s.workload.num_prompts, vec![MIN_PROMPTS]);
     }
 
+    /// On a GPU the twin is the bf16 model on hardware named as the driver names it, which is
+    /// what lets the profile measured there match it by GPU family.
+    #[test]
+    fn on_a_gpu_the_scenario_is_bf16_on_the_named_gpu() {
+        let (mut engine, sweep) = setup();
+        engine.device = Some(0);
+        let peak = Peak { flops_per_s: 989e12, memory_bytes_per_s: 3.35e12 };
+        let text = scenario_toml(&engine, &sweep, "NVIDIA H100 80GB HBM3", peak, HostOverhead::default()).unwrap();
+        let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
+        assert_eq!((s.model.weight_dtype, s.model.kv_dtype), (Dtype::Bf16, Dtype::Bf16));
+        assert_eq!(s.hardware.gpu.name, "NVIDIA H100 80GB HBM3 (cuda:0, calibrated)");
+        assert_eq!(crate::cost::profile_match::gpu_family(&s.hardware.gpu.name), Some("H100"));
+        assert!(text.contains("--profile gpu.csv"), "{text}");
+        assert_eq!((engine.runs_on(), engine.device_label()), ("cuda:0 (bf16)".to_string(), "cuda:0".to_string()));
+    }
+
     #[test]
     fn the_host_overhead_is_timed_on_the_engine_loop() {
         let (engine, sweep) = setup();
         let peak = Peak { flops_per_s: 5e10, memory_bytes_per_s: 2e10 };
-        let text = scenario_toml(&engine, &sweep, peak, HostOverhead::default()).unwrap();
+        let text = scenario_toml(&engine, &sweep, "CPU", peak, HostOverhead::default()).unwrap();
         let s = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
         let host = measure_host_overhead(&runtime, &engine.knobs, &s, &LlamaConfig::tiny());

@@ -88,17 +88,44 @@ impl LlamaConfig {
         }
     }
 
-    /// The named random-weight sizes of `--random-weights`.
-    pub const NAMES: [&'static str; 3] = ["tiny", "small", "100m"];
+    /// Llama-3.2-1B's layers (Meta's `config.json`: 16 layers, hidden 2048, 32 heads of 64, 8
+    /// KV heads, MLP 8192, tied embeddings, RoPE θ 500 000), for GPU runs whose steps should be
+    /// the kernels' time rather than launch latency: ~1.04B parameters. The vocabulary is Llama
+    /// 2's 32 000 ids, not Llama 3's 128 256, so that a shipped tokenizer serves it (clients count
+    /// tokens by re-encoding text); its RoPE scaling is left out, and positions stop at 8192.
+    pub fn b1() -> LlamaConfig {
+        LlamaConfig {
+            hidden_size: 2048,
+            num_layers: 16,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim: 64,
+            intermediate_size: 8192,
+            vocab_size: 32_000,
+            rope_theta: 500_000.0,
+            rms_norm_eps: 1e-5,
+            tie_word_embeddings: true,
+            max_position_embeddings: 8192,
+        }
+    }
 
-    /// `tiny`, `small` or `100m`; `None` for any other name.
+    /// The named random-weight sizes of `--random-weights`.
+    pub const NAMES: [&'static str; 4] = ["tiny", "small", "100m", "1b"];
+
+    /// One of [`Self::NAMES`]; `None` for any other name.
     pub fn named(name: &str) -> Option<LlamaConfig> {
         match name {
             "tiny" => Some(LlamaConfig::tiny()),
             "small" => Some(LlamaConfig::small()),
             "100m" => Some(LlamaConfig::m100()),
+            "1b" => Some(LlamaConfig::b1()),
             _ => None,
         }
+    }
+
+    /// Why a `--random-weights` name was refused.
+    pub fn unknown_name_reason() -> String {
+        format!("expected one of {}", Self::NAMES.join(", "))
     }
 
     /// Reads a Hugging Face `config.json`.

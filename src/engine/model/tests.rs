@@ -374,6 +374,10 @@ fn config_reads_hugging_face_json_and_named_sizes() {
     assert!(LlamaConfig::named("huge").is_none());
     let params = LlamaConfig::m100().num_parameters();
     assert!((95_000_000..105_000_000).contains(&params), "100m has {params} parameters");
+    // Meta's model card gives Llama-3.2-1B 1.23B parameters; 1b's vocabulary is 96 256 ids
+    // smaller, and its tied embedding is 2048 wide: 197M parameters fewer.
+    let params = LlamaConfig::b1().num_parameters() + 96_256 * 2048;
+    assert!((1_220_000_000..1_250_000_000).contains(&params), "1b has {params} parameters with Llama 3's vocabulary");
     let tiny = LlamaConfig::tiny();
     assert_eq!(
         LlamaWeights::random(&tiny, 3).to_hf_tensors().iter().map(|(_, s, _)| s.iter().product::<usize>() as u64).sum::<u64>(),
