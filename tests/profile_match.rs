@@ -92,3 +92,24 @@ fn auto_on_a_gpu_without_a_profile_carries_the_nearest_gpus_over() {
     let roofline = servesim(&["simulate", &path, "--set", "hardware.gpu=\"MI300X\"", "--cost", "roofline"]);
     assert!(roofline.status.success() && !stderr(&roofline).contains("transferred"), "{}", stderr(&roofline));
 }
+
+/// A profile `servesim calibrate` measured on an H100 (2026-11-24; Llama-3.1-8B and 70B shapes,
+/// cut short by its budget) timed servesim's own CUDA attention kernels, far slower than the
+/// engines' FlashAttention: it prices a vLLM scenario only when allowed, and servesim's engine
+/// without a word.
+#[test]
+fn a_gpu_profile_of_servesims_own_kernels_prices_only_servesims_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scenario(dir.path());
+    let measured = repo().join("tests/data/h100-measured/h100-servesim-kernels.csv.zst");
+    let refused = servesim(&["simulate", &path, "--profile", measured.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let err = stderr(&refused);
+    assert!(err.contains("servesim's own CUDA attention kernels") && err.contains("vllm (vllm-v1)"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let allowed = servesim(&["simulate", &path, "--profile", measured.to_str().unwrap(), "--allow-profile-mismatch"]);
+    assert!(allowed.status.success() && stderr(&allowed).contains("WARNING"), "{}", stderr(&allowed));
+    let own = servesim(&["simulate", &path, "--profile", measured.to_str().unwrap(), "--set", "engine.policy=\"servesim\""]);
+    assert!(own.status.success(), "{}", stderr(&own));
+    assert!(!stderr(&own).contains("WARNING"), "{}", stderr(&own));
+}

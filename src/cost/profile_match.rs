@@ -57,9 +57,7 @@ fn gpu_mismatch(profile: &Profile, scenario: &Scenario) -> Option<String> {
 /// they ran on (for a profile carried over to another GPU on purpose, only these apply).
 pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> {
     let mut out = Vec::new();
-    // Imported tables name the engine whose kernels they timed; a profile servesim measured
-    // itself times kernels (cuBLAS GEMMs, FlashAttention-style attention) that stand for any
-    // engine on that GPU.
+    // Imported tables name the engine whose kernels they timed.
     if let Some(source) = &profile.provenance.source {
         let wanted = engine_of(scenario.engine.policy);
         if source.engine != wanted {
@@ -71,6 +69,21 @@ pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> 
                 scenario.engine.policy.name()
             ));
         }
+    }
+    // A profile servesim measured on a GPU timed servesim's own attention kernels. They run on
+    // CUDA cores: on an H100 they reached at most 8 TFLOP/s in prefill and 17% of HBM bandwidth
+    // in decode (docs/calibration.md), a small fraction of what an engine's FlashAttention
+    // does, so they price servesim's engine and no other. Its cuBLASLt GEMMs are any engine's.
+    else if profile.provenance.device.device.starts_with("cuda")
+        && scenario.engine.policy != Policy::Servesim
+        && profile.rows.iter().any(|row| matches!(row.shape, Shape::Attention(_)))
+    {
+        out.push(format!(
+            "the profile timed servesim's own CUDA attention kernels, which run far below FlashAttention, and the \
+             scenario's engine is {} ({}); its GEMMs would do, its attention would not",
+            engine_of(scenario.engine.policy),
+            scenario.engine.policy.name()
+        ));
     }
     let weight = scenario.model.weight_dtype;
     let gemm_dtypes: Vec<Dtype> = dtypes_of(profile, |shape| match shape {
