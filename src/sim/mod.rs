@@ -17,6 +17,7 @@
 //! the first step runs on the first request alone.
 
 pub mod cluster;
+pub mod link;
 pub mod queue;
 
 use crate::cost::CostModel;
