@@ -51,17 +51,18 @@ fn reruns_are_byte_identical() {
 
 #[test]
 fn bad_values_name_the_field_and_value() {
-    let cases: [(&[&str], &[&str]); 5] = [
-        (&["engine.policy=tgi", "engine.enable_prefix_caching=true"], &["engine.enable_prefix_caching", "true", "TGI"]),
-        (&["workload.dataset.prefix.law=pareto"], &["workload.dataset.prefix.law", "pareto"]),
-        (&["workload.dataset.prefix.count=0"], &["workload.dataset.prefix.count", "0"]),
-        (&["workload.dataset.prefix.zipf_exponent=-1"], &["workload.dataset.prefix.zipf_exponent", "-1"]),
-        (&["engine.enable_prefix_caching=false"], &["engine.router", "prefix-aware"]),
+    const TGI: &str = "scenarios/recorded/run-003-tgi-80.toml";
+    let cases: [(&str, &[&str], &[&str]); 5] = [
+        (TGI, &["engine.enable_prefix_caching=true"], &["engine.enable_prefix_caching", "true", "TGI"]),
+        (EXAMPLE, &["workload.dataset.prefix.law=pareto"], &["workload.dataset.prefix.law", "pareto"]),
+        (EXAMPLE, &["workload.dataset.prefix.count=0"], &["workload.dataset.prefix.count", "0"]),
+        (EXAMPLE, &["workload.dataset.prefix.zipf_exponent=-1"], &["workload.dataset.prefix.zipf_exponent", "-1"]),
+        (EXAMPLE, &["engine.enable_prefix_caching=false"], &["engine.router", "prefix-aware"]),
     ];
-    for (overrides, expected) in cases {
+    for (file, overrides, expected) in cases {
         let all: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-        let err = Scenario::load(Path::new(EXAMPLE), &all).unwrap_err().to_string();
-        assert!(err.contains("prefix-caching.toml"), "{err}");
+        let err = Scenario::load(Path::new(file), &all).unwrap_err().to_string();
+        assert!(err.contains(file), "{err}");
         for e in expected {
             assert!(err.contains(e), "{overrides:?}: {err:?} lacks {e:?}");
         }

@@ -151,7 +151,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
         keep_timeline: config.timeline,
-        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort),
+        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools)),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         finished_buffer: Vec::new(),
@@ -197,6 +197,14 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         }
     }
     sim.finish()
+}
+
+/// Whether prefix caching could see the decode cohort: the cohort's members grow into blocks
+/// without ids, so which freed blocks are evicted first, and so which cached prefixes survive,
+/// would differ from the per-sequence path. Only when some prompt shares text is anything cached
+/// at all; then the cohort is bypassed, exact but slower (docs/prefix-caching.md).
+fn cohort_breaks_caching(requests: &[RequestSpec], pools: &[Pool]) -> bool {
+    pools.iter().any(|p| p.scheduler.enable_prefix_caching) && requests.iter().any(|r| r.prefix.tokens > 0)
 }
 
 /// The hashes of the prompt blocks `spec` shares with other prompts (only those: its own
