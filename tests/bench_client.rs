@@ -204,6 +204,7 @@ fn specs(inputs: &[u32], output_tokens: u32, gap_ms: u64) -> Vec<RequestSpec> {
             input_tokens,
             output_tokens,
             max_tokens: output_tokens,
+            prefix: Default::default(),
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
 use servesim::sched::{Batch, SchedulerConfig, TgiConfig};
 use servesim::sim::{SimConfig, SimOutput, simulate, simulate_per_sequence};
-use servesim::workload::RequestSpec;
+use servesim::workload::{RequestSpec, SharedPrefix};
 
 /// A simple cost model: fixed per step plus per token, so tests need no hardware.
 struct LinearCost;
@@ -63,15 +63,21 @@ fn assert_same_output(fast: &SimOutput, reference: &SimOutput) -> Result<(), Tes
 fn long_requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
     prop::collection::vec((0u64..80_000_000, 1u32..200, 1u32..200), 1..120).prop_map(|mut v| {
         v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect()
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens) }).collect()
     })
 }
 
 fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
     prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(|mut v| {
         v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect()
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens) }).collect()
     })
+}
+
+/// Prompts of two texts (by arrival time's parity): with prefix caching on, those of one text
+/// share the blocks of their common length.
+fn shared(arrival_ns: u64, input_tokens: u32) -> SharedPrefix {
+    SharedPrefix { stream: arrival_ns % 2, tokens: input_tokens }
 }
 
 fn config_strategy() -> impl Strategy<Value = SimConfig> {
@@ -91,8 +97,9 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
         prop::option::of(1u32..10),
         prop_oneof![Just(0.0), Just(0.01)],
         frontend_overhead_strategy(),
+        any::<bool>(),
     )
-        .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark, frontend_overhead_ns)| {
+        .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark, frontend_overhead_ns, enable_prefix_caching)| {
             let chunked = chunked || policy == Policy::VllmV1;
             SimConfig {
                 scheduler: SchedulerConfig {
@@ -102,6 +109,7 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                     block_size,
                     num_gpu_blocks: blocks,
                     watermark,
+                    enable_prefix_caching,
                     tgi: None,
                 },
                 policy,
@@ -158,6 +166,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                         block_size,
                         num_gpu_blocks: blocks,
                         watermark: 0.0,
+                        enable_prefix_caching: false,
                         tgi: Some(tgi),
                     },
                     policy: Policy::Tgi,
@@ -252,7 +261,7 @@ proptest! {
     fn decode_cohort_matches_the_reference_on_long_outputs(
         requests in prop::collection::vec((0u64..50_000_000, 1u32..100, 900u32..2600), 1..8).prop_map(|mut v| {
             v.sort_by_key(|r| r.0);
-            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens }).collect::<Vec<_>>()
+            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: Default::default() }).collect::<Vec<_>>()
         }),
         config in vllm_config_strategy().prop_filter("chunked prefill", |c| c.scheduler.enable_chunked_prefill),
     ) {
@@ -276,7 +285,7 @@ proptest! {
 #[test]
 fn a_front_end_spreads_a_burst_over_the_first_step() {
     let requests: Vec<RequestSpec> =
-        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4 }).collect();
+        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4, prefix: Default::default() }).collect();
     let config = |frontend_overhead_ns| SimConfig {
         scheduler: SchedulerConfig {
             max_num_batched_tokens: 2048,
@@ -285,6 +294,7 @@ fn a_front_end_spreads_a_burst_over_the_first_step() {
             block_size: 16,
             num_gpu_blocks: 1000,
             watermark: 0.0,
+            enable_prefix_caching: false,
             tgi: None,
         },
         policy: Policy::VllmV1,

@@ -68,6 +68,7 @@ fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
         block_size: 16,
         num_gpu_blocks,
         watermark: 0.0,
+        enable_prefix_caching: false,
         tgi: None,
     }
 }
@@ -556,7 +557,7 @@ async fn bench_client_counts_the_servers_tokens() {
         let s = start(1, None, 8, 64, 1024).await;
         for backend in [Backend::OpenAi, Backend::Tgi] {
             let requests: Vec<RequestSpec> = (0..4)
-                .map(|i| RequestSpec { arrival_ns: i * 2_000_000, input_tokens: 8, output_tokens: 5, max_tokens: 5 })
+                .map(|i| RequestSpec { arrival_ns: i * 2_000_000, input_tokens: 8, output_tokens: 5, max_tokens: 5, prefix: Default::default() })
                 .collect();
             let mut config = BenchConfig::new(backend, &s.base, "echo", requests);
             config.request_timeout = Duration::from_secs(60);

@@ -54,6 +54,7 @@ async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_d
         block_size: 16,
         num_gpu_blocks: 64,
         watermark: 0.0,
+        enable_prefix_caching: false,
         tgi: None,
     };
     let engine = EngineHandle::start(SlowExecutor { step_delay }, config, Policy::VllmV1, max_waiting, 1024).with_model_name("slow");

@@ -248,6 +248,7 @@ mod tests {
             input_tokens: 300,
             output_tokens: 4,
             max_tokens: 4,
+            prefix: Default::default(),
         };
         for backend in [Backend::OpenAi, Backend::Tgi] {
             let (body, tokens) = request_body(backend, "m", 3, &spec, false, Some(&t)).unwrap();

@@ -157,6 +157,7 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         seed: args.seed,
         input_tokens_total: None,
         output_tokens_total: None,
+        system_prompts: None,
     };
     let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
     let tokenizer = match &args.tokenizer {

@@ -17,6 +17,10 @@ pub struct EngineKnobsArgs {
     pub num_gpu_blocks: u32,
     #[arg(long, default_value_t = 16)]
     pub block_size: u32,
+    /// Reuse the KV of cached prompt blocks, as vLLM V1's `--enable-prefix-caching` (off by
+    /// default: servesim's engine caches nothing unless asked).
+    #[arg(long)]
+    pub enable_prefix_caching: bool,
 }
 
 impl EngineKnobsArgs {
@@ -27,6 +31,7 @@ impl EngineKnobsArgs {
             max_num_batched_tokens: self.max_num_batched_tokens,
             block_size: self.block_size,
             num_gpu_blocks: self.num_gpu_blocks,
+            enable_prefix_caching: self.enable_prefix_caching,
         };
         knobs.check()?;
         Ok(knobs)

@@ -137,6 +137,19 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         let report = ReportOptions { request_rate: point.request_rate, ..config.report.clone() };
         write_report(&mut text, &point.summary, &report).expect("writing to a String");
     }
+    // Not part of vLLM's block, whose lines stay as its client prints them.
+    if scenario.engine.enable_prefix_caching {
+        for point in &points {
+            let p = point.output.prefix;
+            eprintln!(
+                "prefix cache (num_prompts {}): hit rate {:.2}% ({} of {} prompt tokens)",
+                point.num_prompts,
+                100.0 * p.hit_rate(),
+                p.hit_tokens,
+                p.prompt_tokens
+            );
+        }
+    }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     lock.write_all(text.as_bytes())

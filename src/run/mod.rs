@@ -34,6 +34,7 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         block_size: e.block_size,
         num_gpu_blocks: e.num_gpu_blocks,
         watermark: e.watermark,
+        enable_prefix_caching: e.enable_prefix_caching,
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.
         tgi: e.tgi,

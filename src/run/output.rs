@@ -107,11 +107,17 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             obj.insert("preemptions".into(), json!(p.output.extras.iter().map(|e| e.preemptions as u64).sum::<u64>()));
             obj.insert("rejected_requests".into(), json!(p.output.rejected));
             obj.insert("engine_steps".into(), json!(p.output.steps));
+            if scenario.engine.enable_prefix_caching {
+                let prefix = p.output.prefix;
+                obj.insert("prefix_cache_hit_rate".into(), json!(prefix.hit_rate()));
+                obj.insert("prefix_cache_hit_tokens".into(), json!(prefix.hit_tokens));
+                obj.insert("prefix_cache_prompt_tokens".into(), json!(prefix.prompt_tokens));
+            }
             v
         })
         .collect();
     let e = &scenario.engine;
-    json!({
+    let mut summary = json!({
         "servesim": {
             "version": env!("CARGO_PKG_VERSION"),
             "scenario": scenario.name,
@@ -130,7 +136,12 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
             "cost_model": cost_source,
         },
         "results": results,
-    })
+    });
+    // Only when on, so that a run without caching writes what it always wrote.
+    if e.enable_prefix_caching {
+        summary["servesim"]["enable_prefix_caching"] = json!(true);
+    }
+    summary
 }
 
 /// Each replica's pool index, in replica order.

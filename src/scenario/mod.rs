@@ -112,6 +112,9 @@ pub enum Router {
     /// Send to the replica minimising (outstanding + 1) / weight, where the weight is its speed;
     /// ties go to the lowest index.
     WeightedLeastOutstanding,
+    /// Send to the replica whose prefix cache holds the longest prefix of the prompt, unless its
+    /// load is too far above the least loaded's (`sim::cluster`, docs/prefix-caching.md).
+    PrefixAware,
 }
 
 impl Router {
@@ -120,6 +123,7 @@ impl Router {
             Router::RoundRobin => "round-robin",
             Router::LeastOutstanding => "least-outstanding",
             Router::WeightedLeastOutstanding => "weighted-least-outstanding",
+            Router::PrefixAware => "prefix-aware",
         }
     }
 }
@@ -148,6 +152,8 @@ pub struct EngineConfig {
     pub num_gpu_blocks: u32,
     /// Fraction of KV blocks kept free when admitting a prompt (vLLM V0: 0.01; V1: 0).
     pub watermark: f64,
+    /// Reuse cached prompt blocks (`sched::prefix`); docs/prefix-caching.md.
+    pub enable_prefix_caching: bool,
     /// Memory per GPU held back for activations and runtime buffers when sizing the KV cache.
     pub activation_reserve_bytes: u64,
     /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is
@@ -218,6 +224,25 @@ pub struct WorkloadConfig {
     /// Per sweep point: the exact total of output tokens (recorded runs whose model stopped on
     /// its own, so only totals are known).
     pub output_tokens_total: Option<Vec<u64>>,
+    /// `[workload.dataset.prefix]`: system prompts the requests begin with (random and sharegpt).
+    pub system_prompts: Option<SystemPrompts>,
+}
+
+/// N distinct system prompts of one length; each request begins with one of them, added to the
+/// prompt length the dataset draws.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SystemPrompts {
+    pub count: u32,
+    pub tokens: u32,
+    pub law: PrefixLaw,
+}
+
+/// How often each system prompt is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PrefixLaw {
+    Uniform,
+    /// Prompt of rank k (from 1) with probability ∝ k^−exponent.
+    Zipf { exponent: f64 },
 }
 
 /// One point of a workload sweep.

@@ -158,6 +158,9 @@ pub struct RawEngine {
     /// Pins the number of KV blocks per replica (vLLM's `num_gpu_blocks_override`).
     pub num_gpu_blocks: Option<u32>,
     pub watermark: Option<f64>,
+    /// Reuse cached prompt blocks (default: on for "vllm-v1", off for the other policies, as the
+    /// engines ship; "tgi" cannot turn it on).
+    pub enable_prefix_caching: Option<bool>,
     /// Overrides the estimated activation + runtime reserve per GPU, GiB.
     pub activation_reserve_gib: Option<f64>,
     // TGI's launcher flags (policy "tgi" only), under their own names.
@@ -199,6 +202,8 @@ pub struct RawWorkload {
 /// | `random`   | `input_len`, `output_len`, `range_ratio`, `prefix_len`              |
 /// | `sonnet`   | `input_len`, `prefix_len`, `output` (or `output_len`, fixed)        |
 /// | `sharegpt` | `input`, `output`                                                   |
+///
+/// `random` and `sharegpt` also take `[workload.dataset.prefix]` ([`RawPrefix`]).
 /// | `trace`    | `path` (CSV, relative to the scenario file's folder)                |
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -211,6 +216,19 @@ pub struct RawDataset {
     pub input: Option<RawLengthDist>,
     pub output: Option<RawLengthDist>,
     pub path: Option<String>,
+    /// `[workload.dataset.prefix]` (random and sharegpt): system prompts the requests share.
+    pub prefix: Option<RawPrefix>,
+}
+
+/// `[workload.dataset.prefix]`: `count` distinct system prompts of `len` tokens, each request
+/// beginning with one chosen by `law` ("uniform", default, or "zipf" with `zipf_exponent`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrefix {
+    pub count: Option<u32>,
+    pub len: Option<u32>,
+    pub law: Option<String>,
+    pub zipf_exponent: Option<f64>,
 }
 
 /// A length distribution: an integer (a fixed length) or an inline table

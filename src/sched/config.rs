@@ -13,6 +13,8 @@ pub struct SchedulerConfig {
     pub num_gpu_blocks: u32,
     /// Fraction of blocks that must stay free after admitting a prompt.
     pub watermark: f64,
+    /// Keep computed prompt blocks by hash and let later prompts reuse them (`sched::prefix`).
+    pub enable_prefix_caching: bool,
     /// TGI's limits: `Some` exactly when the policy is TGI's.
     pub tgi: Option<TgiConfig>,
 }

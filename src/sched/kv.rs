@@ -3,6 +3,12 @@
 //! The split follows vLLM v1 and mistral.rs: [`BlockPool`] hands out block ids from an O(1) free
 //! list and knows nothing of sequences; [`KvCacheManager`] keeps each sequence's block table and
 //! allocates all-or-nothing, so a failed allocation never leaves a sequence half-grown.
+//!
+//! With prefix caching on (`sched::prefix`), blocks are shared between tables by reference count,
+//! and a block whose count drops to 0 keeps its content until it is evicted: free blocks then
+//! wait in vLLM V1's queue order instead of the stack.
+
+use super::prefix::{BlockHash, FreeQueue, PrefixCache};
 
 /// Fixed-size KV blocks, identified by index. The free blocks are a stack: the most recently
 /// freed block is reused first, which is deterministic and cache-friendly for a real engine.
@@ -11,8 +17,11 @@
 /// may give a pool of billions of blocks).
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    /// Freed blocks, the last freed on top.
+    /// Freed blocks, the last freed on top (without prefix caching).
     freed: Vec<u32>,
+    /// With prefix caching, the freed blocks instead, least recently freed first: vLLM V1 evicts
+    /// the content that has waited longest, so `freed` stays empty.
+    queue: Option<FreeQueue>,
     /// Blocks `next_unused..blocks_total` have never been handed out.
     next_unused: u32,
     blocks_total: u32,
@@ -23,7 +32,7 @@ pub struct BlockPool {
 
 impl BlockPool {
     pub fn new(blocks_total: u32) -> BlockPool {
-        BlockPool { freed: Vec::new(), next_unused: 0, blocks_total, reserved: 0 }
+        BlockPool { freed: Vec::new(), queue: None, next_unused: 0, blocks_total, reserved: 0 }
     }
 
     pub fn blocks_total(&self) -> u32 {
@@ -31,7 +40,8 @@ impl BlockPool {
     }
 
     pub fn blocks_free(&self) -> u32 {
-        self.freed.len() as u32 + (self.blocks_total - self.next_unused) - self.reserved
+        let queued = self.queue.as_ref().map_or(0, FreeQueue::len);
+        self.freed.len() as u32 + queued + (self.blocks_total - self.next_unused) - self.reserved
     }
 
     /// Blocks counted as used without an id (see [`BlockPool::reserved`]).
@@ -48,6 +58,15 @@ impl BlockPool {
     fn allocate_into(&mut self, count: u32, table: &mut Vec<u32>) -> bool {
         if count > self.blocks_free() {
             return false;
+        }
+        if let Some(queue) = self.queue.as_mut() {
+            // vLLM V1's queue starts with every block in id order and appends freed ones, so
+            // blocks never used go first and cached content is evicted only when none are left.
+            let fresh = count.min(self.blocks_total - self.next_unused);
+            table.extend(self.next_unused..self.next_unused + fresh);
+            self.next_unused += fresh;
+            table.extend((fresh..count).map(|_| queue.pop_front().expect("counted as free")));
+            return true;
         }
         let from_freed = (count as usize).min(self.freed.len());
         let split_at = self.freed.len() - from_freed;
@@ -71,12 +90,33 @@ pub struct KvCacheManager {
     pool: BlockPool,
     tables: Vec<Vec<u32>>,
     block_size: u32,
+    /// `Some` with prefix caching on.
+    prefix: Option<PrefixCache>,
 }
 
 impl KvCacheManager {
     pub fn new(blocks_total: u32, block_size: u32) -> KvCacheManager {
         assert!(block_size > 0, "block_size must be positive");
-        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), block_size }
+        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), block_size, prefix: None }
+    }
+
+    /// The same manager with prefix caching: computed prompt blocks are kept by hash and shared.
+    pub fn with_prefix_caching(mut self) -> KvCacheManager {
+        debug_assert_eq!(self.pool.blocks_used(), 0, "switched on before any allocation");
+        self.pool.queue = Some(FreeQueue::default());
+        self.prefix = Some(PrefixCache::default());
+        self
+    }
+
+    /// The prefix cache, if caching is on.
+    pub fn prefix_cache(&self) -> Option<&PrefixCache> {
+        self.prefix.as_ref()
+    }
+
+    /// Tokens of a prompt hashed `hashes` whose KV this cache holds (whole blocks, from the
+    /// first); 0 without prefix caching. What the prefix-aware router compares between replicas.
+    pub fn cached_prefix_tokens(&self, hashes: &[BlockHash]) -> u32 {
+        self.prefix.as_ref().map_or(0, |p| p.longest_hit(hashes) as u32 * self.block_size)
     }
 
     pub fn block_size(&self) -> u32 {
@@ -131,11 +171,60 @@ impl KvCacheManager {
 
     /// Moves `count` free blocks into `seq`'s table (made on first use), or none if fewer are free.
     fn grow_table(&mut self, seq: u32, count: u32) -> bool {
+        let table = self.table_mut(seq);
+        let from = table.len();
+        if !self.pool.allocate_into(count, &mut self.tables[seq as usize]) {
+            return false;
+        }
+        if let Some(prefix) = self.prefix.as_mut() {
+            self.tables[seq as usize][from..].iter().for_each(|&b| prefix.on_allocated(b));
+        }
+        true
+    }
+
+    fn table_mut(&mut self, seq: u32) -> &mut Vec<u32> {
         let slot = seq as usize;
         if self.tables.len() <= slot {
             self.tables.resize_with(slot + 1, Vec::new);
         }
-        self.pool.allocate_into(count, &mut self.tables[slot])
+        &mut self.tables[slot]
+    }
+
+    /// Starts `seq`'s empty table with the cached blocks of `hits` (hashes all cached, from the
+    /// prompt's first block), then grows it so `tokens_total` tokens fit, keeping
+    /// `blocks_reserved` free. All or nothing. A hit on a block no table holds takes it out of
+    /// the free blocks, so it counts against them as a new block does (vLLM V1's
+    /// `allocate_slots`: `num_evictable_computed_blocks`).
+    pub fn allocate_with_hits(&mut self, seq: u32, hits: &[BlockHash], tokens_total: u32, blocks_reserved: u32) -> bool {
+        debug_assert!(self.block_table(seq).is_empty(), "hits start a table");
+        let Some(prefix) = self.prefix.as_ref() else { return self.allocate(seq, tokens_total, blocks_reserved) };
+        let blocks: Vec<u32> = hits.iter().map(|&h| prefix.lookup(h).expect("hits are cached")).collect();
+        let evictable = blocks.iter().filter(|&&b| prefix.refs(b) == 0).count() as u32;
+        let missing = self.blocks_for_tokens(tokens_total).saturating_sub(blocks.len() as u32);
+        let needed = u64::from(missing) + u64::from(evictable) + u64::from(blocks_reserved);
+        if u64::from(self.pool.blocks_free()) < needed {
+            return false;
+        }
+        let prefix = self.prefix.as_mut().expect("checked above");
+        let queue = self.pool.queue.as_mut().expect("prefix caching keeps a queue");
+        for &b in &blocks {
+            if prefix.acquire(b) {
+                queue.remove(b);
+            }
+        }
+        self.table_mut(seq).extend_from_slice(&blocks);
+        let grown = self.grow_table(seq, missing);
+        debug_assert!(grown, "counted as free above");
+        grown
+    }
+
+    /// Records that block `index` of `seq`'s table now holds computed content `hash`, so later
+    /// prompts may share it.
+    pub fn cache_block(&mut self, seq: u32, index: usize, hash: BlockHash) {
+        let block = self.tables[seq as usize][index];
+        if let Some(prefix) = self.prefix.as_mut() {
+            prefix.insert(block, hash);
+        }
     }
 
     /// Counts `count` more blocks as used, without ids, if that many are free.
@@ -162,14 +251,40 @@ impl KvCacheManager {
 
     /// Returns all of `seq`'s blocks to the pool.
     pub fn free(&mut self, seq: u32) {
-        if let Some(table) = self.tables.get_mut(seq as usize) {
+        let Some(table) = self.tables.get_mut(seq as usize) else { return };
+        let (Some(prefix), Some(queue)) = (self.prefix.as_mut(), self.pool.queue.as_mut()) else {
             self.pool.release(table);
+            return;
+        };
+        // The tail first, as vLLM V1 frees: a prompt's last blocks are the least likely to be
+        // shared, so they are evicted before its first ones.
+        for b in table.drain(..).rev() {
+            if prefix.release(b) {
+                queue.push_back(b);
+            }
         }
     }
 
-    /// Blocks held by all tables; must equal the pool's used count.
+    /// Blocks held by all tables; must equal the pool's used count without prefix caching
+    /// (with it, a shared block is counted once per table).
     pub fn blocks_in_tables(&self) -> u64 {
         self.tables.iter().map(|t| t.len() as u64).sum()
+    }
+
+    /// Blocks in use, each counted once: the used count when no block is shared.
+    pub fn blocks_held(&self) -> u64 {
+        u64::from(self.pool.blocks_used() - self.pool.blocks_reserved())
+    }
+
+    /// Debug check of the reference counts: each block's count is the number of tables that
+    /// hold it, the blocks counted as used are those with a count, and every cached hash names a
+    /// block that carries it.
+    #[cfg(debug_assertions)]
+    pub fn check_refcounts(&self) {
+        let Some(prefix) = &self.prefix else { return };
+        prefix.check();
+        let held = prefix.check_refs(self.tables.iter().map(Vec::as_slice));
+        assert_eq!(held, self.blocks_held(), "blocks in use differ from blocks with references");
     }
 }
 

@@ -30,6 +30,26 @@ pub struct Finished {
     pub preemptions: u32,
 }
 
+/// Prompt tokens looked up in the prefix cache and found there, counted once per request, at
+/// its first admission (a preempted request's second lookup is not counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefixStats {
+    pub prompt_tokens: u64,
+    pub hit_tokens: u64,
+}
+
+impl PrefixStats {
+    /// Tokens hit over prompt tokens; 0 before any prompt.
+    pub fn hit_rate(&self) -> f64 {
+        if self.prompt_tokens == 0 { 0.0 } else { self.hit_tokens as f64 / self.prompt_tokens as f64 }
+    }
+
+    pub fn add(&mut self, other: PrefixStats) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.hit_tokens += other.hit_tokens;
+    }
+}
+
 /// What a step produced. Buffers are owned by the scheduler and reused every step.
 #[derive(Clone, Debug, Default)]
 pub struct StepOutcome {

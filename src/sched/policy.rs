@@ -196,25 +196,31 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
 }
 
 /// Admits waiting sequences FCFS while budget, `max_num_seqs` and KV allow; stops at the first
-/// that does not fit (head-of-line, as both vLLM engines do).
+/// that does not fit (head-of-line, as both vLLM engines do). With prefix caching, a sequence
+/// starts from its cached prompt blocks and computes only the rest (vLLM V1's
+/// `get_computed_blocks` before `allocate_slots`).
 fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
     let watermark_blocks = s.config.watermark_blocks();
     while let Some(&seq) = s.waiting.front() {
         if *budget == 0 || s.num_running() >= s.config.max_num_seqs {
             break;
         }
-        let pending = s.seqs[seq as usize].tokens_pending();
+        let hit_blocks = s.prefix_hit_blocks(seq);
+        let hit_tokens = hit_blocks as u32 * s.config.block_size;
+        let pending = s.seqs[seq as usize].tokens_pending() - hit_tokens;
         if !chunked && pending > *budget {
             break;
         }
         let tokens = pending.min(*budget);
-        let tokens_to_allocate = match blocks {
-            AdmitBlocks::Chunk => tokens,
-            AdmitBlocks::WholePrompt => pending,
-        };
-        if !s.kv.allocate(seq, tokens_to_allocate, watermark_blocks) {
+        let tokens_to_allocate = hit_tokens
+            + match blocks {
+                AdmitBlocks::Chunk => tokens,
+                AdmitBlocks::WholePrompt => pending,
+            };
+        if !s.allocate_admitted(seq, hit_blocks, tokens_to_allocate, watermark_blocks) {
             break;
         }
+        s.record_admission(seq, hit_tokens);
         s.waiting.pop_front();
         s.push_running(seq);
         s.push_work(batch, seq, tokens);

@@ -4,7 +4,8 @@ use super::batch::Batch;
 use super::cohort::{BLOCK_SIZE_MAX, Cohort, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
-use super::outcome::{Admission, Finished, Rejection, StepOutcome};
+use super::outcome::{Admission, Finished, PrefixStats, Rejection, StepOutcome};
+use super::prefix::BlockHash;
 use super::policy::SchedulingPolicy;
 use super::state::{Seq, SchedulerState};
 
@@ -53,6 +54,11 @@ impl Scheduler {
         &self.state.kv
     }
 
+    /// Prompt tokens looked up in the prefix cache so far, and those found.
+    pub fn prefix_stats(&self) -> PrefixStats {
+        self.state.prefix_stats
+    }
+
     pub fn num_waiting(&self) -> u32 {
         self.state.waiting.len() as u32
     }
@@ -72,6 +78,20 @@ impl Scheduler {
     /// cannot fit in the whole cache is rejected. The policy may refuse it first, as TGI's
     /// router does (see [`SchedulingPolicy::refuse`]).
     pub fn add_request(&mut self, request_id: u32, prompt_tokens: u32, output_tokens: u32, max_tokens: u32) -> Admission {
+        self.add_request_with_prefix(request_id, prompt_tokens, output_tokens, max_tokens, &[])
+    }
+
+    /// [`Scheduler::add_request`] for a prompt whose full blocks hash to `prompt_hashes`
+    /// (`sched::prefix`): with prefix caching on, it reuses the longest run of them cached when
+    /// admitted, and caches them once computed. Ignored with caching off.
+    pub fn add_request_with_prefix(
+        &mut self,
+        request_id: u32,
+        prompt_tokens: u32,
+        output_tokens: u32,
+        max_tokens: u32,
+        prompt_hashes: &[BlockHash],
+    ) -> Admission {
         assert!(prompt_tokens > 0 && output_tokens > 0 && max_tokens >= output_tokens);
         let state = &mut self.state;
         if let Some(rejection) = self.policy.refuse(state, prompt_tokens, max_tokens) {
@@ -83,6 +103,7 @@ impl Scheduler {
             return Admission::Rejected(Rejection::KvCapacity { blocks_needed, blocks_usable });
         }
         let slot = state.insert(Seq::new(request_id, prompt_tokens, output_tokens, max_tokens));
+        state.set_prompt_hashes(slot, prompt_hashes);
         state.waiting.push_back(slot);
         Admission::Queued { seq: slot }
     }
@@ -139,6 +160,10 @@ impl Scheduler {
             let seq = &mut state.seqs[work.seq as usize];
             seq.computed += work.new_tokens;
             debug_assert!(seq.computed <= seq.tokens_known());
+            if work.context_tokens < seq.prompt_tokens && !state.prompt_hashes.is_empty() {
+                state.cache_computed_blocks(work.seq, work.context_tokens);
+            }
+            let seq = &mut state.seqs[work.seq as usize];
             if !work.samples_token {
                 continue;
             }
@@ -219,11 +244,11 @@ impl Scheduler {
         // which frees everything), so their tables must account for every used block.
         let blocks_running: u64 = state.running.iter().map(|&s| state.kv.block_table(s).len() as u64).sum();
         let mut blocks_cohort = 0u64;
+        let mut grown = 0u64;
         if let Some(cohort) = &state.cohort {
             cohort.check(&state.seqs);
             // In a step in flight, the members hold the block of the token they are computing.
             let ahead = (self.step_in_flight && self.batch.cohort.seqs > 0) as u32;
-            let mut grown = 0u64;
             for slot in cohort.slots() {
                 let (computed, _) = cohort.materialize(&state.seqs[slot as usize]);
                 let computed = computed + ahead;
@@ -234,7 +259,13 @@ impl Scheduler {
             assert_eq!(grown, pool.blocks_reserved() as u64, "reserved blocks are the cohort's growth");
             blocks_cohort += grown;
         }
-        assert_eq!(blocks_running + blocks_cohort, pool.blocks_used() as u64, "KV blocks leaked");
+        if state.kv.prefix_cache().is_some() {
+            // A shared block is in several tables: the refcounts tie the tables to the pool.
+            state.kv.check_refcounts();
+            assert_eq!(blocks_running + blocks_cohort - grown, state.kv.blocks_in_tables(), "a sequence not running holds KV blocks");
+        } else {
+            assert_eq!(blocks_running + blocks_cohort, pool.blocks_used() as u64, "KV blocks leaked");
+        }
         assert!(state.num_running() <= state.config.max_num_seqs, "running > max_num_seqs");
         let budgeted_tokens =
             if self.policy.budget_bounds_decodes() { self.batch.tokens() } else { self.batch.prefill_tokens };

@@ -8,6 +8,8 @@ use super::batch::{Batch, CohortWork, SeqWork};
 use super::cohort::{Cohort, EXACT_TOTAL_MAX, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
+use super::outcome::PrefixStats;
+use super::prefix::{BlockHash, hit_blocks_max};
 
 /// One request inside the scheduler.
 #[derive(Clone, Copy, Debug)]
@@ -78,11 +80,15 @@ pub struct SchedulerState {
     /// Request ids of members that left the cohort alive since the last step's end.
     pub(super) left_cohort: Vec<u32>,
     admitted_next: u64,
+    /// Each slot's prompt block hashes, with prefix caching (empty otherwise).
+    pub(super) prompt_hashes: Vec<Vec<BlockHash>>,
+    pub(super) prefix_stats: PrefixStats,
 }
 
 impl SchedulerState {
     pub(super) fn new(config: SchedulerConfig) -> SchedulerState {
         let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size);
+        let kv = if config.enable_prefix_caching { kv.with_prefix_caching() } else { kv };
         SchedulerState {
             config,
             seqs: Vec::new(),
@@ -93,6 +99,8 @@ impl SchedulerState {
             cohort: None,
             left_cohort: Vec::new(),
             admitted_next: 0,
+            prompt_hashes: Vec::new(),
+            prefix_stats: PrefixStats::default(),
         }
     }
 
@@ -209,7 +217,70 @@ impl SchedulerState {
     /// Frees the blocks of `slot` and the slot itself; the caller has taken it off its queue.
     pub(super) fn release(&mut self, slot: u32) {
         self.kv.free(slot);
+        if let Some(hashes) = self.prompt_hashes.get_mut(slot as usize) {
+            hashes.clear();
+        }
         self.free_slots.push(slot);
+    }
+
+    /// Keeps `hashes` as the prompt block hashes of `slot` (prefix caching only).
+    pub(super) fn set_prompt_hashes(&mut self, slot: u32, hashes: &[BlockHash]) {
+        if self.kv.prefix_cache().is_none() || hashes.is_empty() {
+            return;
+        }
+        let s = slot as usize;
+        if self.prompt_hashes.len() <= s {
+            self.prompt_hashes.resize_with(s + 1, Vec::new);
+        }
+        self.prompt_hashes[s].clear();
+        self.prompt_hashes[s].extend_from_slice(hashes);
+    }
+
+    /// The cached blocks a waiting `seq` with nothing computed may start from: how many of its
+    /// prompt hashes, from the first, hit (0 without prefix caching).
+    pub(super) fn prefix_hit_blocks(&self, seq: u32) -> usize {
+        let s = &self.seqs[seq as usize];
+        let (Some(prefix), Some(hashes)) = (self.kv.prefix_cache(), self.prompt_hashes.get(seq as usize)) else {
+            return 0;
+        };
+        if s.computed > 0 || hashes.is_empty() {
+            return 0;
+        }
+        let max = hit_blocks_max(s.tokens_known(), hashes.len(), self.kv.block_size());
+        prefix.longest_hit(&hashes[..max])
+    }
+
+    /// Admits `seq` with its first `hit_blocks` prompt blocks from the cache and KV for
+    /// `tokens_total` tokens; all or nothing, as [`KvCacheManager::allocate`].
+    pub(super) fn allocate_admitted(&mut self, seq: u32, hit_blocks: usize, tokens_total: u32, blocks_reserved: u32) -> bool {
+        if hit_blocks == 0 {
+            return self.kv.allocate(seq, tokens_total, blocks_reserved);
+        }
+        let hits = &self.prompt_hashes[seq as usize][..hit_blocks];
+        self.kv.allocate_with_hits(seq, hits, tokens_total, blocks_reserved)
+    }
+
+    /// `seq` was admitted: its hit tokens are computed already, and the first admission counts
+    /// toward the hit rate.
+    pub(super) fn record_admission(&mut self, seq: u32, hit_tokens: u32) {
+        let s = &mut self.seqs[seq as usize];
+        s.computed = hit_tokens;
+        if self.kv.prefix_cache().is_some() && s.preemptions == 0 {
+            self.prefix_stats.prompt_tokens += u64::from(s.prompt_tokens);
+            self.prefix_stats.hit_tokens += u64::from(hit_tokens);
+        }
+    }
+
+    /// After `seq` computed its tokens up to `computed`, from `computed_before`: its prompt
+    /// blocks filled on the way hold content later prompts may reuse.
+    pub(super) fn cache_computed_blocks(&mut self, seq: u32, computed_before: u32) {
+        let Some(hashes) = self.prompt_hashes.get(seq as usize).filter(|h| !h.is_empty()) else { return };
+        let s = &self.seqs[seq as usize];
+        let block_size = self.kv.block_size();
+        let full_after = (s.computed.min(s.prompt_tokens) / block_size) as usize;
+        for index in (computed_before / block_size) as usize..full_after.min(hashes.len()) {
+            self.kv.cache_block(seq, index, hashes[index]);
+        }
     }
 
     /// Adds `tokens` of `seq` to the batch.

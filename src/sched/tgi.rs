@@ -252,6 +252,7 @@ mod tests {
             block_size: BLOCK,
             num_gpu_blocks,
             watermark: 0.0,
+            enable_prefix_caching: false,
             tgi: Some(tgi),
         };
         let policy = Box::new(Tgi::new(&config));

@@ -23,7 +23,8 @@ pub mod queue;
 use crate::cost::CostModel;
 use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
 use crate::scenario::{Policy, Router};
-use crate::sched::{Admission, Finished, SchedulerConfig};
+use crate::sched::prefix::{BlockHash, stream_block_hashes};
+use crate::sched::{Admission, Finished, PrefixStats, SchedulerConfig};
 use crate::timeline::StepRow;
 use crate::workload::RequestSpec;
 use cluster::Cluster;
@@ -82,6 +83,9 @@ pub struct SimOutput {
     pub steps: u64,
     /// Requests that could never fit in the KV cache and were failed at once.
     pub rejected: u32,
+    /// Prompt tokens found in the replicas' prefix caches, over all replicas (zero with caching
+    /// off).
+    pub prefix: PrefixStats,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -148,7 +152,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
         keep_timeline: config.timeline,
-        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort),
+        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools)),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         finished_buffer: Vec::new(),
@@ -173,6 +177,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
             timeline: Vec::new(),
             steps: 0,
             rejected: 0,
+            prefix: PrefixStats::default(),
         },
     };
     if let Some(first) = requests.first() {
@@ -193,6 +198,20 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         }
     }
     sim.finish()
+}
+
+/// Whether prefix caching could see the decode cohort: the cohort's members grow into blocks
+/// without ids, so which freed blocks are evicted first, and so which cached prefixes survive,
+/// would differ from the per-sequence path. Only when some prompt shares text is anything cached
+/// at all; then the cohort is bypassed, exact but slower (docs/prefix-caching.md).
+fn cohort_breaks_caching(requests: &[RequestSpec], pools: &[Pool]) -> bool {
+    pools.iter().any(|p| p.scheduler.enable_prefix_caching) && requests.iter().any(|r| r.prefix.tokens > 0)
+}
+
+/// The hashes of the prompt blocks `spec` shares with other prompts (only those: its own
+/// blocks can never be hit by another request).
+fn prompt_hashes(spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
+    stream_block_hashes(spec.prefix.stream, spec.prefix.tokens, block_size)
 }
 
 impl Simulation<'_> {
@@ -222,7 +241,7 @@ impl Simulation<'_> {
     fn send(&mut self, id: u32) {
         self.in_flight += 1;
         self.out.records.requests[id as usize].send_ns = self.now_ns;
-        let replica_index = self.cluster.route();
+        let replica_index = self.cluster.route(|block_size| prompt_hashes(&self.requests[id as usize], block_size));
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.outstanding += 1;
@@ -240,7 +259,11 @@ impl Simulation<'_> {
     fn admit(&mut self, id: u32, replica_index: u32) {
         let spec = self.requests[id as usize];
         let replica = &mut self.cluster.replicas[replica_index as usize];
-        match replica.scheduler.add_request(id, spec.input_tokens, spec.output_tokens, spec.max_tokens) {
+        let hashes = match replica.scheduler.kv().prefix_cache() {
+            Some(_) => prompt_hashes(&spec, replica.scheduler.config().block_size),
+            None => Vec::new(),
+        };
+        match replica.scheduler.add_request_with_prefix(id, spec.input_tokens, spec.output_tokens, spec.max_tokens, &hashes) {
             Admission::Queued { .. } => {
                 if !replica.busy && !replica.start_queued {
                     replica.start_queued = true;
@@ -349,6 +372,9 @@ impl Simulation<'_> {
 
     fn finish(mut self) -> SimOutput {
         assert!(self.done.iter().all(|&d| d), "a request never completed");
+        for replica in &self.cluster.replicas {
+            self.out.prefix.add(replica.scheduler.prefix_stats());
+        }
         self.out.records.duration_ns = self.out.records.requests.iter().map(|r| r.end_ns).max().unwrap_or(0);
         self.out
     }

@@ -102,6 +102,7 @@ mod tests {
             seed,
             input_tokens_total: None,
             output_tokens_total: None,
+            system_prompts: None,
         }
     }
 

@@ -22,11 +22,13 @@ pub const HORIZON_MAX_S: f64 = 1e9;
 /// bounds a run near 2 GB. The simulator does 1M in well under a second.
 pub const NUM_PROMPTS_MAX: u32 = 10_000_000;
 pub mod datasets;
+pub mod prefixes;
 pub mod rng;
 pub mod sharegpt;
 pub mod totals;
 
 use crate::scenario::{SweepPoint, WorkloadConfig};
+pub use prefixes::SharedPrefix;
 
 /// One request as the client will issue it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct RequestSpec {
     /// The client's `max_tokens`: the most it may generate (≥ `output_tokens`). Engines that
     /// reserve KV up front (TGI) reserve for this many.
     pub max_tokens: u32,
+    /// The text it shares with other prompts, for prefix caching.
+    pub prefix: SharedPrefix,
 }
 
 /// `num_prompts` requests at the workload's first request rate: for clients that send at one
@@ -60,6 +64,14 @@ pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
 pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSpec> {
     let num_prompts = point.num_prompts;
     let mut lengths = datasets::sample_lengths(&cfg.dataset, num_prompts, cfg.seed);
+    let prefixes = match &cfg.system_prompts {
+        Some(prompts) => {
+            let drawn = prefixes::draw_system_prompts(prompts, num_prompts, cfg.seed);
+            lengths.iter_mut().for_each(|l| l.0 = l.0.saturating_add(prompts.tokens));
+            drawn
+        }
+        None => vec![prefixes::dataset_prefix(&cfg.dataset); num_prompts as usize],
+    };
     let max_tokens = cfg.dataset.max_tokens();
     if let Some(total) = point.input_tokens_total {
         let mut inputs: Vec<u32> = lengths.iter().map(|l| l.0).collect();
@@ -76,11 +88,14 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
     let mut requests: Vec<RequestSpec> = lengths
         .into_iter()
         .zip(arrivals_ns)
-        .map(|((input_tokens, output_tokens), arrival_ns)| RequestSpec {
+        .zip(prefixes)
+        .map(|(((input_tokens, output_tokens), arrival_ns), prefix)| RequestSpec {
             arrival_ns,
             input_tokens,
             output_tokens,
             max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
+            // Scaled to a recorded total, a prompt may be shorter than its prefix.
+            prefix: SharedPrefix { tokens: prefix.tokens.min(input_tokens), ..prefix },
         })
         .collect();
     // Arrivals are non-decreasing by construction (gaps are ≥ 0; trace files are validated as
@@ -122,6 +137,7 @@ mod tests {
             seed,
             input_tokens_total: None,
             output_tokens_total: None,
+            system_prompts: None,
         }
     }
 

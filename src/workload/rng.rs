@@ -33,15 +33,18 @@ pub enum Stream {
     OutputLengths = 3,
     /// Random choices of the cluster router.
     Routing = 4,
+    /// Which system prompt each request begins with (`workload::prefixes`).
+    Prefixes = 5,
 }
 
 impl Stream {
     /// Every stream, in id order (for tests and diagnostics).
-    pub const ALL: [Stream; 4] = [
+    pub const ALL: [Stream; 5] = [
         Stream::Arrivals,
         Stream::InputLengths,
         Stream::OutputLengths,
         Stream::Routing,
+        Stream::Prefixes,
     ];
 
     /// The ChaCha stream id (nonce) of this purpose.

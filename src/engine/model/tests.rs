@@ -474,3 +474,62 @@ fn the_rope_table_stops_at_the_kv_capacity() {
     let exec = ModelExecutor::new(LlamaWeights::random(&config, 7), 8, BLOCK_SIZE).unwrap();
     assert_eq!(exec.num_blocks(), 8);
 }
+
+/// Serves `prompts` one after another through the shared scheduler (the servesim policy), each
+/// to `max_new` greedy tokens; returns each one's output and the prefill tokens it computed.
+fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new: u32) -> (Vec<Vec<u32>>, Vec<u32>) {
+    use crate::sched::prefix::token_block_hashes;
+    use crate::sched::{Admission, Policy, Scheduler, SchedulerConfig};
+    let config = LlamaConfig::tiny();
+    let mut exec = executor(&config, 32);
+    let knobs = SchedulerConfig {
+        max_num_batched_tokens: 64,
+        max_num_seqs: 4,
+        enable_chunked_prefill: true,
+        block_size: BLOCK_SIZE as u32,
+        num_gpu_blocks: 32,
+        watermark: 0.0,
+        enable_prefix_caching,
+        tgi: None,
+    };
+    let mut s = Scheduler::new(knobs.clone(), Policy::Servesim.build(&knobs));
+    let (mut outputs, mut prefills) = (Vec::new(), Vec::new());
+    for (id, p) in prompts.iter().enumerate() {
+        let hashes = token_block_hashes(p, BLOCK_SIZE as u32);
+        let admission = s.add_request_with_prefix(id as u32, p.len() as u32, max_new, max_new, &hashes);
+        assert!(matches!(admission, Admission::Queued { .. }));
+        let (mut tokens, mut prefill) = (p.clone(), 0);
+        while s.has_work() {
+            let batch = s.schedule().clone();
+            prefill += batch.prefill_tokens;
+            let w = batch.seqs[0];
+            let ids = tokens[w.context_tokens as usize..(w.context_tokens + w.new_tokens) as usize].to_vec();
+            let logits = exec.forward(&batch, &ids, s.kv()).unwrap();
+            if w.samples_token {
+                tokens.push(greedy(&logits[..config.vocab_size]));
+            }
+            s.finish_step();
+        }
+        outputs.push(tokens[p.len()..].to_vec());
+        prefills.push(prefill);
+    }
+    (outputs, prefills)
+}
+
+/// Prefix caching in the engine: a repeated prompt computes only its uncached tail, reading the
+/// KV of the blocks it shares, and greedy outputs are those computed without the cache.
+#[test]
+fn prefix_caching_computes_only_the_tail_and_keeps_greedy_outputs() {
+    let a = prompt(11, 10, 256);
+    let whole_blocks = prompt(12, 12, 256);
+    let mut shares_a = a[..8].to_vec();
+    shares_a.extend(prompt(13, 5, 256));
+    let prompts = [a.clone(), a.clone(), shares_a, whole_blocks.clone(), whole_blocks, a];
+    let (cold, cold_prefill) = serve_in_sequence(&prompts, false, 6);
+    let (warm, warm_prefill) = serve_in_sequence(&prompts, true, 6);
+    assert_eq!(warm, cold, "greedy outputs differ with prefix caching");
+    assert_eq!(cold_prefill, vec![10, 10, 13, 12, 12, 10]);
+    // a: its 2 full blocks hit, 2 tokens left. shares_a: a's 2 blocks. A prompt of whole blocks
+    // cached whole recomputes its last block (vLLM V1 recomputes at least the last token).
+    assert_eq!(warm_prefill, vec![10, 2, 5, 12, 4, 2]);
+}

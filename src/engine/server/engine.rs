@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::model::{OpTimes, SamplingParams};
 use crate::scenario::Policy;
-use crate::sched::{Admission, Batch, Rejection, Scheduler, SchedulerConfig};
+use crate::sched::prefix::token_block_hashes;
+use crate::sched::{Admission, Batch, PrefixStats, Rejection, Scheduler, SchedulerConfig};
 use crate::timeline::{StepCost, StepRow};
 
 /// What the forward pass computes for one [`crate::sched::SeqWork`] of a batch.
@@ -181,6 +182,8 @@ pub struct EngineStats {
     pub requests_rejected_total: u64,
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
+    /// Prompt tokens looked up in the prefix cache and found there; `None` with caching off.
+    pub prefix_cache: Option<PrefixStats>,
 }
 
 /// Most trace rows kept; older rows are dropped first (a limit on everything).
@@ -402,7 +405,11 @@ impl<E: Executor> EngineLoop<E> {
                     return;
                 }
                 let prompt_len = params.prompt.len() as u32;
-                match self.scheduler.add_request(id, prompt_len, params.max_tokens, params.max_tokens) {
+                let hashes = match self.scheduler.kv().prefix_cache() {
+                    Some(_) => token_block_hashes(&params.prompt, self.scheduler.config().block_size),
+                    None => Vec::new(),
+                };
+                match self.scheduler.add_request_with_prefix(id, prompt_len, params.max_tokens, params.max_tokens, &hashes) {
                     Admission::Queued { seq } => {
                         if reply.send(Ok(())).is_err() {
                             self.scheduler.finish_early(seq);
@@ -450,6 +457,9 @@ impl<E: Executor> EngineLoop<E> {
         s.running = self.scheduler.num_running();
         s.waiting = self.scheduler.num_waiting();
         s.kv_blocks_used = self.scheduler.kv().pool().blocks_used();
+        if self.scheduler.kv().prefix_cache().is_some() {
+            s.prefix_cache = Some(self.scheduler.prefix_stats());
+        }
     }
 
     fn step(&mut self) {

@@ -499,6 +499,16 @@ async fn metrics(State(front): State<Front>) -> Response {
     counter("servesim_requests_rejected_total", "Requests refused on arrival.", s.requests_rejected_total);
     counter("servesim_prompt_tokens_total", "Prompt tokens admitted.", s.prompt_tokens_total);
     counter("servesim_generation_tokens_total", "Tokens generated.", s.generation_tokens_total);
+    if let Some(prefix) = s.prefix_cache {
+        // vLLM's names (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`): tokens.
+        counter("servesim_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", prefix.prompt_tokens);
+        counter("servesim_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", prefix.hit_tokens);
+        let _ = write!(
+            out,
+            "# HELP servesim_prefix_cache_hit_rate Prompt tokens found over looked up (0 to 1).\n# TYPE servesim_prefix_cache_hit_rate gauge\nservesim_prefix_cache_hit_rate {}\n",
+            prefix.hit_rate()
+        );
+    }
     let name = "servesim_step_time_seconds";
     let _ = write!(out, "# HELP {name} Wall time of one engine step.\n# TYPE {name} histogram\n");
     let mut cumulative = 0;

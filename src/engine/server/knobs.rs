@@ -6,13 +6,15 @@ use crate::Error;
 use crate::scenario::Policy;
 use crate::sched::SchedulerConfig;
 
-/// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`.
+/// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`,
+/// `--enable-prefix-caching`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineKnobs {
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     pub block_size: u32,
     pub num_gpu_blocks: u32,
+    pub enable_prefix_caching: bool,
 }
 
 impl EngineKnobs {
@@ -44,6 +46,7 @@ impl EngineKnobs {
             block_size: self.block_size,
             num_gpu_blocks: self.num_gpu_blocks,
             watermark: 0.0,
+            enable_prefix_caching: self.enable_prefix_caching,
             tgi: None,
         }
     }

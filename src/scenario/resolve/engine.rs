@@ -20,6 +20,12 @@ const DEFAULT_MAX_NUM_SEQS: u32 = 256;
 const V1_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
 /// vLLM V1's KV cache manager admits a request whenever its blocks fit: no watermark.
 const V1_WATERMARK: f64 = 0.0;
+/// Prefix caching is on by default in vLLM V1 (0.8 onwards, `--no-enable-prefix-caching` turns it
+/// off) and off in vLLM 0.6.3 (V0's `--enable-prefix-caching`). servesim's own engine caches
+/// only when asked (`serve --enable-prefix-caching`).
+const fn default_prefix_caching(policy: Policy) -> bool {
+    matches!(policy, Policy::VllmV1)
+}
 
 /// vLLM 0.6.3 (V0 engine, `EngineArgs.create_engine_config`): when `--enable-chunked-prefill` is
 /// not given, it is turned on for long-context models, `max_model_len > 32768` (ENGINES.md),
@@ -75,11 +81,12 @@ pub(super) fn resolve_engine(
             "round-robin" => Router::RoundRobin,
             "least-outstanding" | "least-outstanding-requests" => Router::LeastOutstanding,
             "weighted-least-outstanding" | "weighted-least-outstanding-requests" => Router::WeightedLeastOutstanding,
+            "prefix-aware" => Router::PrefixAware,
             _ => {
                 return Err(cx.invalid(
                     "engine.router",
                     quote(r),
-                    "unknown router; known: round-robin, least-outstanding, weighted-least-outstanding",
+                    "unknown router; known: round-robin, least-outstanding, weighted-least-outstanding, prefix-aware",
                 ));
             }
         },
@@ -91,6 +98,24 @@ pub(super) fn resolve_engine(
     let replicas = positive("replicas", raw.replicas, 1)?;
     let block_size = positive("block_size", raw.block_size, DEFAULT_BLOCK_SIZE)?;
     reject_other_policy_fields(raw, policy, cx)?;
+    let enable_prefix_caching = raw.enable_prefix_caching.unwrap_or(default_prefix_caching(policy));
+    if policy == Policy::Tgi && enable_prefix_caching {
+        return Err(cx.invalid(
+            "engine.enable_prefix_caching",
+            true,
+            "TGI 2.3 has no prefix caching (it came with TGI 3.0's v3 backend), and servesim models 2.3",
+        ));
+    }
+    if router == Router::PrefixAware && !enable_prefix_caching {
+        return Err(cx.invalid(
+            "engine.router",
+            quote("prefix-aware"),
+            format!(
+                "routes by each replica's prefix cache, and engine.enable_prefix_caching is false (policy {:?})",
+                policy.name()
+            ),
+        ));
+    }
     if policy == Policy::Tgi {
         let common = EngineConfig {
             policy,
@@ -106,6 +131,7 @@ pub(super) fn resolve_engine(
             max_model_len: 0,
             num_gpu_blocks: 0,
             watermark: 0.0,
+            enable_prefix_caching,
             activation_reserve_bytes: 0,
             tgi: None,
         };
@@ -208,6 +234,7 @@ pub(super) fn resolve_engine(
         // Filled in by `size_memory`.
         num_gpu_blocks: 0,
         watermark,
+        enable_prefix_caching,
         activation_reserve_bytes: 0,
         tgi: None,
     })

@@ -2,8 +2,8 @@
 //! the engine's `max_model_len`.
 
 use super::context::{Cx, number, positive_count, quote, reject_unused_fields};
-use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawWorkload, RequestRate, RequestRates};
-use crate::scenario::{Dataset, EngineConfig, LengthDist, ScenarioError, WorkloadConfig, trace};
+use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawPrefix, RawWorkload, RequestRate, RequestRates};
+use crate::scenario::{Dataset, EngineConfig, LengthDist, PrefixLaw, ScenarioError, SystemPrompts, WorkloadConfig, trace};
 use crate::workload::{HORIZON_MAX_S, NUM_PROMPTS_MAX};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
@@ -22,13 +22,19 @@ const RANDOM_OUTPUT_LEN: u32 = 128;
 const SONNET_INPUT_LEN: u32 = 550;
 const SONNET_PREFIX_LEN: u32 = 200;
 const SONNET_OUTPUT_LEN: u32 = 150;
+/// Distinct system prompts a workload may draw from: each is one stream id, and the law's table
+/// (Zipf's) is not built per prompt, so this only keeps a typo from reading as intended.
+const SYSTEM_PROMPTS_MAX: u32 = 1_000_000;
+/// Zipf exponents past this put all but a vanishing share of requests on the first prompt.
+const ZIPF_EXPONENT_MAX: f64 = 100.0;
 
 pub(super) fn resolve_workload(
     raw: &RawWorkload,
     engine: &EngineConfig,
     cx: &Cx,
 ) -> Result<WorkloadConfig, ScenarioError> {
-    let dataset = resolve_dataset(&raw.dataset, engine.max_model_len, cx)?;
+    let system_prompts = raw.dataset.prefix.as_ref().map(|p| resolve_prefix(p, cx)).transpose()?;
+    let dataset = resolve_dataset(&raw.dataset, engine.max_model_len, system_prompts.map_or(0, |p| p.tokens), cx)?;
     let trace_rows = match &dataset {
         Dataset::Trace { rows, .. } => Some(rows.len()),
         _ => None,
@@ -136,7 +142,43 @@ pub(super) fn resolve_workload(
         seed: raw.seed.unwrap_or(0),
         input_tokens_total,
         output_tokens_total,
+        system_prompts,
     })
+}
+
+/// `[workload.dataset.prefix]`.
+fn resolve_prefix(raw: &RawPrefix, cx: &Cx) -> Result<SystemPrompts, ScenarioError> {
+    let count = positive_count(cx, "workload.dataset.prefix.count", raw.count, "required: how many distinct system prompts")?;
+    if count > SYSTEM_PROMPTS_MAX {
+        return Err(cx.invalid("workload.dataset.prefix.count", count, format!("more than {SYSTEM_PROMPTS_MAX} system prompts")));
+    }
+    let tokens = positive_count(cx, "workload.dataset.prefix.len", raw.len, "required: tokens of each system prompt")?;
+    let law = match raw.law.as_deref().map(|l| l.trim().to_ascii_lowercase()) {
+        None => PrefixLaw::Uniform,
+        Some(l) if l == "uniform" => PrefixLaw::Uniform,
+        Some(l) if l == "zipf" => {
+            let exponent = raw.zipf_exponent.unwrap_or(1.0);
+            if !(0.0..=ZIPF_EXPONENT_MAX).contains(&exponent) {
+                return Err(cx.invalid(
+                    "workload.dataset.prefix.zipf_exponent",
+                    number(exponent),
+                    format!("must be from 0 (uniform) to {ZIPF_EXPONENT_MAX}"),
+                ));
+            }
+            PrefixLaw::Zipf { exponent }
+        }
+        Some(_) => {
+            return Err(cx.invalid(
+                "workload.dataset.prefix.law",
+                quote(raw.law.as_deref().unwrap_or_default()),
+                "unknown law; known: uniform, zipf",
+            ));
+        }
+    };
+    if let (PrefixLaw::Uniform, Some(s)) = (law, raw.zipf_exponent) {
+        return Err(cx.invalid("workload.dataset.prefix.zipf_exponent", number(s), "only law = \"zipf\" takes an exponent"));
+    }
+    Ok(SystemPrompts { count, tokens, law })
 }
 
 /// `list` repeated to `len` values if it holds one.
@@ -209,9 +251,11 @@ fn resolve_totals(
 
 const KINDS: &str = "fixed, random, sonnet, sharegpt, trace";
 
+/// The dataset; `prefix_tokens` are the system prompt's, added to every prompt it draws.
 fn resolve_dataset(
     raw: &RawDataset,
     max_model_len: u32,
+    prefix_tokens: u32,
     cx: &Cx,
 ) -> Result<Dataset, ScenarioError> {
     let kind = raw.kind.trim().to_ascii_lowercase();
@@ -229,6 +273,20 @@ fn resolve_dataset(
             ));
         }
     };
+    if raw.prefix.is_some() && !matches!(kind.as_str(), "random" | "sharegpt") {
+        return Err(cx.invalid(
+            "workload.dataset.prefix",
+            "(a table)",
+            format!("not used by dataset kind {kind:?}; system prompts are for kinds random and sharegpt"),
+        ));
+    }
+    if raw.prefix.is_some() && raw.prefix_len.is_some_and(|l| l > 0) {
+        return Err(cx.invalid(
+            "workload.dataset.prefix_len",
+            raw.prefix_len.unwrap_or(0),
+            "give prefix_len (one prefix every request shares, vLLM's) or [workload.dataset.prefix], not both",
+        ));
+    }
     let present: [(&str, Option<String>); 7] = [
         ("input_len", raw.input_len.map(|v| v.to_string())),
         ("output_len", raw.output_len.map(|v| v.to_string())),
@@ -256,6 +314,7 @@ fn resolve_dataset(
     // The longest request the dataset can produce must fit max_model_len: vLLM rejects a request
     // whose prompt + max_tokens exceeds it.
     let check_len = |field: &str, input_max: u64, output_max: u64| -> Result<(), ScenarioError> {
+        let input_max = input_max + u64::from(prefix_tokens);
         if input_max + output_max > max_model_len as u64 {
             return Err(cx.invalid(
                 &format!("workload.dataset.{field}"),
