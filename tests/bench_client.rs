@@ -205,6 +205,7 @@ fn specs(inputs: &[u32], output_tokens: u32, gap_ms: u64) -> Vec<RequestSpec> {
             output_tokens,
             max_tokens: output_tokens,
             prefix: Default::default(),
+            follows: None,
         })
         .collect()
 }

@@ -63,14 +63,14 @@ fn assert_same_output(fast: &SimOutput, reference: &SimOutput) -> Result<(), Tes
 fn long_requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
     prop::collection::vec((0u64..80_000_000, 1u32..200, 1u32..200), 1..120).prop_map(|mut v| {
         v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens) }).collect()
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens), follows: None }).collect()
     })
 }
 
 fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
     prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(|mut v| {
         v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens) }).collect()
+        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens), follows: None }).collect()
     })
 }
 
@@ -261,7 +261,7 @@ proptest! {
     fn decode_cohort_matches_the_reference_on_long_outputs(
         requests in prop::collection::vec((0u64..50_000_000, 1u32..100, 900u32..2600), 1..8).prop_map(|mut v| {
             v.sort_by_key(|r| r.0);
-            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: Default::default() }).collect::<Vec<_>>()
+            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: Default::default(), follows: None }).collect::<Vec<_>>()
         }),
         config in vllm_config_strategy().prop_filter("chunked prefill", |c| c.scheduler.enable_chunked_prefill),
     ) {
@@ -285,7 +285,7 @@ proptest! {
 #[test]
 fn a_front_end_spreads_a_burst_over_the_first_step() {
     let requests: Vec<RequestSpec> =
-        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4, prefix: Default::default() }).collect();
+        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4, prefix: Default::default(), follows: None }).collect();
     let config = |frontend_overhead_ns| SimConfig {
         scheduler: SchedulerConfig {
             max_num_batched_tokens: 2048,

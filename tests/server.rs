@@ -557,7 +557,7 @@ async fn bench_client_counts_the_servers_tokens() {
         let s = start(1, None, 8, 64, 1024).await;
         for backend in [Backend::OpenAi, Backend::Tgi] {
             let requests: Vec<RequestSpec> = (0..4)
-                .map(|i| RequestSpec { arrival_ns: i * 2_000_000, input_tokens: 8, output_tokens: 5, max_tokens: 5, prefix: Default::default() })
+                .map(|i| RequestSpec { arrival_ns: i * 2_000_000, input_tokens: 8, output_tokens: 5, max_tokens: 5, prefix: Default::default(), follows: None })
                 .collect();
             let mut config = BenchConfig::new(backend, &s.base, "echo", requests);
             config.request_timeout = Duration::from_secs(60);

@@ -249,6 +249,7 @@ mod tests {
             output_tokens: 4,
             max_tokens: 4,
             prefix: Default::default(),
+            follows: None,
         };
         for backend in [Backend::OpenAi, Backend::Tgi] {
             let (body, tokens) = request_body(backend, "m", 3, &spec, false, Some(&t)).unwrap();

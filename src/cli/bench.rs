@@ -158,6 +158,7 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         input_tokens_total: None,
         output_tokens_total: None,
         system_prompts: None,
+        sessions: None,
     };
     let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
     let tokenizer = match &args.tokenizer {

@@ -226,6 +226,27 @@ pub struct WorkloadConfig {
     pub output_tokens_total: Option<Vec<u64>>,
     /// `[workload.dataset.prefix]`: system prompts the requests begin with (random and sharegpt).
     pub system_prompts: Option<SystemPrompts>,
+    /// `[workload.sessions]`: requests grouped into multi-turn chat sessions.
+    pub sessions: Option<Sessions>,
+}
+
+/// Multi-turn chat sessions: `turns` requests each, every turn's prompt the previous prompt, its
+/// answer and the new user text, sent a think time after the previous answer ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sessions {
+    pub turns: u32,
+    /// Mean think time between a turn's last token and the next turn's send, seconds.
+    pub think_time_s: f64,
+    pub think_time: ThinkTime,
+    /// The engine's `max_model_len`: a turn that would not fit starts a new conversation.
+    pub context_len: u32,
+}
+
+/// How think times are drawn around their mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThinkTime {
+    Exponential,
+    Fixed,
 }
 
 /// N distinct system prompts of one length; each request begins with one of them, added to the

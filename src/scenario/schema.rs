@@ -192,6 +192,18 @@ pub struct RawWorkload {
     pub input_tokens_total: Option<Vec<u64>>,
     pub output_tokens_total: Option<Vec<u64>>,
     pub dataset: RawDataset,
+    /// `[workload.sessions]`: multi-turn chat sessions.
+    pub sessions: Option<RawSessions>,
+}
+
+/// `[workload.sessions]`: `turns` per session, `think_time_s` between them (mean), drawn
+/// `think_time = "exponential"` (default) or `"fixed"`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    pub turns: Option<u32>,
+    pub think_time_s: Option<f64>,
+    pub think_time: Option<String>,
 }
 
 /// `[workload.dataset]`: `kind` picks which of the other fields apply.

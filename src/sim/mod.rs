@@ -94,6 +94,8 @@ enum Event {
     Arrivals,
     /// A request is through its replica's front end and reaches the scheduler.
     Admit { request: u32, replica: u32 },
+    /// A chat session's next turn: its think time after the turn before it ended is over.
+    NextTurn { request: u32 },
     StepStart { replica: u32 },
     StepEnd { replica: u32 },
 }
@@ -115,6 +117,8 @@ struct Simulation<'a> {
     cluster: Cluster,
     last_token_ns: Vec<u64>,
     done: Vec<bool>,
+    /// The chat turn each request's end sends (a think time later), or [`NO_TURN`].
+    next_turn: Vec<u32>,
     /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
     finished_buffer: Vec<Finished>,
     out: SimOutput,
@@ -139,7 +143,9 @@ pub fn simulate_per_sequence(requests: &[RequestSpec], config: &SimConfig, cost:
 }
 
 fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[Pool<'a>], decode_cohort: bool) -> SimOutput {
-    assert!(requests.windows(2).all(|w| w[0].arrival_ns <= w[1].arrival_ns), "requests must be sorted by arrival");
+    let mut starts = requests.iter().filter(|r| r.follows.is_none());
+    let mut last_ns = 0;
+    assert!(starts.all(|r| std::mem::replace(&mut last_ns, r.arrival_ns) <= r.arrival_ns), "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
     let mut sim = Simulation {
         requests,
@@ -155,6 +161,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         cluster: Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools)),
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
+        next_turn: next_turns(requests),
         finished_buffer: Vec::new(),
         out: SimOutput {
             records: RunRecords {
@@ -193,6 +200,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
                 // A request refused on admission frees its client permit.
                 sim.open_gate();
             }
+            Event::NextTurn { request } => sim.on_next_turn(request),
             Event::StepStart { replica } => sim.on_step_start(replica),
             Event::StepEnd { replica } => sim.on_step_end(replica),
         }
@@ -214,9 +222,28 @@ fn prompt_hashes(spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
     stream_block_hashes(spec.prefix.stream, spec.prefix.tokens, block_size)
 }
 
+/// No chat turn follows the request.
+const NO_TURN: u32 = u32::MAX;
+
+/// For each request, the chat turn that follows it ([`RequestSpec::follows`]), or [`NO_TURN`].
+fn next_turns(requests: &[RequestSpec]) -> Vec<u32> {
+    let mut next = vec![NO_TURN; requests.len()];
+    for (i, r) in requests.iter().enumerate() {
+        if let Some(previous) = r.follows.and_then(|f| next.get_mut(f.request as usize)) {
+            *previous = i as u32;
+        }
+    }
+    next
+}
+
 impl Simulation<'_> {
     fn on_arrivals(&mut self) {
         while let Some(r) = self.requests.get(self.arrivals_next) {
+            if r.follows.is_some() {
+                // Sent when the turn before it ends, not by the arrival process.
+                self.arrivals_next += 1;
+                continue;
+            }
             if r.arrival_ns > self.now_ns {
                 self.events.push(r.arrival_ns, Event::Arrivals);
                 break;
@@ -360,7 +387,9 @@ impl Simulation<'_> {
         }
     }
 
-    /// The request ended (successfully or not), which frees a permit of the client's gate.
+    /// The request ended (successfully or not), which frees a permit of the client's gate, and
+    /// starts the think time before its session's next turn (sent whether or not this one
+    /// succeeded: the client's script goes on).
     fn complete(&mut self, id: u32, success: bool) {
         debug_assert!(!self.done[id as usize], "request {id} completed twice");
         self.done[id as usize] = true;
@@ -368,6 +397,16 @@ impl Simulation<'_> {
         record.success = success;
         record.end_ns = self.now_ns;
         self.in_flight -= 1;
+        let next = self.next_turn[id as usize];
+        if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {
+            self.events.push(self.now_ns.saturating_add(follows.think_ns), Event::NextTurn { request: next });
+        }
+    }
+
+    /// A session's next turn is due: it joins the client's queue like an arrival.
+    fn on_next_turn(&mut self, request: u32) {
+        self.gate_queue.push_back(request);
+        self.open_gate();
     }
 
     fn finish(mut self) -> SimOutput {

@@ -103,6 +103,7 @@ mod tests {
             input_tokens_total: None,
             output_tokens_total: None,
             system_prompts: None,
+            sessions: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub const NUM_PROMPTS_MAX: u32 = 10_000_000;
 pub mod datasets;
 pub mod prefixes;
 pub mod rng;
+pub mod sessions;
 pub mod sharegpt;
 pub mod totals;
 
@@ -44,6 +45,8 @@ pub struct RequestSpec {
     pub max_tokens: u32,
     /// The text it shares with other prompts, for prefix caching.
     pub prefix: SharedPrefix,
+    /// A chat session's later turn: sent when the turn before it ends, not at `arrival_ns`.
+    pub follows: Option<sessions::FollowUp>,
 }
 
 /// `num_prompts` requests at the workload's first request rate: for clients that send at one
@@ -83,6 +86,10 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
         totals::scale_to_total(&mut outputs, total, max_tokens.unwrap_or(u32::MAX));
         lengths.iter_mut().zip(outputs).for_each(|(l, output)| l.1 = output);
     }
+    if let Some(sessions) = &cfg.sessions {
+        let starts_ns = arrivals::arrival_times_ns(cfg, point.request_rate, sessions::count(sessions, num_prompts));
+        return sessions::chain(sessions, &lengths, &starts_ns, max_tokens, cfg.seed);
+    }
     let arrivals_ns = arrivals::arrival_times_ns(cfg, point.request_rate, num_prompts);
     assert_eq!(lengths.len(), arrivals_ns.len());
     let mut requests: Vec<RequestSpec> = lengths
@@ -96,6 +103,7 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
             max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
             // Scaled to a recorded total, a prompt may be shorter than its prefix.
             prefix: SharedPrefix { tokens: prefix.tokens.min(input_tokens), ..prefix },
+            follows: None,
         })
         .collect();
     // Arrivals are non-decreasing by construction (gaps are ≥ 0; trace files are validated as
@@ -138,6 +146,7 @@ mod tests {
             input_tokens_total: None,
             output_tokens_total: None,
             system_prompts: None,
+            sessions: None,
         }
     }
 

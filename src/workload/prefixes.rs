@@ -6,6 +6,7 @@
 //!   system prompts  stream = SYSTEM | k     k drawn per request, uniform or Zipf (its own RNG stream)
 //!   sonnet          stream = SONNET         its prefix_len lines, the same in every prompt
 //!   random          stream = RANDOM_PREFIX  vLLM's prefix_len random tokens, drawn once per run
+//!   chat sessions   stream = SESSION | c    conversation c: each turn's prompt extends the last
 //! ```
 
 use rand::RngExt;
@@ -26,6 +27,12 @@ pub struct SharedPrefix {
 const SYSTEM: u64 = 1 << 48;
 const SONNET: u64 = 2 << 48;
 const RANDOM_PREFIX: u64 = 3 << 48;
+const SESSION: u64 = 4 << 48;
+
+/// The text of chat conversation `conversation`, whose turns' prompts all begin with it.
+pub fn conversation(conversation: u64, tokens: u32) -> SharedPrefix {
+    SharedPrefix { stream: SESSION | conversation, tokens }
+}
 
 /// The prefix every prompt of `dataset` shares by construction, if any.
 pub fn dataset_prefix(dataset: &Dataset) -> SharedPrefix {

@@ -35,16 +35,19 @@ pub enum Stream {
     Routing = 4,
     /// Which system prompt each request begins with (`workload::prefixes`).
     Prefixes = 5,
+    /// Think times between the turns of a chat session (`workload::sessions`).
+    Sessions = 6,
 }
 
 impl Stream {
     /// Every stream, in id order (for tests and diagnostics).
-    pub const ALL: [Stream; 5] = [
+    pub const ALL: [Stream; 6] = [
         Stream::Arrivals,
         Stream::InputLengths,
         Stream::OutputLengths,
         Stream::Routing,
         Stream::Prefixes,
+        Stream::Sessions,
     ];
 
     /// The ChaCha stream id (nonce) of this purpose.

@@ -2,8 +2,10 @@
 //! the engine's `max_model_len`.
 
 use super::context::{Cx, number, positive_count, quote, reject_unused_fields};
-use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawPrefix, RawWorkload, RequestRate, RequestRates};
-use crate::scenario::{Dataset, EngineConfig, LengthDist, PrefixLaw, ScenarioError, SystemPrompts, WorkloadConfig, trace};
+use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawPrefix, RawSessions, RawWorkload, RequestRate, RequestRates};
+use crate::scenario::{
+    Dataset, EngineConfig, LengthDist, PrefixLaw, ScenarioError, Sessions, SystemPrompts, ThinkTime, WorkloadConfig, trace,
+};
 use crate::workload::{HORIZON_MAX_S, NUM_PROMPTS_MAX};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
@@ -27,6 +29,10 @@ const SONNET_OUTPUT_LEN: u32 = 150;
 const SYSTEM_PROMPTS_MAX: u32 = 1_000_000;
 /// Zipf exponents past this put all but a vanishing share of requests on the first prompt.
 const ZIPF_EXPONENT_MAX: f64 = 100.0;
+/// Turns of one chat session: far past any conversation, and small enough that a typo is caught.
+const SESSION_TURNS_MAX: u32 = 10_000;
+/// A think time past a day is no chat.
+const THINK_TIME_S_MAX: f64 = 86_400.0;
 
 pub(super) fn resolve_workload(
     raw: &RawWorkload,
@@ -128,6 +134,7 @@ pub(super) fn resolve_workload(
             "must be at least 1 (leave it out for no limit)",
         ));
     }
+    let sessions = raw.sessions.as_ref().map(|r| resolve_sessions(r, raw, &dataset, &system_prompts, engine, cx)).transpose()?;
     let output_max = dataset.max_tokens().unwrap_or(u32::MAX);
     let input_tokens_total =
         resolve_totals("workload.input_tokens_total", &raw.input_tokens_total, &num_prompts, u32::MAX, cx)?;
@@ -143,7 +150,58 @@ pub(super) fn resolve_workload(
         input_tokens_total,
         output_tokens_total,
         system_prompts,
+        sessions,
     })
+}
+
+/// `[workload.sessions]`. Sessions chain their turns' prompts, so they take their lengths from
+/// the dataset as new text per turn, and their arrivals from the arrival process per session:
+/// a trace (its own arrivals), system prompts (one shared text per prompt) and token totals (of
+/// what, once prompts grow?) do not combine with them.
+fn resolve_sessions(
+    raw: &RawSessions,
+    workload: &RawWorkload,
+    dataset: &Dataset,
+    system_prompts: &Option<SystemPrompts>,
+    engine: &EngineConfig,
+    cx: &Cx,
+) -> Result<Sessions, ScenarioError> {
+    let turns = positive_count(cx, "workload.sessions.turns", raw.turns, "required: requests per session")?;
+    if turns > SESSION_TURNS_MAX {
+        return Err(cx.invalid("workload.sessions.turns", turns, format!("more than {SESSION_TURNS_MAX} turns per session")));
+    }
+    let think_time_s = raw.think_time_s.unwrap_or(0.0);
+    if !(0.0..=THINK_TIME_S_MAX).contains(&think_time_s) {
+        return Err(cx.invalid(
+            "workload.sessions.think_time_s",
+            number(think_time_s),
+            format!("must be from 0 to {THINK_TIME_S_MAX} seconds"),
+        ));
+    }
+    let think_time = match raw.think_time.as_deref().map(|l| l.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("exponential") => ThinkTime::Exponential,
+        Some("fixed") => ThinkTime::Fixed,
+        Some(_) => {
+            return Err(cx.invalid(
+                "workload.sessions.think_time",
+                quote(raw.think_time.as_deref().unwrap_or_default()),
+                "unknown law; known: exponential, fixed",
+            ));
+        }
+    };
+    let conflict = if matches!(dataset, Dataset::Trace { .. }) {
+        Some(("workload.dataset.kind", quote("trace"), "a trace brings its own arrivals; sessions send each turn after the last"))
+    } else if system_prompts.is_some() {
+        Some(("workload.dataset.prefix", "a table".to_string(), "system prompts do not combine with sessions (each session is its own shared text)"))
+    } else if workload.input_tokens_total.is_some() {
+        Some(("workload.input_tokens_total", "a total".to_string(), "a session's prompts grow with its turns, so a total of them is no dataset input"))
+    } else {
+        None
+    };
+    if let Some((field, value, reason)) = conflict {
+        return Err(cx.invalid(field, value, format!("{reason}: leave it out, or [workload.sessions]")));
+    }
+    Ok(Sessions { turns, think_time_s, think_time, context_len: engine.max_model_len })
 }
 
 /// `[workload.dataset.prefix]`.
