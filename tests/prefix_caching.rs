@@ -1,6 +1,8 @@
 //! Prefix caching in the simulator (docs/prefix-caching.md): the example scenario's hit rate and
 //! its effect on TTFT, the prefix-aware router, byte-identical reruns, and field-named errors.
 
+mod common;
+use common::assert_scenario_errors;
 use std::path::Path;
 
 use servesim::run::{PointResult, run_scenario};
@@ -59,14 +61,7 @@ fn bad_values_name_the_field_and_value() {
         (EXAMPLE, &["workload.dataset.prefix.zipf_exponent=-1"], &["workload.dataset.prefix.zipf_exponent", "-1"]),
         (EXAMPLE, &["engine.enable_prefix_caching=false"], &["engine.router", "prefix-aware"]),
     ];
-    for (file, overrides, expected) in cases {
-        let all: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-        let err = Scenario::load(Path::new(file), &all).unwrap_err().to_string();
-        assert!(err.contains(file), "{err}");
-        for e in expected {
-            assert!(err.contains(e), "{overrides:?}: {err:?} lacks {e:?}");
-        }
-    }
+    assert_scenario_errors(&cases);
 }
 
 #[test]

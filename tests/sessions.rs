@@ -2,6 +2,8 @@
 //! a think time after the turn before it ends, its prompt holds the conversation so far, and a
 //! prefix cache finds the previous prompts' full blocks.
 
+mod common;
+use common::assert_scenario_errors;
 use std::path::Path;
 
 use servesim::run::{PointResult, run_scenario};
@@ -97,12 +99,5 @@ fn bad_values_name_the_field_and_value() {
         (EXAMPLE, &["workload.sessions.turns=20000"], &["workload.sessions.turns", "20000"]),
         ("scenarios/prefix-caching.toml", &["workload.sessions.turns=2"], &["workload.dataset.prefix", "sessions"]),
     ];
-    for (file, overrides, expected) in cases {
-        let all: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-        let err = Scenario::load(Path::new(file), &all).unwrap_err().to_string();
-        assert!(err.contains(file), "{err}");
-        for e in expected {
-            assert!(err.contains(e), "{overrides:?}: {err:?} lacks {e:?}");
-        }
-    }
+    assert_scenario_errors(&cases);
 }

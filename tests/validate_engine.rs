@@ -9,16 +9,23 @@
 mod common;
 use common::*;
 
+/// The loop on the `small` model: 32 tokens in, 16 out, concurrency 1 and 4 plus Poisson, 8
+/// sequences, written to `out_dir`.
+fn small_loop(extra: &[&str], out_dir: &std::path::Path) -> std::process::Output {
+    let mut args = vec![
+        "validate", "--engine", "--random-weights", "small", "--input-len", "32", "--output-len", "16", "--concurrency", "1,4",
+        "--rounds", "2", "--poisson-load", "0.5", "--max-num-seqs", "8", "--max-num-batched-tokens", "128",
+        "--num-gpu-blocks", "256", "--out", out_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    servesim(&args)
+}
+
 #[test]
 fn the_engine_loop_runs_and_compares_measured_with_simulated() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("engine");
-    let out = servesim(&[
-        "validate", "--engine", "--random-weights", "small", "--calibration-minutes", "0.15",
-        "--input-len", "32", "--output-len", "16", "--concurrency", "1,4", "--rounds", "2", "--poisson-load", "0.5",
-        "--max-num-seqs", "8", "--max-num-batched-tokens", "128", "--num-gpu-blocks", "256",
-        "--out", out_dir.to_str().unwrap(),
-    ]);
+    let out = small_loop(&["--calibration-minutes", "0.15"], &out_dir);
     let text = stdout(&out);
     println!("{text}");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -109,12 +116,7 @@ fn the_engine_loop_on_a_gpu() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("engine");
-    let out = servesim(&[
-        "validate", "--engine", "--device", "cuda:0", "--random-weights", "small", "--calibration-minutes", "0.5",
-        "--input-len", "32", "--output-len", "16", "--concurrency", "1,4", "--rounds", "2", "--poisson-load", "0.5",
-        "--max-num-seqs", "8", "--max-num-batched-tokens", "128", "--num-gpu-blocks", "256",
-        "--out", out_dir.to_str().unwrap(),
-    ]);
+    let out = small_loop(&["--device", "cuda:0", "--calibration-minutes", "0.5"], &out_dir);
     let text = stdout(&out);
     println!("{text}");
     assert!(out.status.success(), "{}", stderr(&out));

@@ -213,3 +213,16 @@ price_per_gpu_hour = 1.5
 [budget]
 max_gpus = 16
 "#;
+
+/// Each case: loading `file` with `overrides` fails, and the error names the file and contains
+/// every one of `expected` (the field, the value, the reason's key words).
+pub fn assert_scenario_errors(cases: &[(&str, &[&str], &[&str])]) {
+    for &(file, overrides, expected) in cases {
+        let all: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let err = servesim::scenario::Scenario::load(Path::new(file), &all).unwrap_err().to_string();
+        assert!(err.contains(file), "{err}");
+        for e in expected {
+            assert!(err.contains(e), "{overrides:?}: {err:?} lacks {e:?}");
+        }
+    }
+}
