@@ -101,6 +101,25 @@ fn every_chart_exists_and_two_reports_are_byte_identical() {
     assert!(svg.starts_with("<svg") && svg.contains("TTFT (ms)"), "{}", &svg[..200.min(svg.len())]);
 }
 
+/// The hit-rate chart is drawn where a prefix cache hit something, and only there: the golden
+/// run (no shared text) has none.
+#[test]
+fn a_prefix_hit_rate_chart_where_the_cache_was_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let scenario = repo().join("scenarios/prefix-caching.toml");
+    let out = servesim(&["simulate", scenario.to_str().unwrap(), "--set", "workload.num_prompts=200", "--out", run.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out_dir = dir.path().join("report");
+    assert!(report(&run, &out_dir, &[]).status.success());
+    let svg = std::fs::read_to_string(out_dir.join("sweep-prefix-hit-rate.svg")).unwrap();
+    assert!(svg.contains("hit rate (%)"), "{}", &svg[..200.min(svg.len())]);
+    let golden = simulate_golden(dir.path());
+    let golden_report = dir.path().join("golden-report");
+    assert!(report(&golden, &golden_report, &[]).status.success());
+    assert!(!files_in(&golden_report).iter().any(|f| f.contains("prefix")));
+}
+
 #[test]
 fn index_html_is_self_contained() {
     let dir = tempfile::tempdir().unwrap();

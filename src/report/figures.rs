@@ -174,6 +174,33 @@ fn sweep_charts(data: &ReportData, load: Load, latencies: &[Vec<Latencies>]) -> 
         });
     }
 
+    // Only where something was cached: a run with caching on and no shared text has a hit rate
+    // of zero everywhere, which is no chart.
+    const HIT_RATE: &str = "prefix_cache_hit_rate";
+    if data.runs.iter().flat_map(|r| &r.points).any(|p| p.values.get(HIT_RATE).is_some_and(|&h| h > 0.0)) {
+        let series: Vec<Series> = data
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let get = |p: &PointData, _: &Latencies| p.values.get(HIT_RATE).map(|h| 100.0 * h);
+                Series::new(series_name(run, ""), PALETTE[i % PALETTE.len()], Kind::LineMarkers, curve(i, &get))
+            })
+            .collect();
+        charts.push(Chart {
+            file: "sweep-prefix-hit-rate".into(),
+            title: "Prefix cache hit rate".into(),
+            caption: format!(
+                "Prompt tokens found in the replicas' prefix caches over prompt tokens looked up, at each sweep point \
+                 (vLLM's prefix_cache_hits ÷ prefix_cache_queries).{inf_note}"
+            ),
+            x: x_axis(),
+            y: Axis::auto("hit rate (%)", [0.0, 100.0]),
+            series,
+            legend: Legend::UpperLeft,
+        });
+    }
+
     type Pick = fn(&Latencies) -> Option<(f64, f64)>;
     let metrics: [(&str, &str, &str, &str, Pick); 3] = [
         ("sweep-ttft", "Time to first token", "TTFT (ms)", "ttft", |l| mean_and_percentile(&l.ttft_ms, 99.0)),
