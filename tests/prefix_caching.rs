@@ -75,3 +75,18 @@ fn defaults_follow_the_engines() {
     assert!(!load("vllm-v0"));
     assert!(!load("servesim"));
 }
+
+/// With no prompt sharing text nothing can be cached, so caching on changes no step: the run is
+/// the run with caching off, and the cache looked up every prompt once and found nothing.
+#[test]
+fn caching_with_nothing_shared_changes_nothing_but_the_lookups() {
+    let load = |on: bool| {
+        let overrides = vec![format!("engine.enable_prefix_caching={on}"), "workload.num_prompts=300".to_string()];
+        Scenario::load(Path::new("scenarios/quickstart.toml"), &overrides).unwrap()
+    };
+    let (on, off) = (run(&load(true)), run(&load(false)));
+    assert_eq!(format!("{:?}", on.output.records), format!("{:?}", off.output.records));
+    let prompts: u64 = on.output.records.requests.iter().filter(|r| r.success).map(|r| u64::from(r.input_tokens)).sum();
+    assert_eq!((on.output.prefix.prompt_tokens, on.output.prefix.hit_tokens), (prompts, 0));
+    assert_eq!(off.output.prefix.prompt_tokens, 0);
+}

@@ -119,6 +119,9 @@ struct Simulation<'a> {
     done: Vec<bool>,
     /// The chat turn each request's end sends (a think time later), or [`NO_TURN`].
     next_turn: Vec<u32>,
+    /// By replica: caching is on but simulated off (nothing shared), so its prompt tokens looked
+    /// up are counted here.
+    prompts_looked_up: Vec<bool>,
     /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
     finished_buffer: Vec<Finished>,
     out: SimOutput,
@@ -147,6 +150,18 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
     let mut last_ns = 0;
     assert!(starts.all(|r| std::mem::replace(&mut last_ns, r.arrival_ns) <= r.arrival_ns), "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
+    // The simulator hashes only the text prompts share, so when none does nothing is ever cached,
+    // and caching changes no step: only the count of prompt tokens looked up. Such a run is
+    // simulated without it (its free queue costs per block) and counts them at the end.
+    let nothing_shared = requests.iter().all(|r| r.prefix.tokens == 0);
+    let counted: Vec<bool> =
+        pools.iter().flat_map(|p| (0..p.replicas).map(|_| nothing_shared && p.scheduler.enable_prefix_caching)).collect();
+    let uncached: Vec<SchedulerConfig> = pools
+        .iter()
+        .map(|p| SchedulerConfig { enable_prefix_caching: p.scheduler.enable_prefix_caching && !nothing_shared, ..p.scheduler.clone() })
+        .collect();
+    let pools: Vec<Pool> = pools.iter().zip(&uncached).map(|(p, scheduler)| Pool { scheduler, ..*p }).collect();
+    let pools = &pools[..];
     let mut sim = Simulation {
         requests,
         costs: pools.iter().flat_map(|pool| (0..pool.replicas).map(|_| pool.cost)).collect(),
@@ -162,6 +177,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         next_turn: next_turns(requests),
+        prompts_looked_up: counted,
         finished_buffer: Vec::new(),
         out: SimOutput {
             records: RunRecords {
@@ -413,6 +429,12 @@ impl Simulation<'_> {
         assert!(self.done.iter().all(|&d| d), "a request never completed");
         for replica in &self.cluster.replicas {
             self.out.prefix.add(replica.scheduler.prefix_stats());
+        }
+        // A cache looks up every prompt it schedules, once: the requests that succeeded.
+        for ((spec, record), extra) in self.requests.iter().zip(&self.out.records.requests).zip(&self.out.extras) {
+            if record.success && self.prompts_looked_up[extra.replica as usize] {
+                self.out.prefix.prompt_tokens += u64::from(spec.input_tokens);
+            }
         }
         self.out.records.duration_ns = self.out.records.requests.iter().map(|r| r.end_ns).max().unwrap_or(0);
         self.out
