@@ -47,9 +47,9 @@ fn each_turn_is_sent_its_think_time_after_the_turn_before_ends() {
 }
 
 /// One session of 3 turns, 100 tokens of new text and 50 of answer each, blocks of 16: prompts
-/// of 100, 250 and 400 tokens. Turn 1 finds turn 0's 6 full prompt blocks (96 tokens), turn 2
-/// finds turn 1's 15 (240): the blocks holding an answer's tokens were cached as the next turn's
-/// prompt, never as generated text.
+/// of 100, 250 and 400 tokens. A turn computes its prompt and all but its last answer token
+/// (149 and 299 tokens), so turn 1 finds turn 0's 9 full blocks (144 tokens), answer included,
+/// and turn 2 finds turn 1's 18 (288).
 #[test]
 fn later_turns_find_the_previous_prompts_full_blocks() {
     let text = r#"
@@ -74,7 +74,7 @@ fn later_turns_find_the_previous_prompts_full_blocks() {
     let requests = generate_point(&s.workload, &s.workload.points()[0]);
     assert_eq!(requests.iter().map(|r| r.input_tokens).collect::<Vec<_>>(), [100, 250, 400]);
     let prefix = run(&s).output.prefix;
-    assert_eq!((prefix.hit_tokens, prefix.prompt_tokens), (96 + 240, 750));
+    assert_eq!((prefix.hit_tokens, prefix.prompt_tokens), (144 + 288, 750));
     let off = run(&scenario(&["engine.enable_prefix_caching=false".to_string()]));
     assert_eq!(off.output.prefix.hit_tokens, 0);
 }

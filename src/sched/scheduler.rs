@@ -160,7 +160,7 @@ impl Scheduler {
             let seq = &mut state.seqs[work.seq as usize];
             seq.computed += work.new_tokens;
             debug_assert!(seq.computed <= seq.tokens_known());
-            if work.context_tokens < seq.prompt_tokens && !state.prompt_hashes.is_empty() {
+            if !state.prompt_hashes.is_empty() {
                 state.cache_computed_blocks(work.seq, work.context_tokens);
             }
             let seq = &mut state.seqs[work.seq as usize];

@@ -80,7 +80,8 @@ pub struct SchedulerState {
     /// Request ids of members that left the cohort alive since the last step's end.
     pub(super) left_cohort: Vec<u32>,
     admitted_next: u64,
-    /// Each slot's prompt block hashes, with prefix caching (empty otherwise).
+    /// Each slot's block hashes, with prefix caching (empty otherwise): its prompt's, then any of
+    /// its output a later prompt shares.
     pub(super) prompt_hashes: Vec<Vec<BlockHash>>,
     pub(super) prefix_stats: PrefixStats,
 }
@@ -271,13 +272,16 @@ impl SchedulerState {
         }
     }
 
-    /// After `seq` computed its tokens up to `computed`, from `computed_before`: its prompt
-    /// blocks filled on the way hold content later prompts may reuse.
+    /// After `seq` computed its tokens up to `computed`, from `computed_before`: the blocks it
+    /// filled on the way hold content later prompts may reuse. Those are the blocks it has
+    /// hashes for: its prompt's, and those of generated tokens whose text a later prompt can
+    /// hold (a chat turn's answer, in the next turn's prompt), as vLLM V1 caches full blocks of
+    /// generated tokens too.
     pub(super) fn cache_computed_blocks(&mut self, seq: u32, computed_before: u32) {
         let Some(hashes) = self.prompt_hashes.get(seq as usize).filter(|h| !h.is_empty()) else { return };
         let s = &self.seqs[seq as usize];
         let block_size = self.kv.block_size();
-        let full_after = (s.computed.min(s.prompt_tokens) / block_size) as usize;
+        let full_after = (s.computed / block_size) as usize;
         for index in (computed_before / block_size) as usize..full_after.min(hashes.len()) {
             self.kv.cache_block(seq, index, hashes[index]);
         }

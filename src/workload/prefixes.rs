@@ -15,8 +15,9 @@ use rand_distr::{Distribution, Zipf};
 use super::rng::{Stream, stream};
 use crate::scenario::{Dataset, PrefixLaw, SystemPrompts};
 
-/// The first `tokens` tokens of a prompt are the first `tokens` tokens of token stream `stream`;
-/// the rest are its own. `tokens == 0`: nothing shared.
+/// The first `tokens` tokens of a request's text (its prompt, then its output) are the first
+/// `tokens` tokens of token stream `stream`; the rest are its own. `tokens == 0`: nothing
+/// shared. Only a chat turn shares output: its answer is in the next turn's prompt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SharedPrefix {
     pub stream: u64,

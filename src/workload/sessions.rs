@@ -9,9 +9,9 @@
 //!
 //! Sessions start by the arrival process; later turns are sent by the simulated client when the
 //! turn before them ends ([`FollowUp`]), so their `arrival_ns` is only the session's start. The
-//! whole prompt of every turn is the conversation's text ([`prefixes::conversation`]): the next
-//! turn finds the previous prompt's blocks in a prefix cache, but not its answer's (engines cache
-//! prompt blocks; see docs/prefix-caching.md). A turn whose prompt and answer would not fit the
+//! whole prompt and answer of every turn are the conversation's text ([`prefixes::conversation`]): the next
+//! turn finds the previous prompt's and answer's full blocks in a prefix cache, as vLLM V1 caches
+//! full blocks of generated tokens too (see docs/prefix-caching.md). A turn whose prompt and answer would not fit the
 //! engine's context starts a new conversation, as a chat client does when it runs out of room.
 
 use rand_distr::{Distribution, Exp};
@@ -66,7 +66,8 @@ pub fn chain(sessions: &Sessions, lengths: &[(u32, u32)], starts_ns: &[u64], max
             input_tokens: prompt,
             output_tokens,
             max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
-            prefix: prefixes::conversation(conversation, prompt),
+            // The answer is the conversation's text too: the next turn's prompt holds it.
+            prefix: prefixes::conversation(conversation, prompt.saturating_add(output_tokens)),
             follows: (turn > 0).then(|| FollowUp { request: i as u32 - 1, think_ns: think_ns() }),
         });
     }
@@ -95,7 +96,7 @@ mod tests {
         // One conversation's text per session, the whole prompt shared.
         assert_eq!(r[0].prefix.stream, r[2].prefix.stream);
         assert_ne!(r[0].prefix.stream, r[3].prefix.stream);
-        assert!(r.iter().all(|q| q.prefix.tokens == q.input_tokens));
+        assert!(r.iter().all(|q| q.prefix.tokens == q.input_tokens + q.output_tokens));
     }
 
     #[test]
