@@ -69,6 +69,7 @@ fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
         num_gpu_blocks,
         watermark: 0.0,
         enable_prefix_caching: false,
+        num_scheduler_steps: 1,
         tgi: None,
     }
 }
@@ -279,8 +280,8 @@ async fn the_engine_can_ignore_eos_for_every_request() {
         let mut stream = engine.submit(params).await.unwrap();
         let mut tokens = Vec::new();
         let mut finish = None;
-        while let Some(Event::Token { id, finish: f }) = stream.events.recv().await {
-            tokens.push(id);
+        while let Some(Event::Tokens { ids, finish: f }) = stream.events.recv().await {
+            tokens.extend(ids);
             finish = f;
             if f.is_some() {
                 break;

@@ -21,6 +21,10 @@ pub struct EngineKnobsArgs {
     /// default: servesim's engine caches nothing unless asked).
     #[arg(long)]
     pub enable_prefix_caching: bool,
+    /// Decode steps per scheduling decision, as vLLM 0.6's `--num-scheduler-steps`: the
+    /// scheduler runs once per window of this many steps, and tokens stream in chunks of it.
+    #[arg(long, default_value_t = 1)]
+    pub num_scheduler_steps: u32,
 }
 
 impl EngineKnobsArgs {
@@ -32,6 +36,7 @@ impl EngineKnobsArgs {
             block_size: self.block_size,
             num_gpu_blocks: self.num_gpu_blocks,
             enable_prefix_caching: self.enable_prefix_caching,
+            num_scheduler_steps: self.num_scheduler_steps,
         };
         knobs.check()?;
         Ok(knobs)

@@ -509,7 +509,13 @@ impl CostModel for Roofline {
         } else {
             0.0
         };
-        let overhead_s = step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64;
+        // A multi-step window's later steps only advance the batch on the GPU: the scheduling and
+        // input preparation these overheads stand for ran once, in its first step.
+        let overhead_s = if batch.window_step > 0 {
+            0.0
+        } else {
+            step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64
+        };
 
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);

@@ -35,6 +35,7 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         num_gpu_blocks: e.num_gpu_blocks,
         watermark: e.watermark,
         enable_prefix_caching: e.enable_prefix_caching,
+        num_scheduler_steps: e.num_scheduler_steps,
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.
         tgi: e.tgi,

@@ -141,6 +141,9 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
     if e.enable_prefix_caching {
         summary["servesim"]["enable_prefix_caching"] = json!(true);
     }
+    if e.num_scheduler_steps > 1 {
+        summary["servesim"]["num_scheduler_steps"] = json!(e.num_scheduler_steps);
+    }
     summary
 }
 

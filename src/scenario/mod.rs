@@ -154,6 +154,9 @@ pub struct EngineConfig {
     pub watermark: f64,
     /// Reuse cached prompt blocks (`sched::prefix`); docs/prefix-caching.md.
     pub enable_prefix_caching: bool,
+    /// Decode steps per scheduling decision (`sched::window`); 1 for every policy but
+    /// "vllm-v0" and "servesim" (docs/multi-step.md).
+    pub num_scheduler_steps: u32,
     /// Memory per GPU held back for activations and runtime buffers when sizing the KV cache.
     pub activation_reserve_bytes: u64,
     /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is

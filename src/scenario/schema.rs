@@ -161,6 +161,9 @@ pub struct RawEngine {
     /// Reuse cached prompt blocks (default: on for "vllm-v1", off for the other policies, as the
     /// engines ship; "tgi" cannot turn it on).
     pub enable_prefix_caching: Option<bool>,
+    /// Decode steps per scheduling decision, vLLM 0.6's `--num-scheduler-steps` (default 1;
+    /// policies "vllm-v0" and "servesim"): docs/multi-step.md.
+    pub num_scheduler_steps: Option<u32>,
     /// Overrides the estimated activation + runtime reserve per GPU, GiB.
     pub activation_reserve_gib: Option<f64>,
     // TGI's launcher flags (policy "tgi" only), under their own names.

@@ -54,6 +54,10 @@ pub struct Batch {
     /// `Some(n)` when the engine replays this step from a CUDA/HIP graph captured for `n` token
     /// rows (the batch padded up to a capture size); `None` when it launches kernels eagerly.
     pub graph_size: Option<u32>,
+    /// The step's place in its multi-step window (`sched::window`): 0 for a step the scheduler
+    /// formed (and paid the CPU time of), k for the window's (k+1)-th step, which only advances
+    /// the batch on the GPU.
+    pub window_step: u32,
 }
 
 impl Batch {
@@ -63,6 +67,7 @@ impl Batch {
         self.decode_tokens = 0;
         self.cohort = CohortWork::default();
         self.graph_size = None;
+        self.window_step = 0;
     }
 
     /// Adds work, classifying it by shape (see [`SeqWork::is_decode`]). Schedulers, which know

@@ -15,6 +15,10 @@ pub struct SchedulerConfig {
     pub watermark: f64,
     /// Keep computed prompt blocks by hash and let later prompts reuse them (`sched::prefix`).
     pub enable_prefix_caching: bool,
+    /// Decode steps per scheduling decision (vLLM 0.6's `--num-scheduler-steps`; 1 = off): a
+    /// batch runs this many steps before the scheduler runs again, and its tokens reach the
+    /// client together at the window's end (`sched::window`).
+    pub num_scheduler_steps: u32,
     /// TGI's limits: `Some` exactly when the policy is TGI's.
     pub tgi: Option<TgiConfig>,
 }

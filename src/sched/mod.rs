@@ -37,11 +37,12 @@ mod scheduler;
 mod select;
 mod state;
 mod tgi;
+mod window;
 
 pub use batch::{Batch, CohortWork, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
 pub use config::{SchedulerConfig, TgiConfig};
-pub use outcome::{Admission, Finished, PrefixStats, Rejection, StepOutcome};
+pub use outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcome};
 pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
 pub use scheduler::Scheduler;
 pub use select::Policy;

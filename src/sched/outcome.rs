@@ -18,6 +18,9 @@ pub enum Rejection {
     InputTooLong { prompt_tokens: u32, max_input_tokens: u32 },
     /// TGI: HTTP 422, prompt + `max_new_tokens` is more than `max_total_tokens`.
     TotalTooLong { total_tokens: u64, max_total_tokens: u32 },
+    /// Multi-step scheduling with chunked prefill schedules a prompt whole, in one step: prompt +
+    /// `max_tokens` (what a preempted request recomputes, at most) is more than the step budget.
+    StepBudget { total_tokens: u64, max_num_batched_tokens: u32 },
     /// TGI: HTTP 429, `max_concurrent_requests` are already in flight.
     Overloaded { in_flight: u32, max_concurrent_requests: u32 },
 }
@@ -28,6 +31,14 @@ pub struct Finished {
     pub request_id: u32,
     pub output_tokens: u32,
     pub preemptions: u32,
+}
+
+/// Tokens that reach a request's client together, as one streamed chunk: a multi-step
+/// window's (`sched::window`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub request_id: u32,
+    pub tokens: u32,
 }
 
 /// Prompt tokens looked up in the prefix cache and found there, counted once per request, at
@@ -65,12 +76,15 @@ pub struct StepOutcome {
     /// Requests that left the cohort since the previous step alive: their last token came at
     /// the end of the cohort's previous step, and their next will be in `tokens`.
     pub left_cohort: Vec<u32>,
+    /// Requests whose tokens, held back since their previous delivery, reach the client now in
+    /// one chunk (the end of a multi-step window). Their tokens are not in `tokens`.
+    pub chunks: Vec<Chunk>,
     pub finished: Vec<Finished>,
 }
 
 impl StepOutcome {
-    /// Tokens produced in the step.
+    /// Tokens delivered at the step's end.
     pub fn num_tokens(&self) -> u64 {
-        self.tokens.len() as u64 + u64::from(self.cohort_tokens)
+        self.tokens.len() as u64 + u64::from(self.cohort_tokens) + self.chunks.iter().map(|c| u64::from(c.tokens)).sum::<u64>()
     }
 }

@@ -51,7 +51,7 @@ impl SchedulingPolicy for VllmV1 {
 
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
-        let chunked = s.config.enable_chunked_prefill;
+        let chunked = s.partial_prefills();
         let preempted = schedule_running(s, batch, &mut budget, chunked);
         if !preempted {
             admit_waiting(s, batch, &mut budget, chunked, AdmitBlocks::Chunk);
@@ -124,9 +124,10 @@ impl SchedulingPolicy for VllmV0 {
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
         if s.config.enable_chunked_prefill {
-            let preempted = schedule_running(s, batch, &mut budget, true);
+            let partial = s.partial_prefills();
+            let preempted = schedule_running(s, batch, &mut budget, partial);
             if !preempted {
-                admit_waiting(s, batch, &mut budget, true, AdmitBlocks::WholePrompt);
+                admit_waiting(s, batch, &mut budget, partial, AdmitBlocks::WholePrompt);
             }
             return;
         }
@@ -175,7 +176,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
             break;
         }
         let tokens = pending.min(*budget);
-        let tokens_total = s.seqs[seq as usize].computed + tokens;
+        let tokens_total = s.with_lookahead(seq, s.seqs[seq as usize].computed + tokens, false);
         let mut scheduled = true;
         while !s.kv.allocate(seq, tokens_total, 0) {
             let victim = s.preempt_newest().expect("running is not empty");
@@ -212,11 +213,15 @@ fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, ch
             break;
         }
         let tokens = pending.min(*budget);
-        let tokens_to_allocate = hit_tokens
-            + match blocks {
-                AdmitBlocks::Chunk => tokens,
-                AdmitBlocks::WholePrompt => pending,
-            };
+        let tokens_to_allocate = s.with_lookahead(
+            seq,
+            hit_tokens
+                + match blocks {
+                    AdmitBlocks::Chunk => tokens,
+                    AdmitBlocks::WholePrompt => pending,
+                },
+            true,
+        );
         if !s.allocate_admitted(seq, hit_blocks, tokens_to_allocate, watermark_blocks) {
             break;
         }

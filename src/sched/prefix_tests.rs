@@ -15,6 +15,7 @@ fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -
         num_gpu_blocks,
         watermark: 0.0,
         enable_prefix_caching,
+        num_scheduler_steps: 1,
         tgi: None,
     };
     Scheduler::new(config.clone(), policy.build(&config))

@@ -8,6 +8,7 @@ use super::outcome::{Admission, Finished, PrefixStats, Rejection, StepOutcome};
 use super::prefix::BlockHash;
 use super::policy::SchedulingPolicy;
 use super::state::{Seq, SchedulerState};
+use super::window::Window;
 
 /// Runs steps: [`Scheduler::schedule`] asks the policy for a batch, and
 /// [`Scheduler::finish_step`] applies it.
@@ -17,6 +18,12 @@ pub struct Scheduler {
     batch: Batch,
     outcome: StepOutcome,
     step_in_flight: bool,
+    /// The multi-step window in flight (`sched::window`); never open with one step per
+    /// decision.
+    window: Window,
+    /// Deliveries of a window that ended between steps (its last generating member was stopped
+    /// early), reported with the next step's outcome.
+    carried: StepOutcome,
 }
 
 impl Scheduler {
@@ -28,6 +35,8 @@ impl Scheduler {
             batch: Batch::default(),
             outcome: StepOutcome::default(),
             step_in_flight: false,
+            window: Window::default(),
+            carried: StepOutcome::default(),
         }
     }
 
@@ -36,7 +45,10 @@ impl Scheduler {
     /// Outcomes then report the cohort's tokens as a count ([`StepOutcome::cohort_tokens`]).
     pub fn with_decode_cohort(mut self) -> Scheduler {
         let block_size = self.state.config.block_size;
-        if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX {
+        // A window's steps hand out several tokens per decision, which the cohort's totals do not
+        // follow: multi-step runs sequence by sequence.
+        let multi_step = self.state.config.num_scheduler_steps > 1;
+        if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX && !multi_step {
             self.state.cohort = Some(Cohort::new(block_size));
         }
         self
@@ -68,7 +80,7 @@ impl Scheduler {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.state.waiting.is_empty() || self.state.num_running() > 0
+        !self.state.waiting.is_empty() || self.state.num_running() > 0 || !self.carried.finished.is_empty() || !self.carried.chunks.is_empty()
     }
 
     /// Queues a request. It stops after `output_tokens` (the simulator knows each request's
@@ -97,6 +109,11 @@ impl Scheduler {
         if let Some(rejection) = self.policy.refuse(state, prompt_tokens, max_tokens) {
             return Admission::Rejected(rejection);
         }
+        let total_tokens = u64::from(prompt_tokens) + u64::from(max_tokens) - 1;
+        if state.config.num_scheduler_steps > 1 && total_tokens > u64::from(state.config.max_num_batched_tokens) {
+            let max_num_batched_tokens = state.config.max_num_batched_tokens;
+            return Admission::Rejected(Rejection::StepBudget { total_tokens, max_num_batched_tokens });
+        }
         let blocks_needed = state.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1);
         let blocks_usable = state.config.num_gpu_blocks - state.config.watermark_blocks();
         if blocks_needed > blocks_usable {
@@ -108,13 +125,26 @@ impl Scheduler {
         Admission::Queued { seq: slot }
     }
 
-    /// Forms the next step's batch. An empty batch means there is nothing to run now.
+    /// Forms the next step's batch: the policy's, or the next step of a multi-step window. An
+    /// empty batch means there is nothing to run now, unless [`Scheduler::step_in_flight`] says
+    /// otherwise: then the step only delivers what a window that ended early held, and its
+    /// [`Scheduler::finish_step`] is due at once.
     pub fn schedule(&mut self) -> &Batch {
         assert!(!self.step_in_flight, "schedule() called twice without finish_step()");
         self.batch.clear();
-        self.policy.schedule(&mut self.state, &mut self.batch);
+        if self.window.is_open() && !self.window.any_generating(&self.state) {
+            self.close_window_between_steps();
+        }
+        if self.window.is_open() {
+            self.window.next_step(&self.state, &mut self.batch);
+        } else {
+            self.policy.schedule(&mut self.state, &mut self.batch);
+            let steps = self.state.config.num_scheduler_steps;
+            self.window.open(&mut self.batch, steps, self.state.config.enable_chunked_prefill);
+        }
         self.batch.graph_size = self.policy.graph_size(&self.batch);
-        self.step_in_flight = !self.batch.is_empty();
+        let carries = !self.carried.finished.is_empty() || !self.carried.chunks.is_empty();
+        self.step_in_flight = !self.batch.is_empty() || carries;
         #[cfg(debug_assertions)]
         self.check_invariants();
         #[cfg(debug_assertions)]
@@ -127,6 +157,21 @@ impl Scheduler {
         &self.batch
     }
 
+    /// Whether a step is scheduled and not yet finished.
+    pub fn step_in_flight(&self) -> bool {
+        self.step_in_flight
+    }
+
+    /// Ends a window whose members were all stopped early or finished, between steps: its
+    /// deliveries go out with the next step's outcome.
+    fn close_window_between_steps(&mut self) {
+        let state = &mut self.state;
+        if self.window.close(state, &mut self.carried.chunks, &mut self.carried.finished) {
+            let seqs = &state.seqs;
+            state.running.retain(|&s| seqs[s as usize].generated < seqs[s as usize].max_output_tokens);
+        }
+    }
+
     /// Applies the step's results: KV computed, tokens sampled, requests finished.
     pub fn finish_step(&mut self) -> &StepOutcome {
         assert!(self.step_in_flight, "finish_step() without a scheduled step");
@@ -135,6 +180,9 @@ impl Scheduler {
         outcome.tokens.clear();
         outcome.finished.clear();
         outcome.left_cohort.clear();
+        outcome.chunks.clear();
+        outcome.chunks.append(&mut self.carried.chunks);
+        outcome.finished.append(&mut self.carried.finished);
         outcome.cohort_tokens = self.batch.cohort.seqs;
         let state = &mut self.state;
         std::mem::swap(&mut outcome.left_cohort, &mut state.left_cohort);
@@ -156,6 +204,7 @@ impl Scheduler {
             state.cohort = Some(cohort);
         }
         let mut any_finished = false;
+        let holds = self.window.holds_tokens();
         for work in &self.batch.seqs {
             let seq = &mut state.seqs[work.seq as usize];
             seq.computed += work.new_tokens;
@@ -169,6 +218,11 @@ impl Scheduler {
             }
             debug_assert_eq!(seq.computed, seq.tokens_known());
             seq.generated += 1;
+            if holds {
+                // Delivered, and if finished released, when the window ends (below).
+                self.window.hold(work.seq);
+                continue;
+            }
             outcome.tokens.push(seq.request_id);
             if seq.generated == seq.max_output_tokens {
                 any_finished = true;
@@ -179,6 +233,9 @@ impl Scheduler {
                 });
                 state.release(work.seq);
             }
+        }
+        if holds && self.window.ends_now(state) {
+            any_finished |= self.window.close(state, &mut outcome.chunks, &mut outcome.finished);
         }
         if any_finished {
             let seqs = &state.seqs;
@@ -209,10 +266,32 @@ impl Scheduler {
         &self.outcome
     }
 
-    /// Stops a running or waiting sequence now (end of sequence, client gone); frees its blocks.
+    /// The token `seq` just sampled meets the caller's stop condition (end of sequence): it
+    /// generates no more. Outside a multi-step window it is finished now, as
+    /// [`Scheduler::finish_early`], and its record returned. Inside one it is finished when the
+    /// window ends, in that step's outcome with the window's tokens, as vLLM's multi-step output
+    /// processor truncates a window's tokens at the stop; then this returns `None`.
+    pub fn stop(&mut self, seq: u32) -> Option<Finished> {
+        assert!(!self.step_in_flight, "stop() during a step");
+        if !self.window.contains(seq) {
+            return self.finish_early(seq);
+        }
+        let s = &mut self.state.seqs[seq as usize];
+        s.max_output_tokens = s.generated;
+        None
+    }
+
+    /// Stops a running or waiting sequence now (client gone, an error); frees its blocks (a
+    /// multi-step window's member: when the window ends, its tokens held there dropped).
     /// Returns its record, or `None` if it is not live.
     pub fn finish_early(&mut self, seq: u32) -> Option<Finished> {
         assert!(!self.step_in_flight, "finish_early() during a step");
+        if self.window.contains(seq) {
+            self.window.forget(seq);
+            let s = &mut self.state.seqs[seq as usize];
+            s.max_output_tokens = s.generated;
+            return Some(Finished { request_id: s.request_id, output_tokens: s.generated, preemptions: s.preemptions });
+        }
         let state = &mut self.state;
         // Rare (the simulator never stops a request early): the members go back to one by one.
         if state.seqs.get(seq as usize).is_some_and(|s| s.cohort_index != NOT_MEMBER) {

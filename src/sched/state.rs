@@ -110,6 +110,27 @@ impl SchedulerState {
         self.running.len() as u32 + self.cohort.as_ref().map_or(0, Cohort::len)
     }
 
+    /// Whether a prompt may be split across steps: with chunked prefill, except under multi-step
+    /// scheduling, which schedules a prompt whole or not at all (vLLM 0.6.3's
+    /// `_get_num_new_tokens`: "multi-step + chunked prefill does not actually support chunking
+    /// prompts").
+    pub(super) fn partial_prefills(&self) -> bool {
+        self.config.enable_chunked_prefill && self.config.num_scheduler_steps == 1
+    }
+
+    /// The KV `seq` must hold to compute up to `tokens_total` in a step that may open a
+    /// multi-step window: the window's further tokens too (vLLM's lookahead slots, N − 1), but
+    /// not past the sequence's last token. A prompt is in a window only with chunked prefill.
+    pub(super) fn with_lookahead(&self, seq: u32, tokens_total: u32, prompt: bool) -> u32 {
+        let lookahead = self.config.num_scheduler_steps - 1;
+        if lookahead == 0 || (prompt && !self.config.enable_chunked_prefill) {
+            return tokens_total;
+        }
+        let s = &self.seqs[seq as usize];
+        let last = s.prompt_tokens + s.max_output_tokens - 1;
+        tokens_total.saturating_add(lookahead).min(last).max(tokens_total)
+    }
+
     /// Moves `seq`, just taken off the waiting queue, to the end of the running order.
     pub(super) fn push_running(&mut self, seq: u32) {
         self.seqs[seq as usize].admitted = self.admitted_next;

@@ -253,6 +253,7 @@ mod tests {
             num_gpu_blocks,
             watermark: 0.0,
             enable_prefix_caching: false,
+            num_scheduler_steps: 1,
             tgi: Some(tgi),
         };
         let policy = Box::new(Tgi::new(&config));

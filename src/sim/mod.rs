@@ -378,6 +378,16 @@ impl Simulation<'_> {
             }
             self.last_token_ns[id as usize] = now_ns;
         }
+        // A multi-step window's tokens reach the client as one chunk each: one gap per chunk, as
+        // vLLM's benchmark client times the chunks it receives.
+        for chunk in &outcome.chunks {
+            let record = &mut records.requests[chunk.request_id as usize];
+            match record.first_token_ns {
+                None => record.first_token_ns = Some(now_ns),
+                Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[chunk.request_id as usize]),
+            }
+            self.last_token_ns[chunk.request_id as usize] = now_ns;
+        }
         // The cohort's members all had their previous token at its previous step's end.
         records.itl_ns.push_n(now_ns - replica.cohort_last_token_ns, u64::from(outcome.cohort_tokens));
         if outcome.cohort_synced {

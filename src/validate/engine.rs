@@ -221,6 +221,9 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, device_name: &str,
     let _ = writeln!(t, "max_num_batched_tokens = {}", k.max_num_batched_tokens);
     let _ = writeln!(t, "block_size = {}", k.block_size);
     let _ = writeln!(t, "num_gpu_blocks = {}", k.num_gpu_blocks);
+    if k.num_scheduler_steps > 1 {
+        let _ = writeln!(t, "num_scheduler_steps = {}", k.num_scheduler_steps);
+    }
     if k.enable_prefix_caching {
         let _ = writeln!(t, "enable_prefix_caching = true");
     }
@@ -882,7 +885,7 @@ mod tests {
             size: "tiny".into(),
             seed: 0,
             threads: 1,
-            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: false },
+            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: false, num_scheduler_steps: 1 },
             device: None,
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };

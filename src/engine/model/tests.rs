@@ -490,6 +490,7 @@ fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new:
         num_gpu_blocks: 32,
         watermark: 0.0,
         enable_prefix_caching,
+        num_scheduler_steps: 1,
         tgi: None,
     };
     let mut s = Scheduler::new(knobs.clone(), Policy::Servesim.build(&knobs));

@@ -6,10 +6,10 @@
 //!                                              loop { apply commands
 //!                                                     schedule() → forward() → finish_step()
 //!                                                     EOS → finish_early(); stream tokens }
-//!   HTTP handlers ◄──Event::Token/Error (one channel per request)──┘
+//!   HTTP handlers ◄──Event::Tokens/Error (one channel per request)──┘
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
@@ -100,8 +100,9 @@ impl FinishReason {
 /// What a request's channel receives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A new token; `finish` is set on the request's last token.
-    Token { id: u32, finish: Option<FinishReason> },
+    /// New tokens, delivered together (one per step, or a multi-step window's); `finish` is set
+    /// with the request's last token.
+    Tokens { ids: Vec<u32>, finish: Option<FinishReason> },
     /// The request failed (executor error); no more events follow.
     Error(String),
 }
@@ -350,6 +351,12 @@ struct Live {
     ignore_eos: bool,
     sampling: SamplingParams,
     events: mpsc::UnboundedSender<Event>,
+    /// Tokens sampled and not yet sent: the scheduler says when a request's tokens go out (at
+    /// once, or at the end of a multi-step window).
+    unsent: Vec<u32>,
+    /// It sampled its end of sequence inside a multi-step window, and finishes when the window
+    /// ends.
+    stopping: bool,
 }
 
 struct EngineLoop<E: Executor> {
@@ -424,6 +431,8 @@ impl<E: Executor> EngineLoop<E> {
                                 ignore_eos: params.ignore_eos,
                                 sampling: params.sampling,
                                 events,
+                                unsent: Vec::new(),
+                                stopping: false,
                             },
                         );
                     }
@@ -465,7 +474,7 @@ impl<E: Executor> EngineLoop<E> {
     fn step(&mut self) {
         let start = Instant::now();
         let batch = self.scheduler.schedule().clone();
-        if batch.is_empty() {
+        if !self.scheduler.step_in_flight() {
             // Nothing fits now (cannot happen with live work and a free cache); avoid spinning.
             std::thread::sleep(Duration::from_millis(1));
             return;
@@ -492,8 +501,13 @@ impl<E: Executor> EngineLoop<E> {
             self.inputs.seqs.push(input);
         }
         let forward_start = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| self.executor.forward(&batch, &self.inputs)))
-            .unwrap_or_else(|_| Err("the executor panicked".to_string()));
+        // A step that only delivers what a multi-step window held has nothing to compute.
+        let result = if batch.is_empty() {
+            Ok(Vec::new())
+        } else {
+            catch_unwind(AssertUnwindSafe(|| self.executor.forward(&batch, &self.inputs)))
+                .unwrap_or_else(|_| Err("the executor panicked".to_string()))
+        };
         let forward_ns = forward_start.elapsed().as_nanos() as u64;
         let sampled_count = batch.seqs.iter().filter(|w| w.samples_token).count();
         let result = match result {
@@ -502,11 +516,15 @@ impl<E: Executor> EngineLoop<E> {
             Err(e) => Err(e),
         };
         let outcome = self.scheduler.finish_step();
-        let finished: std::collections::HashSet<u32> = outcome.finished.iter().map(|f| f.request_id).collect();
+        let finished: HashSet<u32> = outcome.finished.iter().map(|f| f.request_id).collect();
+        let mut deliver: HashSet<u32> = outcome.tokens.iter().copied().collect();
+        deliver.extend(outcome.chunks.iter().map(|c| c.request_id));
+        deliver.extend(&finished);
         let elapsed_ns = start.elapsed().as_nanos() as u64;
         let eos = self.executor.eos_token();
-        let mut stopped = Vec::new();
+        let mut stopped_now = HashSet::new();
         let mut gone = Vec::new();
+        let mut failed = Vec::new();
         match result {
             Ok(tokens) => {
                 let sampled = batch.seqs.iter().filter(|w| w.samples_token);
@@ -514,24 +532,35 @@ impl<E: Executor> EngineLoop<E> {
                     let Some(&id) = by_seq.get(&work.seq) else { continue };
                     let Some(live) = self.live.get_mut(&id) else { continue };
                     live.tokens.push(token);
-                    let finish = if finished.contains(&id) {
-                        Some(FinishReason::Length)
-                    } else if !live.ignore_eos && Some(token) == eos {
-                        stopped.push(id);
+                    live.unsent.push(token);
+                    if finished.contains(&id) || live.ignore_eos || Some(token) != eos {
+                        continue;
+                    }
+                    // End of sequence: finished now, or when its multi-step window ends.
+                    match self.scheduler.stop(work.seq) {
+                        Some(_) => {
+                            stopped_now.insert(id);
+                        }
+                        None => live.stopping = true,
+                    }
+                }
+                for (&id, live) in self.live.iter_mut().filter(|(id, _)| deliver.contains(id) || stopped_now.contains(id)) {
+                    let finish = if stopped_now.contains(&id) || (finished.contains(&id) && live.stopping) {
                         Some(FinishReason::Stop)
+                    } else if finished.contains(&id) {
+                        Some(FinishReason::Length)
                     } else {
                         None
                     };
-                    if live.events.send(Event::Token { id: token, finish }).is_err() && finish.is_none() {
+                    let ids = std::mem::take(&mut live.unsent);
+                    if live.events.send(Event::Tokens { ids, finish }).is_err() && finish.is_none() {
                         gone.push(id); // The client is gone.
                     }
                 }
                 let mut s = self.stats();
                 s.generation_tokens_total += sampled_count as u64;
-                s.requests_finished_total += (finished.len() + stopped.len()) as u64;
+                s.requests_finished_total += (finished.len() + stopped_now.len()) as u64;
                 s.requests_cancelled_total += gone.len() as u64;
-                drop(s);
-                stopped.append(&mut gone);
             }
             Err(message) => {
                 for work in &batch.seqs {
@@ -540,16 +569,16 @@ impl<E: Executor> EngineLoop<E> {
                             let _ = live.events.send(Event::Error(message.clone()));
                         }
                         if !finished.contains(&id) {
-                            stopped.push(id);
+                            failed.push(id);
                         }
                     }
                 }
             }
         }
-        for id in &finished {
+        for id in finished.iter().chain(&stopped_now) {
             self.live.remove(id);
         }
-        for id in stopped {
+        for id in gone.into_iter().chain(failed) {
             if let Some(live) = self.live.remove(&id) {
                 self.scheduler.finish_early(live.seq);
             }
@@ -612,6 +641,10 @@ fn rejection_message(r: Rejection) -> String {
         Rejection::TotalTooLong { total_tokens, max_total_tokens } => {
             format!("prompt + max_new_tokens is {total_tokens} tokens, more than max_total_tokens ({max_total_tokens})")
         }
+        Rejection::StepBudget { total_tokens, max_num_batched_tokens } => format!(
+            "prompt + max_tokens − 1 is {total_tokens} tokens, more than --max-num-batched-tokens ({max_num_batched_tokens}): \
+             with --num-scheduler-steps a prompt is computed in one step, and a preempted request recomputes up to that"
+        ),
         Rejection::Overloaded { in_flight, max_concurrent_requests } => {
             format!("{in_flight} requests in flight, the limit is {max_concurrent_requests}")
         }

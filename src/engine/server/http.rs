@@ -258,11 +258,13 @@ async fn completion_whole(mut stream: RequestStream, mut decoder: StreamDecoder,
     let mut finish_reason = None;
     while let Some(event) = stream.events.recv().await {
         match event {
-            Event::Token { id, finish } => {
-                completion_tokens += 1;
-                match decoder.push(id) {
-                    Ok(piece) => text.push_str(&piece),
-                    Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+            Event::Tokens { ids, finish } => {
+                completion_tokens += ids.len() as u32;
+                for id in ids {
+                    match decoder.push(id) {
+                        Ok(piece) => text.push_str(&piece),
+                        Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                    }
                 }
                 if let Some(f) = finish {
                     finish_reason = Some(f);
@@ -307,15 +309,21 @@ fn completion_stream(stream: RequestStream, decoder: StreamDecoder, id: String, 
         loop {
             match s.phase {
                 0 => match s.stream.events.recv().await {
-                    Some(Event::Token { id, finish }) => {
-                        s.completion_tokens += 1;
-                        let text = match decoded(&mut s.decoder, id, finish.is_some()) {
-                            Ok(text) => text,
-                            Err(m) => {
-                                s.phase = 2;
-                                return Some((Ok(data_line(&openai_error(&m))), s));
+                    Some(Event::Tokens { ids, finish }) => {
+                        // The tokens the engine delivers together (a multi-step window's) go out
+                        // as one chunk, as vLLM's server streams a window's output.
+                        let mut text = String::new();
+                        let last = ids.len().saturating_sub(1);
+                        for (i, id) in ids.into_iter().enumerate() {
+                            s.completion_tokens += 1;
+                            match decoded(&mut s.decoder, id, i == last && finish.is_some()) {
+                                Ok(piece) => text.push_str(&piece),
+                                Err(m) => {
+                                    s.phase = 2;
+                                    return Some((Ok(data_line(&openai_error(&m))), s));
+                                }
                             }
-                        };
+                        }
                         if finish.is_some() {
                             s.phase = 1;
                         }
@@ -397,11 +405,14 @@ async fn generate(State(front): State<Front>, body: Bytes) -> Response {
     let mut finish_reason = FinishReason::Length;
     while let Some(event) = stream.events.recv().await {
         match event {
-            Event::Token { id, finish } => {
-                tokens.push(tgi_token(tokenizer, id));
-                match decoded(&mut decoder, id, finish.is_some()) {
-                    Ok(piece) => text.push_str(&piece),
-                    Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+            Event::Tokens { ids, finish } => {
+                let last = ids.len().saturating_sub(1);
+                for (i, id) in ids.into_iter().enumerate() {
+                    tokens.push(tgi_token(tokenizer, id));
+                    match decoded(&mut decoder, id, i == last && finish.is_some()) {
+                        Ok(piece) => text.push_str(&piece),
+                        Err(m) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                    }
                 }
                 if let Some(f) = finish {
                     finish_reason = f;
@@ -428,6 +439,9 @@ struct TgiStream {
     generated: u32,
     seed: Option<u64>,
     done: bool,
+    /// Tokens received and not yet streamed, with the finish reason of the last: TGI streams
+    /// one event per token, even where the engine delivers several at once.
+    queued: std::collections::VecDeque<(u32, Option<FinishReason>)>,
 }
 
 async fn generate_stream(State(front): State<Front>, body: Bytes) -> Response {
@@ -436,13 +450,26 @@ async fn generate_stream(State(front): State<Front>, body: Bytes) -> Response {
         Err(e) => return e.into_response(),
     };
     let tokenizer = front.engine.tokenizer().clone();
-    let state = TgiStream { stream, decoder: StreamDecoder::new(tokenizer.clone()), tokenizer, text: String::new(), generated: 0, seed: p.seed, done: false };
+    let state = TgiStream { stream, decoder: StreamDecoder::new(tokenizer.clone()), tokenizer, text: String::new(), generated: 0, seed: p.seed, done: false, queued: Default::default() };
     sse_response(stream::unfold(state, |mut s| async move {
         if s.done {
             return None;
         }
-        let line = match s.stream.events.recv().await {
-            Some(Event::Token { id, finish }) => {
+        if s.queued.is_empty() {
+            match s.stream.events.recv().await {
+                Some(Event::Tokens { ids, finish }) => {
+                    let last = ids.len().saturating_sub(1);
+                    s.queued.extend(ids.into_iter().enumerate().map(|(i, id)| (id, if i == last { finish } else { None })));
+                }
+                Some(Event::Error(m)) => {
+                    s.done = true;
+                    return Some((Ok(Bytes::from(format!("data:{}\n\n", json!({"error": m, "error_type": "generation"})))), s));
+                }
+                None => return None,
+            }
+        }
+        let line = match s.queued.pop_front() {
+            Some((id, finish)) => {
                 s.generated += 1;
                 match decoded(&mut s.decoder, id, finish.is_some()) {
                     Ok(piece) => s.text.push_str(&piece),
@@ -462,10 +489,7 @@ async fn generate_stream(State(front): State<Front>, body: Bytes) -> Response {
                     }
                 }
             }
-            Some(Event::Error(m)) => {
-                s.done = true;
-                json!({"error": m, "error_type": "generation"})
-            }
+            // An engine delivery holds at least one token.
             None => return None,
         };
         Some((Ok(Bytes::from(format!("data:{line}\n\n"))), s))

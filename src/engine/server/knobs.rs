@@ -7,7 +7,7 @@ use crate::scenario::Policy;
 use crate::sched::SchedulerConfig;
 
 /// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`,
-/// `--enable-prefix-caching`.
+/// `--enable-prefix-caching`, `--num-scheduler-steps`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineKnobs {
     pub max_num_seqs: u32,
@@ -15,7 +15,12 @@ pub struct EngineKnobs {
     pub block_size: u32,
     pub num_gpu_blocks: u32,
     pub enable_prefix_caching: bool,
+    pub num_scheduler_steps: u32,
 }
+
+/// The longest multi-step window `serve` takes: a window holds a batch's tokens back for this
+/// many steps, so a larger one only delays streaming (vLLM's docs use 8 to 16).
+pub const NUM_SCHEDULER_STEPS_MAX: u32 = 256;
 
 impl EngineKnobs {
     /// Checks the knobs, naming the first bad flag.
@@ -29,6 +34,9 @@ impl EngineKnobs {
         }
         if self.num_gpu_blocks == 0 {
             return bad("--num-gpu-blocks", 0, "must be positive");
+        }
+        if !(1..=NUM_SCHEDULER_STEPS_MAX).contains(&self.num_scheduler_steps) {
+            return bad("--num-scheduler-steps", self.num_scheduler_steps, &format!("must be in 1..={NUM_SCHEDULER_STEPS_MAX}"));
         }
         if !self.block_size.is_power_of_two() {
             return bad("--block-size", self.block_size, "must be a power of two");
@@ -47,6 +55,7 @@ impl EngineKnobs {
             num_gpu_blocks: self.num_gpu_blocks,
             watermark: 0.0,
             enable_prefix_caching: self.enable_prefix_caching,
+            num_scheduler_steps: self.num_scheduler_steps,
             tgi: None,
         }
     }

@@ -132,6 +132,7 @@ pub(super) fn resolve_engine(
             num_gpu_blocks: 0,
             watermark: 0.0,
             enable_prefix_caching,
+            num_scheduler_steps: 1,
             activation_reserve_bytes: 0,
             tgi: None,
         };
@@ -219,6 +220,8 @@ pub(super) fn resolve_engine(
     if !(0.0..1.0).contains(&watermark) {
         return Err(cx.invalid("engine.watermark", watermark, "must be in [0, 1)"));
     }
+    let num_scheduler_steps =
+        resolve_num_scheduler_steps(raw, policy, enable_chunked_prefill, max_num_batched_tokens, max_model_len, cx)?;
 
     Ok(EngineConfig {
         policy,
@@ -235,9 +238,54 @@ pub(super) fn resolve_engine(
         num_gpu_blocks: 0,
         watermark,
         enable_prefix_caching,
+        num_scheduler_steps,
         activation_reserve_bytes: 0,
         tgi: None,
     })
+}
+
+/// The longest multi-step window a scenario takes. vLLM 0.6 takes any positive number; its
+/// documentation and benchmarks use 8 to 16, and a window holds every token of a batch back
+/// for its whole length, so past a few hundred steps a scenario is surely a typo.
+pub const NUM_SCHEDULER_STEPS_MAX: u32 = 256;
+
+/// `engine.num_scheduler_steps`: vLLM 0.6's multi-step scheduling (docs/multi-step.md). vLLM V1
+/// dropped it, and TGI never had it; with chunked prefill, vLLM 0.6.3 schedules prompts whole
+/// under it, so the step budget must hold the longest sequence or a long prompt would wait for
+/// ever.
+fn resolve_num_scheduler_steps(
+    raw: &RawEngine,
+    policy: Policy,
+    enable_chunked_prefill: bool,
+    max_num_batched_tokens: u32,
+    max_model_len: u32,
+    cx: &Cx,
+) -> Result<u32, ScenarioError> {
+    let steps = positive_or(cx, "engine.num_scheduler_steps", raw.num_scheduler_steps, 1)?;
+    if steps == 1 {
+        return Ok(1);
+    }
+    if steps > NUM_SCHEDULER_STEPS_MAX {
+        return Err(cx.invalid("engine.num_scheduler_steps", steps, format!("must be at most {NUM_SCHEDULER_STEPS_MAX}")));
+    }
+    if policy == Policy::VllmV1 {
+        return Err(cx.invalid(
+            "engine.num_scheduler_steps",
+            steps,
+            "vLLM V1 has no multi-step scheduling (it was a V0 feature, vLLM 0.6.x); use policy = \"vllm-v0\"",
+        ));
+    }
+    if enable_chunked_prefill && max_num_batched_tokens < max_model_len {
+        return Err(cx.invalid(
+            "engine.max_num_batched_tokens",
+            max_num_batched_tokens,
+            format!(
+                "smaller than max_model_len ({max_model_len}) with num_scheduler_steps = {steps} and chunked prefill: \
+                 multi-step scheduling never splits a prompt (vLLM 0.6.3), so a longer one could never be scheduled"
+            ),
+        ));
+    }
+    Ok(steps)
 }
 
 /// Engine keys that every policy takes; the others belong to one kind of engine.
@@ -251,8 +299,14 @@ const ENGINE_COMMON_FIELDS: [&str; 8] = [
     "num_gpu_blocks",
     "activation_reserve_gib",
 ];
-const ENGINE_VLLM_FIELDS: [&str; 5] =
-    ["max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "max_model_len", "watermark"];
+const ENGINE_VLLM_FIELDS: [&str; 6] = [
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enable_chunked_prefill",
+    "max_model_len",
+    "watermark",
+    "num_scheduler_steps",
+];
 const ENGINE_TGI_FIELDS: [&str; 7] = [
     "max_input_tokens",
     "max_total_tokens",
@@ -267,7 +321,8 @@ const ENGINE_TGI_FIELDS: [&str; 7] = [
 /// own names for its limits, and a key the chosen engine does not read would be silently ignored.
 fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Result<(), ScenarioError> {
     let show = |v: Option<u32>| v.map(|v| v.to_string());
-    let present: [(&str, Option<String>); 12] = [
+    let present: [(&str, Option<String>); 13] = [
+        ("num_scheduler_steps", show(raw.num_scheduler_steps)),
         ("max_num_batched_tokens", show(raw.max_num_batched_tokens)),
         ("max_num_seqs", show(raw.max_num_seqs)),
         ("enable_chunked_prefill", raw.enable_chunked_prefill.map(|v| v.to_string())),
