@@ -77,6 +77,7 @@ impl DecodeStep {
                 new_tokens: 1,
                 context_tokens: CONTEXT_TOKENS as u32,
                 samples_token: true,
+                draft_tokens: 0,
             });
         }
         let tokens = (0..BATCH as u32).map(|i| (i * 997) % config.vocab_size as u32).collect();

@@ -103,7 +103,7 @@ impl Pair {
                 s.blocks.push(self.free.pop().expect("KV pool exhausted"));
             }
             let samples = s.computed + new == s.tokens.len();
-            seqs.push(SeqWork { seq: i as u32, new_tokens: new as u32, context_tokens: s.computed as u32, samples_token: samples });
+            seqs.push(SeqWork { seq: i as u32, new_tokens: new as u32, context_tokens: s.computed as u32, samples_token: samples, draft_tokens: 0 });
             ids.extend_from_slice(&s.tokens[s.computed..s.computed + new]);
             tables.push(s.blocks.clone());
         }
@@ -225,7 +225,7 @@ fn cuda_forward_rejects_inconsistent_inputs() {
     }
     let weights = LlamaWeights::random(&LlamaConfig::tiny(), 1);
     let mut gpu = CudaModelExecutor::new(&weights, 8, 4, 0).unwrap_or_else(|e| panic!("{e}"));
-    let batch = Batch { seqs: vec![SeqWork { seq: 0, new_tokens: 6, context_tokens: 0, samples_token: true }], ..Default::default() };
+    let batch = Batch { seqs: vec![SeqWork { seq: 0, new_tokens: 6, context_tokens: 0, samples_token: true, draft_tokens: 0 }], ..Default::default() };
     let short = Tables(vec![vec![1]], 4);
     let e = gpu.forward_with_tables(&batch, &[1, 2, 3, 4, 5, 6], &short).unwrap_err().to_string();
     assert!(e.contains("needs 2 KV blocks"), "{e}");

@@ -48,6 +48,7 @@ fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps,
+            speculative: None,
             tgi: None,
         },
         policy: Policy::VllmV0,
@@ -227,6 +228,7 @@ fn engine(num_scheduler_steps: u32, eos: Option<u32>) -> EngineHandle {
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps,
+        speculative: None,
         tgi: None,
     };
     EngineHandle::start(Echo { eos, step_delay: Duration::from_millis(10) }, config, Policy::Servesim, 64, 200)

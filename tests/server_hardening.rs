@@ -56,6 +56,7 @@ async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_d
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
+        speculative: None,
         tgi: None,
     };
     let engine = EngineHandle::start(SlowExecutor { step_delay }, config, Policy::VllmV1, max_waiting, 1024).with_model_name("slow");

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use crate::Error;
-use crate::engine::server::EngineKnobs;
+use crate::engine::server::{EngineKnobs, NgramLookup};
 
 /// The scheduler knobs of servesim's engine, shared by `serve` and `validate --engine`.
 #[derive(Debug, Args)]
@@ -25,6 +25,16 @@ pub struct EngineKnobsArgs {
     /// scheduler runs once per window of this many steps, and tokens stream in chunks of it.
     #[arg(long, default_value_t = 1)]
     pub num_scheduler_steps: u32,
+    /// N-gram speculative decoding (prompt lookup), as vLLM's `--speculative-config
+    /// '{"method": "ngram", ...}'`: the most draft tokens a step verifies (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub num_speculative_tokens: u32,
+    /// The shortest suffix n-gram speculation matches.
+    #[arg(long, default_value_t = 1)]
+    pub prompt_lookup_min: u32,
+    /// The longest suffix n-gram speculation tries first.
+    #[arg(long, default_value_t = 4)]
+    pub prompt_lookup_max: u32,
 }
 
 impl EngineKnobsArgs {
@@ -37,6 +47,11 @@ impl EngineKnobsArgs {
             num_gpu_blocks: self.num_gpu_blocks,
             enable_prefix_caching: self.enable_prefix_caching,
             num_scheduler_steps: self.num_scheduler_steps,
+            ngram: (self.num_speculative_tokens > 0).then_some(NgramLookup {
+                num_speculative_tokens: self.num_speculative_tokens,
+                min_n: self.prompt_lookup_min,
+                max_n: self.prompt_lookup_max,
+            }),
         };
         knobs.check()?;
         Ok(knobs)

@@ -150,6 +150,21 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
             );
         }
     }
+    if let Some(spec) = &scenario.engine.speculative {
+        for point in &points {
+            let s = &point.output.spec;
+            eprintln!(
+                "speculative decoding (num_prompts {}, {} k = {}): {} of {} draft tokens accepted ({:.2}%), {:.3} tokens per verifying step",
+                point.num_prompts,
+                spec.method.name(),
+                spec.scheduler.num_speculative_tokens,
+                s.accepted_tokens,
+                s.draft_tokens,
+                100.0 * s.acceptance_rate(),
+                s.mean_tokens_per_step()
+            );
+        }
+    }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     lock.write_all(text.as_bytes())

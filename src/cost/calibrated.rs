@@ -1119,7 +1119,7 @@ impl CostModel for Calibrated {
             let q = work.new_tokens as f64;
             let c = work.context_tokens as f64;
             tokens += q;
-            sampled += work.samples_token as u64 as f64;
+            sampled += f64::from(work.sampled_rows());
             let phase = if work.is_decode() {
                 DECODE
             } else if work.context_tokens == 0 {
@@ -1341,7 +1341,7 @@ mod tests {
     fn decode_batch(n: u32, context: u32) -> Batch {
         let mut batch = Batch::default();
         for seq in 0..n {
-            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: context, samples_token: true });
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: context, samples_token: true, draft_tokens: 0 });
         }
         batch
     }
@@ -1399,7 +1399,7 @@ mod tests {
 
         // A prefill of 300 tokens and a mixed batch.
         let mut batch = Batch::default();
-        batch.push(SeqWork { seq: 0, new_tokens: 300, context_tokens: 0, samples_token: true });
+        batch.push(SeqWork { seq: 0, new_tokens: 300, context_tokens: 0, samples_token: true, draft_tokens: 0 });
         let heads = model_heads(&model, 1);
         let shape = AttentionShape {
             phase: AttentionPhase::Prefill,
@@ -1455,7 +1455,7 @@ mod tests {
             assert_eq!(calibrated.predict(&batch), roofline.predict(&batch));
         }
         let mut prefill = Batch::default();
-        prefill.push(SeqWork { seq: 0, new_tokens: 2000, context_tokens: 0, samples_token: true });
+        prefill.push(SeqWork { seq: 0, new_tokens: 2000, context_tokens: 0, samples_token: true, draft_tokens: 0 });
         assert_eq!(calibrated.predict(&prefill), roofline.predict(&prefill));
         assert_eq!(calibrated.predict(&Batch::default()), StepCost::default());
     }
@@ -1484,7 +1484,7 @@ mod tests {
         let (low, high) = (flops_ratio.min(bandwidth_ratio), flops_ratio.max(bandwidth_ratio));
         let mut batches = vec![decode_batch(1, 100), decode_batch(64, 2000)];
         let mut prefill = Batch::default();
-        prefill.push(SeqWork { seq: 0, new_tokens: 1024, context_tokens: 0, samples_token: true });
+        prefill.push(SeqWork { seq: 0, new_tokens: 1024, context_tokens: 0, samples_token: true, draft_tokens: 0 });
         batches.push(prefill);
         for batch in &batches {
             let (a, b) = (here.predict(batch), there.predict(batch));
@@ -1544,7 +1544,7 @@ mod tests {
         );
         let chunk = |context_tokens| {
             let mut batch = Batch::default();
-            batch.push(SeqWork { seq: 0, new_tokens: 256, context_tokens, samples_token: false });
+            batch.push(SeqWork { seq: 0, new_tokens: 256, context_tokens, samples_token: false, draft_tokens: 0 });
             calibrated.predict(&batch).attention_ns as f64
         };
         // The same utilisation on more work: time in proportion to the roofline time of the
@@ -1586,7 +1586,7 @@ mod tests {
         // 16 sequences with contexts 64, 128, …, 1024 (mean 544, cv ≈ 0.55): mostly uneven.
         let mut batch = Batch::default();
         for seq in 0..16 {
-            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: 64 * (seq + 1), samples_token: true });
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens: 64 * (seq + 1), samples_token: true, draft_tokens: 0 });
         }
         let even = calibrated.predict(&decode_batch(16, 544)).attention_ns as f64;
         let uneven = calibrated.predict(&batch).attention_ns as f64;

@@ -11,6 +11,7 @@ pub mod moe;
 pub mod profile_match;
 pub mod roofline;
 pub mod sampling;
+pub mod speculative;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;
@@ -20,4 +21,14 @@ pub trait CostModel {
     fn predict(&self, batch: &Batch) -> StepCost;
     /// Where the prediction comes from (e.g. "roofline"), for reports.
     fn source(&self) -> &'static str;
+}
+
+/// A boxed cost model is one: scenarios choose theirs at run time.
+impl<T: CostModel + ?Sized> CostModel for Box<T> {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        (**self).predict(batch)
+    }
+    fn source(&self) -> &'static str {
+        (**self).source()
+    }
 }

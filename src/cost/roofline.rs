@@ -396,7 +396,7 @@ impl Roofline {
     /// cache and samples its first token (what a lone request's TTFT is, less queueing).
     pub fn prefill_cost(&self, prompt_tokens: u32) -> StepCost {
         let mut batch = Batch::default();
-        batch.push(SeqWork { seq: 0, new_tokens: prompt_tokens, context_tokens: 0, samples_token: true });
+        batch.push(SeqWork { seq: 0, new_tokens: prompt_tokens, context_tokens: 0, samples_token: true, draft_tokens: 0 });
         self.predict(&batch)
     }
 
@@ -405,7 +405,7 @@ impl Roofline {
     pub fn decode_cost(&self, batch_size: u32, context_tokens: u32) -> StepCost {
         let mut batch = Batch::default();
         for seq in 0..batch_size {
-            batch.push(SeqWork { seq, new_tokens: 1, context_tokens, samples_token: true });
+            batch.push(SeqWork { seq, new_tokens: 1, context_tokens, samples_token: true, draft_tokens: 0 });
         }
         self.predict(&batch)
     }
@@ -461,9 +461,10 @@ impl CostModel for Roofline {
             let q = work.new_tokens as u64;
             let c = work.context_tokens as u64;
             tokens += q;
-            sampled += work.samples_token as u64;
+            sampled += u64::from(work.sampled_rows());
             if work.is_decode() {
-                keys += q * c + 1;
+                // One token, or (verifying drafts) a few causal ones, on the cached context.
+                keys += q * c + q * (q + 1) / 2;
             } else {
                 prefill_seqs += 1;
                 prefix_keys += q * c;
@@ -670,7 +671,7 @@ mod tests {
         assert_eq!((b.gemm_ns, b.attention_ns, b.overhead_ns), (a.gemm_ns, a.attention_ns, a.overhead_ns));
         // A prefill chunk that does not end its prompt samples nothing and pays nothing.
         let mut chunk = Batch::default();
-        chunk.push(SeqWork { seq: 0, new_tokens: 64, context_tokens: 0, samples_token: false });
+        chunk.push(SeqWork { seq: 0, new_tokens: 64, context_tokens: 0, samples_token: false, draft_tokens: 0 });
         assert_eq!(sampling.predict(&chunk), plain.predict(&chunk));
         // One that ends it samples one row: 640 ns.
         let (a, b) = (plain.prefill_cost(64), sampling.prefill_cost(64));
@@ -892,9 +893,9 @@ mod tests {
         let roofline = Roofline::new(&tiny_model(), &tiny_gpu(), 1, &tiny_params());
         let mut batch = Batch::default();
         // A non-final prefill chunk samples nothing; two decodes sample one token each.
-        batch.push(SeqWork { seq: 0, new_tokens: 2, context_tokens: 20, samples_token: false });
-        batch.push(SeqWork { seq: 1, new_tokens: 1, context_tokens: 50, samples_token: true });
-        batch.push(SeqWork { seq: 2, new_tokens: 1, context_tokens: 70, samples_token: true });
+        batch.push(SeqWork { seq: 0, new_tokens: 2, context_tokens: 20, samples_token: false, draft_tokens: 0 });
+        batch.push(SeqWork { seq: 1, new_tokens: 1, context_tokens: 50, samples_token: true, draft_tokens: 0 });
+        batch.push(SeqWork { seq: 2, new_tokens: 1, context_tokens: 70, samples_token: true, draft_tokens: 0 });
         let cost = roofline.predict(&batch);
         assert_sum(&cost);
         // Attention per layer: keys = (2·20 + 3) + 51 + 71 = 165 → 4·4·16·165 / 4e10 = 1,056 ns;
@@ -908,7 +909,7 @@ mod tests {
 
         // Nothing sampled: no LM head at all.
         let mut chunk = Batch::default();
-        chunk.push(SeqWork { seq: 0, new_tokens: 4, context_tokens: 0, samples_token: false });
+        chunk.push(SeqWork { seq: 0, new_tokens: 4, context_tokens: 0, samples_token: false, draft_tokens: 0 });
         assert_eq!(roofline.predict(&chunk).gemm_ns, 20_096);
     }
 

@@ -3,6 +3,7 @@
 mod csv_line;
 pub mod output;
 
+use crate::cost::speculative::SpeculativeCost;
 use crate::cost::CostModel;
 use crate::cost::roofline::Roofline;
 use crate::metrics::Summary;
@@ -36,6 +37,7 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         watermark: e.watermark,
         enable_prefix_caching: e.enable_prefix_caching,
         num_scheduler_steps: e.num_scheduler_steps,
+        speculative: e.speculative.as_ref().map(|s| s.scheduler.clone()),
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.
         tgi: e.tgi,
@@ -55,9 +57,30 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
     }
 }
 
-/// The cost model a scenario uses.
-pub fn cost_model(scenario: &Scenario) -> Roofline {
+/// The cost model a scenario uses: the roofline with its `[cost]` parameters, and with
+/// speculative decoding the proposer's passes on top ([`SpeculativeCost`]).
+pub fn cost_model(scenario: &Scenario) -> Box<dyn CostModel + Sync> {
+    let target = Box::new(roofline_model(scenario));
+    match proposer_scenario(scenario) {
+        Some((proposer, k)) => Box::new(SpeculativeCost::new(target, Box::new(roofline_model(&proposer)), k)),
+        None => target,
+    }
+}
+
+/// The roofline of the scenario's model, with its `[cost]` parameters.
+fn roofline_model(scenario: &Scenario) -> Roofline {
     Roofline::new(&scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost)
+}
+
+/// The scenario as its speculative proposer alone: the draft model (or MTP head) on the same
+/// GPUs and engine, to price the proposer's passes as the target's are priced.
+fn proposer_scenario(scenario: &Scenario) -> Option<(Scenario, u32)> {
+    let spec = scenario.engine.speculative.as_ref()?;
+    let draft = spec.draft.clone()?;
+    let mut alone = scenario.clone();
+    alone.model = draft;
+    alone.engine.speculative = None;
+    Some((alone, spec.scheduler.num_speculative_tokens))
 }
 
 /// Where a scenario's step prices come from.
@@ -118,7 +141,22 @@ fn read_profile(path: &std::path::Path) -> Result<std::sync::Arc<Profile>, Strin
 /// `allow_mismatch` a warning. `auto` picks the profile bundled for the GPU, and says in a note
 /// where it differs from the scenario; for a GPU with none, the nearest bundled GPU's
 /// utilisations at this GPU's peaks ([`Calibrated::transferred`]).
+///
+/// With speculative decoding, the proposer is priced the same way, and its passes are added
+/// ([`SpeculativeCost`]).
 pub fn scenario_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
+    let target = target_cost(scenario, allow_mismatch)?;
+    let Some((proposer, k)) = proposer_scenario(scenario) else { return Ok(target) };
+    let draft = target_cost(&proposer, allow_mismatch)?;
+    let ScenarioCost { model, kind, label, mut notes, mut warnings } = target;
+    notes.extend(draft.notes);
+    warnings.extend(draft.warnings);
+    let label = format!("{label}; proposer {}: {}", proposer.model.name, draft.label);
+    Ok(ScenarioCost { model: Box::new(SpeculativeCost::new(model, draft.model, k)), kind, label, notes, warnings })
+}
+
+/// [`scenario_cost`] of the target model alone.
+fn target_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
     let invalid = |value: String, reason: String| ScenarioError::Invalid {
         file: scenario.path.clone(),
         field: "cost.profile".into(),
@@ -143,7 +181,7 @@ pub fn scenario_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<Scenar
     let gpu = &scenario.hardware.gpu;
     let tp = scenario.engine.tensor_parallel;
     let roofline = |kind: CostKind, notes: Vec<String>, warnings: Vec<String>| {
-        let model = cost_model(scenario);
+        let model = roofline_model(scenario);
         let label = match (kind, &scenario.fitted_profile) {
             (CostKind::Fitted, Some(fitted)) => format!("{} (fitted profile {})", model.source(), fitted.path.display()),
             _ => model.source().to_string(),
@@ -221,7 +259,7 @@ const REFERENCE_CONTEXT_TOKENS: u32 = 1024;
 pub fn speed_weight(cost: &dyn CostModel) -> f64 {
     let mut batch = Batch::default();
     for seq in 0..REFERENCE_DECODE_SEQS {
-        batch.push_decode(SeqWork { seq, new_tokens: 1, context_tokens: REFERENCE_CONTEXT_TOKENS, samples_token: true });
+        batch.push_decode(SeqWork { seq, new_tokens: 1, context_tokens: REFERENCE_CONTEXT_TOKENS, samples_token: true, draft_tokens: 0 });
     }
     1e9 / cost.predict(&batch).total_ns as f64
 }
@@ -268,7 +306,7 @@ fn pool_runs_with(
 fn roofline_cost(scenario: &Scenario) -> ScenarioCost {
     let model = cost_model(scenario);
     let label = model.source().to_string();
-    ScenarioCost { model: Box::new(model), kind: CostKind::Roofline, label, notes: Vec::new(), warnings: Vec::new() }
+    ScenarioCost { model, kind: CostKind::Roofline, label, notes: Vec::new(), warnings: Vec::new() }
 }
 
 /// The pools as GPU × TP × replicas, e.g. `2 × H100-SXM (TP 1) + 2 × A100-80G-SXM (TP 1)`.
@@ -284,7 +322,7 @@ pub fn pools_text(runs: &[PoolRun]) -> String {
 /// pools). `percentiles` are those the summaries compute (vLLM's `--metric-percentiles`).
 pub fn run_scenario(scenario: &Scenario, percentiles: &[f64]) -> Vec<PointResult> {
     if scenario.pools.is_empty() {
-        return run_scenario_with_progress(scenario, &cost_model(scenario), percentiles, false, &mut |_| {});
+        return run_scenario_with_progress(scenario, &*cost_model(scenario), percentiles, false, &mut |_| {});
     }
     let runs = pool_runs_with(scenario, &|s| Ok(roofline_cost(s))).expect("the roofline prices any resolved scenario");
     run_pools_with_progress(scenario, &runs, percentiles, false, &mut |_| {})

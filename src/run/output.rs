@@ -113,6 +113,15 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
                 obj.insert("prefix_cache_hit_tokens".into(), json!(prefix.hit_tokens));
                 obj.insert("prefix_cache_prompt_tokens".into(), json!(prefix.prompt_tokens));
             }
+            if scenario.engine.speculative.is_some() {
+                // vLLM's spec_decode counter names.
+                let spec = &p.output.spec;
+                obj.insert("spec_decode_num_drafts".into(), json!(spec.drafts));
+                obj.insert("spec_decode_num_draft_tokens".into(), json!(spec.draft_tokens));
+                obj.insert("spec_decode_num_accepted_tokens".into(), json!(spec.accepted_tokens));
+                obj.insert("spec_decode_num_accepted_tokens_per_pos".into(), json!(spec.accepted_by_position));
+                obj.insert("spec_decode_mean_tokens_per_step".into(), json!(spec.mean_tokens_per_step()));
+            }
             v
         })
         .collect();
@@ -140,6 +149,18 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
     // Only when on, so that a run without caching writes what it always wrote.
     if e.enable_prefix_caching {
         summary["servesim"]["enable_prefix_caching"] = json!(true);
+    }
+    if let Some(spec) = &e.speculative {
+        let rates = match &spec.scheduler.acceptance {
+            crate::sched::Acceptance::Drawn { rates, .. } => json!(rates),
+            crate::sched::Acceptance::Verified => json!(null),
+        };
+        summary["servesim"]["speculative"] = json!({
+            "method": spec.method.name(),
+            "num_speculative_tokens": spec.scheduler.num_speculative_tokens,
+            "draft_model": spec.draft.as_ref().map(|d| d.name.clone()),
+            "acceptance_rates": rates,
+        });
     }
     if e.num_scheduler_steps > 1 {
         summary["servesim"]["num_scheduler_steps"] = json!(e.num_scheduler_steps);

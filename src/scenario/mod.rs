@@ -11,6 +11,7 @@ pub mod error;
 pub mod hardware;
 pub mod model;
 pub mod schema;
+pub mod speculative;
 pub mod trace;
 mod resolve;
 
@@ -157,6 +158,8 @@ pub struct EngineConfig {
     /// Decode steps per scheduling decision (`sched::window`); 1 for every policy but
     /// "vllm-v0" and "servesim" (docs/multi-step.md).
     pub num_scheduler_steps: u32,
+    /// `[engine.speculative]`: speculative decoding (docs/speculative-decoding.md), `None` = off.
+    pub speculative: Option<speculative::SpeculativeSpec>,
     /// Memory per GPU held back for activations and runtime buffers when sizing the KV cache.
     pub activation_reserve_bytes: u64,
     /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is

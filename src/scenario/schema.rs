@@ -164,6 +164,8 @@ pub struct RawEngine {
     /// Decode steps per scheduling decision, vLLM 0.6's `--num-scheduler-steps` (default 1;
     /// policies "vllm-v0" and "servesim"): docs/multi-step.md.
     pub num_scheduler_steps: Option<u32>,
+    /// `[engine.speculative]`: speculative decoding (policies "vllm-v1" and "servesim").
+    pub speculative: Option<RawSpeculative>,
     /// Overrides the estimated activation + runtime reserve per GPU, GiB.
     pub activation_reserve_gib: Option<f64>,
     // TGI's launcher flags (policy "tgi" only), under their own names.
@@ -176,6 +178,23 @@ pub struct RawEngine {
     pub waiting_served_ratio: Option<f64>,
     pub max_waiting_tokens: Option<u32>,
     pub max_concurrent_requests: Option<u32>,
+}
+
+/// `[engine.speculative]`: docs/speculative-decoding.md.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpeculative {
+    /// "draft", "ngram", "mtp" (or "eagle", priced alike).
+    pub method: Option<String>,
+    pub num_speculative_tokens: Option<u32>,
+    /// Per draft token, independent: one rate for every position.
+    pub acceptance_rate: Option<f64>,
+    /// Per position: the rate of draft i given drafts before it were accepted (k values).
+    pub acceptance_rates: Option<Vec<f64>>,
+    /// Method "draft": the draft model's preset.
+    pub draft_model: Option<String>,
+    /// Seed of the acceptance draws (default 0).
+    pub seed: Option<u64>,
 }
 
 /// `[cost]`: `profile` (a fitted profile's path) and any of the named parameters of

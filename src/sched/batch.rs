@@ -14,12 +14,22 @@ pub struct SeqWork {
     pub context_tokens: u32,
     /// Whether this step samples a token for the sequence (decode, or the last prefill chunk).
     pub samples_token: bool,
+    /// Draft tokens among `new_tokens` that the step verifies (speculative decoding,
+    /// `sched::speculative`): the decode computes its last token and these, and samples a token
+    /// after each. 0 otherwise.
+    pub draft_tokens: u32,
 }
 
 impl SeqWork {
-    /// A decode computes exactly one token on top of an existing context.
+    /// A decode computes exactly one token on top of an existing context (and, speculating, the
+    /// drafts after it).
     pub fn is_decode(&self) -> bool {
-        self.new_tokens == 1 && self.context_tokens > 0 && self.samples_token
+        self.new_tokens == 1 + self.draft_tokens && self.context_tokens > 0 && self.samples_token
+    }
+
+    /// Rows whose logits are sampled: the last token's, and each draft's.
+    pub fn sampled_rows(&self) -> u32 {
+        if self.samples_token { 1 + self.draft_tokens } else { 0 }
     }
 }
 
@@ -86,9 +96,9 @@ impl Batch {
         self.seqs.push(work);
     }
 
-    /// Adds a one-token decode.
+    /// Adds a decode: one token, and any drafts it verifies.
     pub fn push_decode(&mut self, work: SeqWork) {
-        debug_assert_eq!(work.new_tokens, 1);
+        debug_assert_eq!(work.new_tokens, 1 + work.draft_tokens);
         self.decode_tokens += work.new_tokens;
         self.seqs.push(work);
     }
@@ -114,7 +124,7 @@ impl Batch {
     }
 
     pub fn sampled_tokens(&self) -> u32 {
-        self.seqs.iter().filter(|s| s.samples_token).count() as u32 + self.cohort.seqs
+        self.seqs.iter().map(SeqWork::sampled_rows).sum::<u32>() + self.cohort.seqs
     }
 
     /// A decode-only batch is the one engines replay from captured CUDA/HIP graphs.

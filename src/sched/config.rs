@@ -1,5 +1,7 @@
 //! The scheduler's configuration: knobs common to every policy, and TGI's own limits.
 
+use super::speculative::SpeculativeConfig;
+
 /// Knobs common to every policy (vLLM's names).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
@@ -19,6 +21,8 @@ pub struct SchedulerConfig {
     /// batch runs this many steps before the scheduler runs again, and its tokens reach the
     /// client together at the window's end (`sched::window`).
     pub num_scheduler_steps: u32,
+    /// Speculative decoding (`sched::speculative`); `None` = off.
+    pub speculative: Option<SpeculativeConfig>,
     /// TGI's limits: `Some` exactly when the policy is TGI's.
     pub tgi: Option<TgiConfig>,
 }

@@ -35,6 +35,7 @@ mod policy;
 pub mod prefix;
 mod scheduler;
 mod select;
+pub mod speculative;
 mod state;
 mod tgi;
 mod window;
@@ -46,5 +47,6 @@ pub use outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcom
 pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
 pub use scheduler::Scheduler;
 pub use select::Policy;
+pub use speculative::{Acceptance, SpecStats, SpeculativeConfig};
 pub use state::SchedulerState;
 pub use tgi::Tgi;

@@ -171,7 +171,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
     let mut i = 0;
     while i < s.running.len() && *budget > 0 {
         let seq = s.running[i];
-        let pending = s.seqs[seq as usize].tokens_pending();
+        let pending = s.tokens_wanted(seq);
         if !chunked && pending > *budget {
             break;
         }

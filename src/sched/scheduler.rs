@@ -4,7 +4,8 @@ use super::batch::Batch;
 use super::cohort::{BLOCK_SIZE_MAX, Cohort, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
-use super::outcome::{Admission, Finished, PrefixStats, Rejection, StepOutcome};
+use super::outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcome};
+use super::speculative::SpecStats;
 use super::prefix::BlockHash;
 use super::policy::SchedulingPolicy;
 use super::state::{Seq, SchedulerState};
@@ -47,8 +48,10 @@ impl Scheduler {
         let block_size = self.state.config.block_size;
         // A window's steps hand out several tokens per decision, which the cohort's totals do not
         // follow: multi-step runs sequence by sequence.
+        // Speculation too: a decode's tokens per step vary.
         let multi_step = self.state.config.num_scheduler_steps > 1;
-        if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX && !multi_step {
+        let speculative = self.state.config.speculative.is_some();
+        if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX && !multi_step && !speculative {
             self.state.cohort = Some(Cohort::new(block_size));
         }
         self
@@ -69,6 +72,27 @@ impl Scheduler {
     /// Prompt tokens looked up in the prefix cache so far, and those found.
     pub fn prefix_stats(&self) -> PrefixStats {
         self.state.prefix_stats
+    }
+
+    /// What speculative decoding did so far (all zero without it).
+    pub fn spec_stats(&self) -> &SpecStats {
+        &self.state.spec_stats
+    }
+
+    /// Speculative decoding with [`Acceptance::Verified`](super::Acceptance::Verified): `seq` has `drafts` draft tokens for
+    /// its next decode (the caller keeps them). The step may schedule fewer, when its budget runs
+    /// short: the batch's [`crate::sched::SeqWork::draft_tokens`] says how many.
+    pub fn propose_drafts(&mut self, seq: u32, drafts: u32) {
+        assert!(!self.step_in_flight, "propose_drafts() during a step");
+        self.state.seqs[seq as usize].drafts_proposed = drafts;
+    }
+
+    /// Speculative decoding with [`Acceptance::Verified`](super::Acceptance::Verified), between the forward pass and
+    /// [`Scheduler::finish_step`]: of the drafts `seq` verified in this step, the first
+    /// `accepted` matched the target model's tokens.
+    pub fn accept_drafts(&mut self, seq: u32, accepted: u32) {
+        assert!(self.step_in_flight, "accept_drafts() outside a step");
+        self.state.seqs[seq as usize].drafts_accepted = accepted;
     }
 
     pub fn num_waiting(&self) -> u32 {
@@ -206,8 +230,12 @@ impl Scheduler {
         let mut any_finished = false;
         let holds = self.window.holds_tokens();
         for work in &self.batch.seqs {
+            let accepted = state.drafts_accepted(work);
             let seq = &mut state.seqs[work.seq as usize];
-            seq.computed += work.new_tokens;
+            // The drafts after the first rejected one leave no KV; the accepted ones become the
+            // sequence's tokens.
+            seq.computed += work.new_tokens - (work.draft_tokens - accepted);
+            seq.generated += accepted;
             debug_assert!(seq.computed <= seq.tokens_known());
             if !state.prompt_hashes.is_empty() {
                 state.cache_computed_blocks(work.seq, work.context_tokens);
@@ -223,7 +251,11 @@ impl Scheduler {
                 self.window.hold(work.seq);
                 continue;
             }
-            outcome.tokens.push(seq.request_id);
+            if accepted > 0 {
+                outcome.chunks.push(Chunk { request_id: seq.request_id, tokens: accepted + 1 });
+            } else {
+                outcome.tokens.push(seq.request_id);
+            }
             if seq.generated == seq.max_output_tokens {
                 any_finished = true;
                 outcome.finished.push(Finished {

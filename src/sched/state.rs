@@ -10,6 +10,7 @@ use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 use super::outcome::PrefixStats;
 use super::prefix::{BlockHash, hit_blocks_max};
+use super::speculative::{Acceptance, SpecStats, draw_accepted};
 
 /// One request inside the scheduler.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +31,10 @@ pub(super) struct Seq {
     pub admitted: u64,
     /// Its place in the decode cohort, or [`NOT_MEMBER`].
     pub cohort_index: u32,
+    /// Speculative decoding with drafts from the caller: drafts proposed for its next decode,
+    /// and then how many of those scheduled the caller's verification kept.
+    pub drafts_proposed: u32,
+    pub drafts_accepted: u32,
 }
 
 impl Seq {
@@ -44,6 +49,8 @@ impl Seq {
             preemptions: 0,
             admitted: 0,
             cohort_index: NOT_MEMBER,
+            drafts_proposed: 0,
+            drafts_accepted: 0,
         }
     }
 
@@ -84,6 +91,7 @@ pub struct SchedulerState {
     /// its output a later prompt shares.
     pub(super) prompt_hashes: Vec<Vec<BlockHash>>,
     pub(super) prefix_stats: PrefixStats,
+    pub(super) spec_stats: SpecStats,
 }
 
 impl SchedulerState {
@@ -102,6 +110,7 @@ impl SchedulerState {
             admitted_next: 0,
             prompt_hashes: Vec::new(),
             prefix_stats: PrefixStats::default(),
+            spec_stats: SpecStats::default(),
         }
     }
 
@@ -129,6 +138,39 @@ impl SchedulerState {
         let s = &self.seqs[seq as usize];
         let last = s.prompt_tokens + s.max_output_tokens - 1;
         tokens_total.saturating_add(lookahead).min(last).max(tokens_total)
+    }
+
+    /// The tokens `seq` asks of a step: what it has pending, and as a decode with speculative
+    /// decoding its drafts after that (vLLM V1's `num_tokens_with_spec − num_computed_tokens`).
+    /// Drafts stop short of the sequence's last token, which needs no draft.
+    pub(super) fn tokens_wanted(&self, seq: u32) -> u32 {
+        let s = &self.seqs[seq as usize];
+        let pending = s.tokens_pending();
+        let Some(spec) = &self.config.speculative else { return pending };
+        if s.in_prefill() {
+            return pending;
+        }
+        let proposed = match spec.acceptance {
+            Acceptance::Drawn { .. } => spec.num_speculative_tokens,
+            Acceptance::Verified => s.drafts_proposed.min(spec.num_speculative_tokens),
+        };
+        pending + proposed.min(s.max_output_tokens - s.generated - 1)
+    }
+
+    /// Of the drafts `work` verified, those accepted: drawn, or as the caller reported them. Counts
+    /// them in the statistics.
+    pub(super) fn drafts_accepted(&mut self, work: &SeqWork) -> u32 {
+        if work.draft_tokens == 0 {
+            return 0;
+        }
+        let s = &mut self.seqs[work.seq as usize];
+        let accepted = match &self.config.speculative.as_ref().expect("drafts only with speculation").acceptance {
+            Acceptance::Drawn { rates, seed } => draw_accepted(rates, *seed, s.request_id, s.generated, work.draft_tokens),
+            Acceptance::Verified => std::mem::take(&mut s.drafts_accepted).min(work.draft_tokens),
+        };
+        s.drafts_proposed = 0;
+        self.spec_stats.record(work.draft_tokens, accepted);
+        accepted
     }
 
     /// Moves `seq`, just taken off the waiting queue, to the end of the running order.
@@ -350,15 +392,18 @@ fn late_shares<'a>(
     })
 }
 
-/// Adds `tokens` of `seq` to the batch, as a prefill chunk or a decode.
+/// Adds `tokens` of `seq` to the batch, as a prefill chunk or a decode (with drafts: the tokens
+/// past the known ones, see [`SchedulerState::tokens_wanted`]).
 fn push_work(seqs: &[Seq], batch: &mut Batch, seq: u32, tokens: u32) {
     let s = &seqs[seq as usize];
-    debug_assert!(tokens > 0 && tokens <= s.tokens_pending());
+    debug_assert!(tokens > 0);
+    let computed_after = s.computed + tokens;
     let work = SeqWork {
         seq,
         new_tokens: tokens,
         context_tokens: s.computed,
-        samples_token: s.computed + tokens == s.tokens_known(),
+        samples_token: computed_after >= s.tokens_known(),
+        draft_tokens: computed_after.saturating_sub(s.tokens_known()),
     };
     if s.in_prefill() {
         batch.push_prefill(work);

@@ -254,6 +254,7 @@ mod tests {
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps: 1,
+            speculative: None,
             tgi: Some(tgi),
         };
         let policy = Box::new(Tgi::new(&config));
@@ -509,7 +510,7 @@ mod tests {
         let decode = |n: u32| {
             let mut b = Batch::default();
             for i in 0..n {
-                b.push_decode(crate::sched::SeqWork { seq: i, new_tokens: 1, context_tokens: 10, samples_token: true });
+                b.push_decode(crate::sched::SeqWork { seq: i, new_tokens: 1, context_tokens: 10, samples_token: true, draft_tokens: 0 });
             }
             policy.graph_size(&b)
         };

@@ -87,7 +87,7 @@ impl Window {
             let s = &state.seqs[m.slot as usize];
             if s.generated < s.max_output_tokens {
                 debug_assert!(!s.in_prefill());
-                batch.push_decode(SeqWork { seq: m.slot, new_tokens: 1, context_tokens: s.computed, samples_token: true });
+                batch.push_decode(SeqWork { seq: m.slot, new_tokens: 1, context_tokens: s.computed, samples_token: true, draft_tokens: 0 });
             }
         }
         batch.window_step = self.scheduled;

@@ -24,7 +24,7 @@ use crate::cost::CostModel;
 use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
 use crate::scenario::{Policy, Router};
 use crate::sched::prefix::{BlockHash, stream_block_hashes};
-use crate::sched::{Admission, Finished, PrefixStats, SchedulerConfig};
+use crate::sched::{Admission, Finished, PrefixStats, SchedulerConfig, SpecStats};
 use crate::timeline::StepRow;
 use crate::workload::RequestSpec;
 use cluster::Cluster;
@@ -86,6 +86,8 @@ pub struct SimOutput {
     /// Prompt tokens found in the replicas' prefix caches, over all replicas (zero with caching
     /// off).
     pub prefix: PrefixStats,
+    /// What speculative decoding proposed and accepted, over all replicas (zero without it).
+    pub spec: SpecStats,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -201,6 +203,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
             steps: 0,
             rejected: 0,
             prefix: PrefixStats::default(),
+            spec: SpecStats::default(),
         },
     };
     if let Some(first) = requests.first() {
@@ -439,6 +442,7 @@ impl Simulation<'_> {
         assert!(self.done.iter().all(|&d| d), "a request never completed");
         for replica in &self.cluster.replicas {
             self.out.prefix.add(replica.scheduler.prefix_stats());
+            self.out.spec.add(replica.scheduler.spec_stats());
         }
         // A cache looks up every prompt it schedules, once: the requests that succeeded.
         for ((spec, record), extra) in self.requests.iter().zip(&self.out.records.requests).zip(&self.out.extras) {

@@ -885,7 +885,7 @@ mod tests {
             size: "tiny".into(),
             seed: 0,
             threads: 1,
-            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: false, num_scheduler_steps: 1 },
+            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: false, num_scheduler_steps: 1, ngram: None },
             device: None,
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };

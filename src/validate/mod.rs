@@ -136,7 +136,7 @@ pub fn percentiles_for(metrics: &[String]) -> Vec<f64> {
 /// `servesim fit` varies, whatever kernel profile the scenario names), and reads `metrics` from
 /// each summary, by vLLM JSON key.
 pub fn simulate_metrics(scenario: &Scenario, points: &[SweepPoint], metrics: &[String]) -> Result<Vec<Vec<f64>>, Error> {
-    simulate_metrics_with(scenario, &cost_model(scenario), points, metrics)
+    simulate_metrics_with(scenario, &*cost_model(scenario), points, metrics)
 }
 
 /// [`simulate_metrics`] priced by `cost`.

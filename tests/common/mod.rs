@@ -178,7 +178,7 @@ pub const ONE_AT_A_TIME: &str = r#"
 pub fn one_seq_batch(new_tokens: u32, context_tokens: u32, prefill: bool) -> servesim::sched::Batch {
     use servesim::sched::{Batch, SchedulingPolicy, SeqWork, VllmV1};
     let mut batch = Batch::default();
-    let work = SeqWork { seq: 0, new_tokens, context_tokens, samples_token: true };
+    let work = SeqWork { seq: 0, new_tokens, context_tokens, samples_token: true, draft_tokens: 0 };
     if prefill { batch.push_prefill(work) } else { batch.push_decode(work) }
     batch.graph_size = VllmV1.graph_size(&batch);
     batch

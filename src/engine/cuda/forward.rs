@@ -719,7 +719,7 @@ mod tests {
                 &self.0[index]
             }
         }
-        let work = |seq, context_tokens, new_tokens, samples_token| SeqWork { seq, context_tokens, new_tokens, samples_token };
+        let work = |seq, context_tokens, new_tokens, samples_token| SeqWork { seq, context_tokens, new_tokens, samples_token, draft_tokens: 0 };
         // Batch order: a 3-token prompt, a decode at position 5, a one-token prompt, a 2-token
         // chunk after 4 cached tokens (mid-prompt: not sampled).
         let batch = Batch {

@@ -226,9 +226,9 @@ impl StepPlan {
             }
         }
         for (i, w) in batch.seqs.iter().enumerate() {
-            if w.samples_token {
-                m.sample_rows.push(m.row_start[i] + w.new_tokens as usize - 1);
-            }
+            // The last row, and with drafts to verify the rows before it that hold them.
+            let first = w.new_tokens as usize - w.sampled_rows() as usize;
+            m.sample_rows.extend((first..w.new_tokens as usize).map(|r| m.row_start[i] + r));
         }
         Ok(())
     }
@@ -251,7 +251,7 @@ mod tests {
     }
 
     fn work(seq: u32, context: u32, new: u32, samples: bool) -> SeqWork {
-        SeqWork { seq, context_tokens: context, new_tokens: new, samples_token: samples }
+        SeqWork { seq, context_tokens: context, new_tokens: new, samples_token: samples, draft_tokens: 0 }
     }
 
     #[test]

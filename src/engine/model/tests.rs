@@ -145,7 +145,7 @@ fn generate(
             let new = remaining.min(chunk);
             let samples = s.computed + new == s.tokens.len();
             assert!(kv.allocate(i as u32, (s.computed + new) as u32, 0), "test KV pool too small");
-            batch.push(SeqWork { seq: i as u32, new_tokens: new as u32, context_tokens: s.computed as u32, samples_token: samples });
+            batch.push(SeqWork { seq: i as u32, new_tokens: new as u32, context_tokens: s.computed as u32, samples_token: samples, draft_tokens: 0 });
             ids.extend_from_slice(&s.tokens[s.computed..s.computed + new]);
             if samples {
                 sampled.push(i);
@@ -182,7 +182,7 @@ fn forward_matches_the_naive_reference() {
         let mut ids = Vec::new();
         for (i, p) in prompts.iter().enumerate() {
             assert!(kv.allocate(i as u32, p.len() as u32, 0));
-            batch.push_prefill(SeqWork { seq: i as u32, new_tokens: p.len() as u32, context_tokens: 0, samples_token: true });
+            batch.push_prefill(SeqWork { seq: i as u32, new_tokens: p.len() as u32, context_tokens: 0, samples_token: true, draft_tokens: 0 });
             ids.extend_from_slice(p);
         }
         let logits = exec.forward(&batch, &ids, &kv).unwrap().to_vec();
@@ -217,7 +217,7 @@ fn paged_decode_equals_full_recomputation() {
             assert!(kv.allocate(1, 3 + 4 * (step as u32 / 3 + 1), 0));
         }
         batch.clear();
-        batch.push(SeqWork { seq: 0, new_tokens: new as u32, context_tokens: computed as u32, samples_token: true });
+        batch.push(SeqWork { seq: 0, new_tokens: new as u32, context_tokens: computed as u32, samples_token: true, draft_tokens: 0 });
         let logits = exec.forward(&batch, &tokens[computed..], &kv).unwrap().to_vec();
         computed = tokens.len();
 
@@ -226,7 +226,7 @@ fn paged_decode_equals_full_recomputation() {
         fresh_kv.free(0);
         assert!(fresh_kv.allocate(0, tokens.len() as u32, 0));
         batch.clear();
-        batch.push(SeqWork { seq: 0, new_tokens: tokens.len() as u32, context_tokens: 0, samples_token: true });
+        batch.push(SeqWork { seq: 0, new_tokens: tokens.len() as u32, context_tokens: 0, samples_token: true, draft_tokens: 0 });
         let full = fresh.forward(&batch, &tokens, &fresh_kv).unwrap();
         let err = max_abs_diff(&logits, full);
         assert!(err <= 1e-4, "step {step}: paged decode vs recomputation: {err}");
@@ -292,7 +292,7 @@ fn safetensors_round_trip_gives_the_same_logits() {
             let mut kv = KvCacheManager::new(16, BLOCK_SIZE as u32);
             assert!(kv.allocate(0, p.len() as u32, 0));
             let mut batch = Batch::default();
-            batch.push(SeqWork { seq: 0, new_tokens: p.len() as u32, context_tokens: 0, samples_token: true });
+            batch.push(SeqWork { seq: 0, new_tokens: p.len() as u32, context_tokens: 0, samples_token: true, draft_tokens: 0 });
             exec.forward(&batch, &p, &kv).unwrap().to_vec()
         };
         assert_eq!(run(loaded), run(weights.clone()));
@@ -399,12 +399,12 @@ fn bad_steps_are_errors_not_panics() {
     let mut kv = KvCacheManager::new(8, BLOCK_SIZE as u32);
     assert!(kv.allocate(0, 6, 0));
     let mut batch = Batch::default();
-    batch.push(SeqWork { seq: 0, new_tokens: 6, context_tokens: 0, samples_token: true });
+    batch.push(SeqWork { seq: 0, new_tokens: 6, context_tokens: 0, samples_token: true, draft_tokens: 0 });
     // Wrong number of token ids, a token outside the vocabulary, a table too short.
     assert!(exec.forward(&batch, &[1, 2, 3], &kv).is_err());
     assert!(exec.forward(&batch, &[1, 2, 3, 4, 5, 999], &kv).is_err());
     batch.clear();
-    batch.push(SeqWork { seq: 0, new_tokens: 9, context_tokens: 0, samples_token: true });
+    batch.push(SeqWork { seq: 0, new_tokens: 9, context_tokens: 0, samples_token: true, draft_tokens: 0 });
     assert!(exec.forward(&batch, &[1; 9], &kv).is_err());
     // A KV manager with another block size, and block ids beyond the executor's cache.
     assert!(exec.forward(&batch, &[1; 9], &KvCacheManager::new(8, 8)).is_err());
@@ -453,7 +453,7 @@ fn a_step_is_timed_by_kind_of_op() {
     let mut kv = KvCacheManager::new(16, BLOCK_SIZE as u32);
     assert!(kv.allocate(0, 9, 0));
     let mut batch = Batch::default();
-    batch.push_prefill(SeqWork { seq: 0, new_tokens: 9, context_tokens: 0, samples_token: true });
+    batch.push_prefill(SeqWork { seq: 0, new_tokens: 9, context_tokens: 0, samples_token: true, draft_tokens: 0 });
     let start = std::time::Instant::now();
     exec.forward(&batch, &prompt(5, 9, config.vocab_size), &kv).unwrap();
     let elapsed_ns = start.elapsed().as_nanos() as u64;
@@ -491,6 +491,7 @@ fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new:
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,
+        speculative: None,
         tgi: None,
     };
     let mut s = Scheduler::new(knobs.clone(), Policy::Servesim.build(&knobs));

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::engine::model::{OpTimes, SamplingParams};
 use crate::scenario::Policy;
 use crate::sched::prefix::token_block_hashes;
-use crate::sched::{Admission, Batch, PrefixStats, Rejection, Scheduler, SchedulerConfig};
+use crate::sched::{Acceptance, Admission, Batch, PrefixStats, Rejection, Scheduler, SchedulerConfig, SpecStats, SpeculativeConfig};
+use super::ngram::NgramLookup;
 use crate::timeline::{StepCost, StepRow};
 
 /// What the forward pass computes for one [`crate::sched::SeqWork`] of a batch.
@@ -45,7 +46,8 @@ pub struct StepInputs {
 /// The forward pass the engine loop drives. Implemented by the model executor (CPU/CUDA); tests
 /// use a deterministic fake.
 pub trait Executor: Send + 'static {
-    /// Runs one step. Returns one sampled token per `SeqWork` with `samples_token`, in batch order.
+    /// Runs one step. Returns a token per sampled row ([`crate::sched::SeqWork::sampled_rows`]: one
+    /// per `SeqWork` with `samples_token`, and one more per draft), in batch order.
     fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String>;
     fn vocab_size(&self) -> u32;
     fn eos_token(&self) -> Option<u32>;
@@ -185,6 +187,8 @@ pub struct EngineStats {
     pub generation_tokens_total: u64,
     /// Prompt tokens looked up in the prefix cache and found there; `None` with caching off.
     pub prefix_cache: Option<PrefixStats>,
+    /// What n-gram speculation proposed and verification kept; `None` without it.
+    pub spec_decode: Option<SpecStats>,
 }
 
 /// Most trace rows kept; older rows are dropped first (a limit on everything).
@@ -249,6 +253,32 @@ impl EngineHandle {
     /// Starts the engine thread. `max_waiting` bounds the scheduler's waiting queue (requests
     /// beyond it get [`SubmitError::Overloaded`]); `context_len` bounds prompt + `max_tokens`.
     pub fn start<E: Executor>(executor: E, config: SchedulerConfig, policy: Policy, max_waiting: u32, context_len: u32) -> EngineHandle {
+        Self::start_with(executor, config, policy, max_waiting, context_len, None)
+    }
+
+    /// [`EngineHandle::start`] with n-gram speculative decoding: each decoding sequence proposes
+    /// drafts by prompt lookup, and every step verifies them exactly (a draft is kept when it
+    /// equals the token the model samples in its place, so outputs are the same as without).
+    pub fn start_speculative<E: Executor>(
+        executor: E,
+        config: SchedulerConfig,
+        policy: Policy,
+        max_waiting: u32,
+        context_len: u32,
+        lookup: NgramLookup,
+    ) -> EngineHandle {
+        Self::start_with(executor, config, policy, max_waiting, context_len, Some(lookup))
+    }
+
+    fn start_with<E: Executor>(
+        executor: E,
+        mut config: SchedulerConfig,
+        policy: Policy,
+        max_waiting: u32,
+        context_len: u32,
+        lookup: Option<NgramLookup>,
+    ) -> EngineHandle {
+        config.speculative = lookup.map(|l| SpeculativeConfig { num_speculative_tokens: l.num_speculative_tokens, acceptance: Acceptance::Verified });
         let vocab_size = executor.vocab_size();
         assert_eq!(policy == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
         let shared = Arc::new(Shared {
@@ -264,7 +294,7 @@ impl EngineHandle {
             .spawn(move || {
                 // Built here: the policy is not `Send`.
                 let scheduler = Scheduler::new(config.clone(), policy.build(&config));
-                EngineLoop::new(executor, scheduler, max_waiting, thread_shared).run(rx)
+                EngineLoop::new(executor, scheduler, max_waiting, thread_shared, lookup).run(rx)
             })
             .expect("spawn the engine thread");
         let tokenizer = Arc::new(super::Tokenizer::bytes());
@@ -357,6 +387,8 @@ struct Live {
     /// It sampled its end of sequence inside a multi-step window, and finishes when the window
     /// ends.
     stopping: bool,
+    /// Draft tokens proposed for its next decode (n-gram speculation).
+    drafts: Vec<u32>,
 }
 
 struct EngineLoop<E: Executor> {
@@ -367,11 +399,12 @@ struct EngineLoop<E: Executor> {
     live: HashMap<u32, Live>,
     started: Instant,
     inputs: StepInputs,
+    lookup: Option<NgramLookup>,
 }
 
 impl<E: Executor> EngineLoop<E> {
-    fn new(executor: E, scheduler: Scheduler, max_waiting: u32, shared: Arc<Shared>) -> Self {
-        EngineLoop { executor, scheduler, max_waiting, shared, live: HashMap::new(), started: Instant::now(), inputs: StepInputs::default() }
+    fn new(executor: E, scheduler: Scheduler, max_waiting: u32, shared: Arc<Shared>, lookup: Option<NgramLookup>) -> Self {
+        EngineLoop { executor, scheduler, max_waiting, shared, live: HashMap::new(), started: Instant::now(), inputs: StepInputs::default(), lookup }
     }
 
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
@@ -433,6 +466,7 @@ impl<E: Executor> EngineLoop<E> {
                                 events,
                                 unsent: Vec::new(),
                                 stopping: false,
+                                drafts: Vec::new(),
                             },
                         );
                     }
@@ -469,6 +503,9 @@ impl<E: Executor> EngineLoop<E> {
         if self.scheduler.kv().prefix_cache().is_some() {
             s.prefix_cache = Some(self.scheduler.prefix_stats());
         }
+        if self.lookup.is_some() {
+            s.spec_decode = Some(self.scheduler.spec_stats().clone());
+        }
     }
 
     fn step(&mut self) {
@@ -487,10 +524,13 @@ impl<E: Executor> EngineLoop<E> {
             let live = by_seq.get(&work.seq).and_then(|id| self.live.get(id));
             let input = match live {
                 Some(l) => {
+                    // The known tokens the step computes, then the drafts it verifies.
                     let from = work.context_tokens as usize;
-                    let to = from + work.new_tokens as usize;
+                    let to = from + (work.new_tokens - work.draft_tokens) as usize;
+                    let mut token_ids = l.tokens[from..to].to_vec();
+                    token_ids.extend(l.drafts.iter().take(work.draft_tokens as usize));
                     SeqInput {
-                        token_ids: l.tokens[from..to].to_vec(),
+                        token_ids,
                         positions: (work.context_tokens..work.context_tokens + work.new_tokens).collect(),
                         block_table: self.scheduler.kv().block_table(work.seq).to_vec(),
                         sampling: l.sampling,
@@ -509,10 +549,10 @@ impl<E: Executor> EngineLoop<E> {
                 .unwrap_or_else(|_| Err("the executor panicked".to_string()))
         };
         let forward_ns = forward_start.elapsed().as_nanos() as u64;
-        let sampled_count = batch.seqs.iter().filter(|w| w.samples_token).count();
+        let sampled_count = batch.sampled_tokens() as usize;
         let result = match result {
-            Ok(t) if t.len() == sampled_count => Ok(t),
-            Ok(t) => Err(format!("the executor returned {} tokens for {} sampling sequences", t.len(), sampled_count)),
+            Ok(t) if t.len() == sampled_count => Ok(self.verify(&batch, &by_seq, t)),
+            Ok(t) => Err(format!("the executor returned {} tokens for {} sampled rows", t.len(), sampled_count)),
             Err(e) => Err(e),
         };
         let outcome = self.scheduler.finish_step();
@@ -526,13 +566,15 @@ impl<E: Executor> EngineLoop<E> {
         let mut gone = Vec::new();
         let mut failed = Vec::new();
         match result {
-            Ok(tokens) => {
+            Ok(new_tokens) => {
+                let generated: usize = new_tokens.iter().map(Vec::len).sum();
                 let sampled = batch.seqs.iter().filter(|w| w.samples_token);
-                for (work, token) in sampled.zip(tokens) {
+                for (work, tokens) in sampled.zip(new_tokens) {
                     let Some(&id) = by_seq.get(&work.seq) else { continue };
                     let Some(live) = self.live.get_mut(&id) else { continue };
-                    live.tokens.push(token);
-                    live.unsent.push(token);
+                    let Some(&token) = tokens.last() else { continue };
+                    live.tokens.extend_from_slice(&tokens);
+                    live.unsent.extend_from_slice(&tokens);
                     if finished.contains(&id) || live.ignore_eos || Some(token) != eos {
                         continue;
                     }
@@ -557,8 +599,9 @@ impl<E: Executor> EngineLoop<E> {
                         gone.push(id); // The client is gone.
                     }
                 }
+                self.propose_drafts(&batch, &by_seq);
                 let mut s = self.stats();
-                s.generation_tokens_total += sampled_count as u64;
+                s.generation_tokens_total += generated as u64;
                 s.requests_finished_total += (finished.len() + stopped_now.len()) as u64;
                 s.requests_cancelled_total += gone.len() as u64;
             }
@@ -584,6 +627,42 @@ impl<E: Executor> EngineLoop<E> {
             }
         }
         self.record(start, elapsed_ns, forward_ns, &batch, running, waiting, kv_blocks_used);
+    }
+
+    /// Each sampling sequence's new tokens, from the executor's sampled rows (`rows`, one per
+    /// [`crate::sched::SeqWork::sampled_rows`]): with drafts, the token sampled after each draft
+    /// that matched it and the one after the first that did not (or after the last draft);
+    /// without, its one token. An end-of-sequence token ends them. Tells the scheduler how many
+    /// drafts each kept.
+    fn verify(&mut self, batch: &Batch, by_seq: &HashMap<u32, u32>, rows: Vec<u32>) -> Vec<Vec<u32>> {
+        let eos = self.executor.eos_token();
+        let mut rows = rows.into_iter();
+        let mut tokens = Vec::new();
+        for work in batch.seqs.iter().filter(|w| w.samples_token) {
+            let samples: Vec<u32> = rows.by_ref().take(work.sampled_rows() as usize).collect();
+            let live = by_seq.get(&work.seq).and_then(|id| self.live.get(id));
+            let drafts = live.map_or(&[][..], |l| &l.drafts[..]);
+            let mut accepted = drafts.iter().zip(&samples).take(work.draft_tokens as usize).take_while(|(d, t)| d == t).count();
+            let stops = live.is_some_and(|l| !l.ignore_eos);
+            if let Some(at) = eos.filter(|_| stops).and_then(|eos| samples.iter().take(accepted + 1).position(|&t| t == eos)) {
+                accepted = at;
+            }
+            if work.draft_tokens > 0 {
+                self.scheduler.accept_drafts(work.seq, accepted as u32);
+            }
+            tokens.push(samples.into_iter().take(accepted + 1).collect());
+        }
+        tokens
+    }
+
+    /// After a step, n-gram drafts for each sequence that sampled and goes on decoding.
+    fn propose_drafts(&mut self, batch: &Batch, by_seq: &HashMap<u32, u32>) {
+        let Some(lookup) = self.lookup else { return };
+        for work in batch.seqs.iter().filter(|w| w.samples_token) {
+            let Some(live) = by_seq.get(&work.seq).and_then(|id| self.live.get_mut(id)) else { continue };
+            lookup.propose(&live.tokens, u32::MAX, &mut live.drafts);
+            self.scheduler.propose_drafts(work.seq, live.drafts.len() as u32);
+        }
     }
 
     /// Appends the step to the trace: the whole, the host time outside the executor's forward

@@ -523,6 +523,12 @@ async fn metrics(State(front): State<Front>) -> Response {
     counter("servesim_requests_rejected_total", "Requests refused on arrival.", s.requests_rejected_total);
     counter("servesim_prompt_tokens_total", "Prompt tokens admitted.", s.prompt_tokens_total);
     counter("servesim_generation_tokens_total", "Tokens generated.", s.generation_tokens_total);
+    if let Some(spec) = &s.spec_decode {
+        // vLLM's `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens`.
+        counter("servesim_spec_decode_num_drafts_total", "Sequence-steps that verified draft tokens.", spec.drafts);
+        counter("servesim_spec_decode_num_draft_tokens_total", "Draft tokens verified.", spec.draft_tokens);
+        counter("servesim_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", spec.accepted_tokens);
+    }
     if let Some(prefix) = s.prefix_cache {
         // vLLM's names (`vllm:prefix_cache_queries`, `vllm:prefix_cache_hits`): tokens.
         counter("servesim_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", prefix.prompt_tokens);
@@ -532,6 +538,13 @@ async fn metrics(State(front): State<Front>) -> Response {
             "# HELP servesim_prefix_cache_hit_rate Prompt tokens found over looked up (0 to 1).\n# TYPE servesim_prefix_cache_hit_rate gauge\nservesim_prefix_cache_hit_rate {}\n",
             prefix.hit_rate()
         );
+    }
+    if let Some(spec) = &s.spec_decode {
+        let name = "servesim_spec_decode_num_accepted_tokens_per_pos_total";
+        let _ = write!(out, "# HELP {name} Steps whose draft at this position was accepted.\n# TYPE {name} counter\n");
+        for (position, count) in spec.accepted_by_position.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{position=\"{position}\"}} {count}");
+        }
     }
     let name = "servesim_step_time_seconds";
     let _ = write!(out, "# HELP {name} Wall time of one engine step.\n# TYPE {name} histogram\n");

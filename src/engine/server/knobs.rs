@@ -1,13 +1,14 @@
 //! The scheduler knobs of servesim's own engine: what `servesim serve` takes as flags, and what
 //! `validate --engine` both starts the engine with and writes into the scenario it simulates.
 
-use super::{EngineHandle, Executor};
+use super::{EngineHandle, Executor, NgramLookup};
 use crate::Error;
 use crate::scenario::Policy;
-use crate::sched::SchedulerConfig;
+use crate::sched::{Acceptance, SchedulerConfig, SpeculativeConfig};
 
 /// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`,
-/// `--enable-prefix-caching`, `--num-scheduler-steps`.
+/// `--enable-prefix-caching`, `--num-scheduler-steps`, `--num-speculative-tokens` with
+/// `--prompt-lookup-min/max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineKnobs {
     pub max_num_seqs: u32,
@@ -16,6 +17,8 @@ pub struct EngineKnobs {
     pub num_gpu_blocks: u32,
     pub enable_prefix_caching: bool,
     pub num_scheduler_steps: u32,
+    /// N-gram speculative decoding, `None` = off.
+    pub ngram: Option<NgramLookup>,
 }
 
 /// The longest multi-step window `serve` takes: a window holds a batch's tokens back for this
@@ -38,6 +41,12 @@ impl EngineKnobs {
         if !(1..=NUM_SCHEDULER_STEPS_MAX).contains(&self.num_scheduler_steps) {
             return bad("--num-scheduler-steps", self.num_scheduler_steps, &format!("must be in 1..={NUM_SCHEDULER_STEPS_MAX}"));
         }
+        if let Some(lookup) = &self.ngram {
+            lookup.check().map_err(|(flag, value, reason)| Error::Usage { flag, value: value.to_string(), reason })?;
+            if self.num_scheduler_steps > 1 {
+                return bad("--num-speculative-tokens", lookup.num_speculative_tokens, "cannot be used with --num-scheduler-steps (neither can vLLM's)");
+            }
+        }
         if !self.block_size.is_power_of_two() {
             return bad("--block-size", self.block_size, "must be a power of two");
         }
@@ -56,6 +65,7 @@ impl EngineKnobs {
             watermark: 0.0,
             enable_prefix_caching: self.enable_prefix_caching,
             num_scheduler_steps: self.num_scheduler_steps,
+            speculative: self.speculative(),
             tgi: None,
         }
     }
@@ -63,7 +73,15 @@ impl EngineKnobs {
     /// Starts servesim's engine on `executor`: these knobs, the `servesim` policy, at most
     /// `max_waiting` requests waiting, prompts plus outputs of at most `context_len` tokens.
     pub fn start<E: Executor>(&self, executor: E, max_waiting: u32, context_len: u32) -> EngineHandle {
-        EngineHandle::start(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len)
+        match self.ngram {
+            Some(lookup) => EngineHandle::start_speculative(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len, lookup),
+            None => EngineHandle::start(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len),
+        }
+    }
+
+    /// The scheduler's side of n-gram speculation: the engine proposes and verifies.
+    fn speculative(&self) -> Option<SpeculativeConfig> {
+        self.ngram.map(|l| SpeculativeConfig { num_speculative_tokens: l.num_speculative_tokens, acceptance: Acceptance::Verified })
     }
 
     /// Longest prompt + output a request may ask for: the model's positions, or the whole KV

@@ -18,6 +18,7 @@ mod http;
 mod knobs;
 mod limits;
 mod model_executor;
+mod ngram;
 mod request;
 mod tokenizer;
 
@@ -26,6 +27,7 @@ pub use engine::{
     StepInputs, SubmitError, TRACE_ROWS_MAX, check_request_fits,
 };
 pub use knobs::EngineKnobs;
+pub use ngram::NgramLookup;
 pub use connection::{Drained, HEADER_BYTES_MAX, HEADERS_MAX};
 pub use http::{router, router_with, serve, serve_with};
 pub use request::{Api, ApiError, MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, parse_request};

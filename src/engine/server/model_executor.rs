@@ -19,7 +19,8 @@ pub trait LogitsModel: Send + 'static {
     fn vocab_size(&self) -> usize;
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
-    /// Logits `[S, vocab]` of the `S` sequences with `samples_token`, in batch order.
+    /// Logits `[S, vocab]` of the `S` rows sampled ([`crate::sched::SeqWork::sampled_rows`]), in
+    /// batch order.
     fn forward_with_tables(&mut self, batch: &Batch, token_ids: &[u32], tables: &dyn BlockTables) -> Result<&[f32], ModelError>;
     /// Where the last step's time went, for a model that times its kernels.
     fn last_times(&self) -> Option<OpTimes> {
@@ -129,15 +130,17 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
         }
         let vocab = self.model.vocab_size();
         let pool = self.model.pool();
+        // A row's uniform number follows its position, so a token verified among drafts is
+        // drawn as it would be in a decode of its own.
         let (params, seeds): (Vec<SamplingParams>, Vec<u64>) = batch
             .seqs
             .iter()
             .zip(&inputs.seqs)
             .enumerate()
-            .filter(|(_, (w, _))| w.samples_token)
-            .map(|(i, (_, input))| {
-                let position = input.positions.last().copied().unwrap_or(0);
-                (input.sampling, draw_seed(input.sampling.seed.unwrap_or(i as u64), position))
+            .flat_map(|(i, (w, input))| {
+                let rows = w.sampled_rows() as usize;
+                let positions = &input.positions[input.positions.len().saturating_sub(rows)..];
+                positions.iter().map(move |&position| (input.sampling, draw_seed(input.sampling.seed.unwrap_or(i as u64), position)))
             })
             .unzip();
         let tables = InputTables { inputs, block_size: self.model.block_size() as u32 };

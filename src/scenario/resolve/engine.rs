@@ -3,6 +3,7 @@
 
 use super::context::{Cx, positive_or, quote, reject_unused_fields};
 use super::hardware::check_tp;
+use super::speculative::resolve_speculative;
 use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::RawEngine;
 use crate::scenario::{EngineConfig, Policy, Router, ScenarioError, TgiConfig};
@@ -133,6 +134,7 @@ pub(super) fn resolve_engine(
             watermark: 0.0,
             enable_prefix_caching,
             num_scheduler_steps: 1,
+            speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, 1, model, cx)?,
             activation_reserve_bytes: 0,
             tgi: None,
         };
@@ -239,6 +241,7 @@ pub(super) fn resolve_engine(
         watermark,
         enable_prefix_caching,
         num_scheduler_steps,
+        speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, num_scheduler_steps, model, cx)?,
         activation_reserve_bytes: 0,
         tgi: None,
     })

@@ -191,7 +191,9 @@ pub(super) fn size_memory(
 ) -> Result<(), ScenarioError> {
     let tp = engine.tensor_parallel;
     let usable = gpu.memory_bytes as f64 * engine.gpu_memory_utilization;
-    let weights = model.weight_bytes_per_gpu(tp) as f64;
+    // A speculative proposer's weights and KV sit beside the target's (vLLM loads both).
+    let spec = engine.speculative.as_ref();
+    let weights = (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(model, tp))) as f64;
     if weights > usable {
         let why = format!(
             "model weights need {} per GPU but only {} usable (memory {} × utilization {}); short by {}",
@@ -235,7 +237,8 @@ pub(super) fn size_memory(
     };
     engine.activation_reserve_bytes = activation_reserve_bytes;
 
-    let block_bytes = (engine.block_size as u64).saturating_mul(model.kv_bytes_per_token_per_gpu(tp));
+    let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(tp) + spec.map_or(0, |s| s.kv_bytes_per_token_per_gpu(tp));
+    let block_bytes = (engine.block_size as u64).saturating_mul(kv_bytes_per_token);
     engine.num_gpu_blocks = match raw.num_gpu_blocks {
         Some(0) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
         // A pinned count the GPU's memory cannot hold would fail at the engine's start.

@@ -24,6 +24,7 @@ mod engine;
 mod hardware;
 mod model;
 mod pools;
+mod speculative;
 mod workload;
 
 use super::schema::{RawScenario, RawValidation};
