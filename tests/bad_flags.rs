@@ -24,6 +24,12 @@ fn calibrate_serve_and_fit_name_their_own_flags() {
     assert_refused(&["serve", "--random-weights", "tiny", "--port", "0", "--max-waiting", "0"], "--max-waiting", "0");
     // More KV cache than any machine here has (30,000 GiB for the tiny model).
     assert_refused(&["serve", "--random-weights", "tiny", "--port", "0", "--num-gpu-blocks", "4000000000"], "--num-gpu-blocks", "4000000000");
+    let serve = ["serve", "--random-weights", "tiny", "--port", "0"];
+    assert_refused(&[&serve[..], &["--num-scheduler-steps", "0"]].concat(), "--num-scheduler-steps", "0");
+    assert_refused(&[&serve[..], &["--num-speculative-tokens", "99"]].concat(), "--num-speculative-tokens", "99");
+    assert_refused(&[&serve[..], &["--num-speculative-tokens", "4", "--prompt-lookup-min", "5"]].concat(), "--prompt-lookup-min", "5");
+    assert_refused(&[&serve[..], &["--num-speculative-tokens", "4", "--num-scheduler-steps", "8"]].concat(), "--num-speculative-tokens", "4");
+    assert_refused(&["validate", "--engine", "--num-speculative-tokens", "4"], "--num-speculative-tokens", "4");
 }
 
 /// An output path that cannot be written is refused before the work (it used to fail after a

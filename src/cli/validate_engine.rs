@@ -77,6 +77,17 @@ pub(super) fn run(args: EngineValidationArgs, out: Option<&Path>) -> Result<(), 
         return Err(usage("--input-len", format!("{}/{}", args.input_len, args.output_len), "input and output lengths must be positive"));
     }
     let knobs = args.knobs.knobs()?;
+    if let Some(lookup) = knobs.ngram {
+        // The twin would draw acceptances at rates the scenario must be given, while the engine's
+        // n-gram drafts vary in number from step to step: the comparison would not be like for like.
+        return Err(Error::Usage {
+            flag: "--num-speculative-tokens",
+            value: lookup.num_speculative_tokens.to_string(),
+            reason: "validate --engine does not compare speculative decoding: serve with it and read its acceptance from /metrics \
+                     (docs/speculative-decoding.md)"
+                .into(),
+        });
+    }
     let grid = GridScale::parse(&args.grid).ok_or_else(|| usage("--grid", &args.grid, "expected `full`, `quick` or `tiny`"))?;
     let profile = args.profile.as_deref().map(flags::profile).transpose()?;
     let device = flags::device(&args.device)?;

@@ -174,31 +174,48 @@ fn sweep_charts(data: &ReportData, load: Load, latencies: &[Vec<Latencies>]) -> 
         });
     }
 
-    // Only where something was cached: a run with caching on and no shared text has a hit rate
-    // of zero everywhere, which is no chart.
-    const HIT_RATE: &str = "prefix_cache_hit_rate";
-    if data.runs.iter().flat_map(|r| &r.points).any(|p| p.values.get(HIT_RATE).is_some_and(|&h| h > 0.0)) {
+    // Only where something was cached, or drafted: a run with caching on and no shared text has
+    // a hit rate of zero everywhere, which is no chart.
+    let optional: [(&str, &str, &str, String, &str, f64); 2] = [
+        (
+            "prefix_cache_hit_rate",
+            "sweep-prefix-hit-rate",
+            "Prefix cache hit rate",
+            format!(
+                "Prompt tokens found in the replicas' prefix caches over prompt tokens looked up, at each sweep point \
+                 (vLLM's prefix_cache_hits ÷ prefix_cache_queries).{inf_note}"
+            ),
+            "hit rate (%)",
+            100.0,
+        ),
+        (
+            "spec_decode_mean_tokens_per_step",
+            "sweep-spec-tokens-per-step",
+            "Tokens per speculative step",
+            format!(
+                "Tokens each verifying step of a sequence produced, its accepted drafts and the target's own token, at \
+                 each sweep point (1 + vLLM's spec_decode_num_accepted_tokens ÷ spec_decode_num_drafts).{inf_note}"
+            ),
+            "tokens per step",
+            1.0,
+        ),
+    ];
+    for (key, file, title, caption, y_label, scale) in optional {
+        if !data.runs.iter().flat_map(|r| &r.points).any(|p| p.values.get(key).is_some_and(|&v| v > 0.0)) {
+            continue;
+        }
         let series: Vec<Series> = data
             .runs
             .iter()
             .enumerate()
             .map(|(i, run)| {
-                let get = |p: &PointData, _: &Latencies| p.values.get(HIT_RATE).map(|h| 100.0 * h);
+                let get = |p: &PointData, _: &Latencies| p.values.get(key).map(|v| scale * v);
                 Series::new(series_name(run, ""), PALETTE[i % PALETTE.len()], Kind::LineMarkers, curve(i, &get))
             })
             .collect();
-        charts.push(Chart {
-            file: "sweep-prefix-hit-rate".into(),
-            title: "Prefix cache hit rate".into(),
-            caption: format!(
-                "Prompt tokens found in the replicas' prefix caches over prompt tokens looked up, at each sweep point \
-                 (vLLM's prefix_cache_hits ÷ prefix_cache_queries).{inf_note}"
-            ),
-            x: x_axis(),
-            y: Axis::auto("hit rate (%)", [0.0, 100.0]),
-            series,
-            legend: Legend::UpperLeft,
-        });
+        let ys: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).chain([0.0]).collect();
+        let y = if scale == 100.0 { Axis::auto(y_label, [0.0, 100.0]) } else { Axis::auto(y_label, ys) };
+        charts.push(Chart { file: file.into(), title: title.into(), caption, x: x_axis(), y, series, legend: Legend::UpperLeft });
     }
 
     type Pick = fn(&Latencies) -> Option<(f64, f64)>;
