@@ -11,7 +11,8 @@ use crate::calibrate::profile::Profile;
 use crate::cost::calibrated::Calibrated;
 use crate::cost::bundled;
 use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
-use crate::scenario::{KernelProfile, Scenario, ScenarioError, SweepPoint};
+use crate::scenario::{KernelProfile, PoolRole, Scenario, ScenarioError, SweepPoint};
+use crate::sim::link::LinkSpec;
 use crate::sched::{Batch, SchedulerConfig, SeqWork};
 use crate::sim::{self, SimConfig, SimOutput};
 use crate::workload;
@@ -247,6 +248,24 @@ pub struct PoolRun {
     pub scenario: Scenario,
     pub cost: ScenarioCost,
     pub weight: f64,
+    /// Its part in a disaggregated deployment, or [`sim::Role::Serve`].
+    pub role: sim::Role,
+}
+
+/// The simulator's role for a scenario's pool: with disaggregation, a decode pool's link is the
+/// scenario's, as wide as its tensor-parallel group, and moves the whole model's KV per token.
+fn sim_role(scenario: &Scenario, pool: &crate::scenario::Pool) -> sim::Role {
+    match (pool.role, &scenario.kv_link) {
+        (PoolRole::Prefill, _) => sim::Role::Prefill,
+        (PoolRole::Decode, Some(link)) => sim::Role::Decode {
+            ingress: LinkSpec {
+                bandwidth_bytes_per_s: link.bandwidth_bytes_per_s_per_gpu * f64::from(pool.engine.tensor_parallel),
+                latency_ns: link.latency_ns,
+            },
+            kv_bytes_per_token: scenario.model.kv_bytes_per_token_per_gpu(1),
+        },
+        _ => sim::Role::Serve,
+    }
 }
 
 /// The decode step whose price stands for a pool's speed when the weighted router derives
@@ -278,7 +297,7 @@ fn pool_runs_with(
     cost_of: &dyn Fn(&Scenario) -> Result<ScenarioCost, ScenarioError>,
 ) -> Result<Vec<PoolRun>, ScenarioError> {
     if scenario.pools.is_empty() {
-        return Ok(vec![PoolRun { scenario: scenario.clone(), cost: cost_of(scenario)?, weight: 1.0 }]);
+        return Ok(vec![PoolRun { scenario: scenario.clone(), cost: cost_of(scenario)?, weight: 1.0, role: sim::Role::Serve }]);
     }
     scenario
         .pool_scenarios()
@@ -297,7 +316,7 @@ fn pool_runs_with(
                 *line = format!("{which}: {line}");
             }
             let weight = pool.weight.unwrap_or_else(|| speed_weight(cost.model.as_ref()));
-            Ok(PoolRun { scenario: pool_scenario, cost, weight })
+            Ok(PoolRun { scenario: pool_scenario, cost, weight, role: sim_role(scenario, pool) })
         })
         .collect()
 }
@@ -313,7 +332,12 @@ fn roofline_cost(scenario: &Scenario) -> ScenarioCost {
 pub fn pools_text(runs: &[PoolRun]) -> String {
     let pool = |run: &PoolRun| {
         let e = &run.scenario.engine;
-        format!("{} × {} (TP {})", e.replicas, run.scenario.hardware.gpu.name, e.tensor_parallel)
+        let role = match run.role {
+            sim::Role::Serve => "",
+            sim::Role::Prefill => "prefill: ",
+            sim::Role::Decode { .. } => "decode: ",
+        };
+        format!("{role}{} × {} (TP {})", e.replicas, run.scenario.hardware.gpu.name, e.tensor_parallel)
     };
     runs.iter().map(pool).collect::<Vec<_>>().join(" + ")
 }
@@ -361,6 +385,7 @@ pub fn run_pools_with_progress(
             replicas: run.scenario.engine.replicas,
             cost: run.cost.model.as_ref(),
             weight: run.weight,
+            role: run.role,
         })
         .collect();
     run_sweep(scenario, &config, &pools, percentiles, on_point)

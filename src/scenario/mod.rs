@@ -47,6 +47,9 @@ pub struct Scenario {
     /// `[[cluster.pools]]`, in routing order; empty for the one pool that `hardware` and `engine`
     /// describe. With pools, `hardware` and `engine` are the first pool's.
     pub pools: Vec<Pool>,
+    /// `[cluster] mode = "disaggregated"`: the link KV moves over from the prefill pools to the
+    /// decode pools; `None` otherwise.
+    pub kv_link: Option<KvLink>,
 }
 
 /// One pool of a heterogeneous cluster: replicas of one GPU type and tensor-parallel degree, with
@@ -58,6 +61,40 @@ pub struct Pool {
     pub engine: EngineConfig,
     /// The scenario's `weight` for the weighted router; `None` derives it from the cost model.
     pub weight: Option<f64>,
+    /// What its replicas do: both phases, or one side of a disaggregated deployment.
+    pub role: PoolRole,
+}
+
+/// A pool's part in serving a request (docs/disaggregation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolRole {
+    /// Prefill and decode.
+    Serve,
+    /// Prefill and the first token; the KV then moves to a decode pool.
+    Prefill,
+    /// Decode requests whose KV came from a prefill pool.
+    Decode,
+}
+
+impl PoolRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolRole::Serve => "serve",
+            PoolRole::Prefill => "prefill",
+            PoolRole::Decode => "decode",
+        }
+    }
+}
+
+/// The link a disaggregated deployment moves KV over, into each decode replica.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvLink {
+    /// The preset's name, or "custom".
+    pub name: String,
+    /// Bytes per second per GPU of the receiving replica: a tensor-parallel replica receives its
+    /// KV shards over all its GPUs' links at once.
+    pub bandwidth_bytes_per_s_per_gpu: f64,
+    pub latency_ns: u64,
 }
 
 /// What a fitted profile says it was fitted on, to check it against the scenario that loads it.

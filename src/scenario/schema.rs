@@ -39,6 +39,16 @@ pub struct RawCluster {
     /// `[[cluster.pools]]`, in routing order (replica indices count through them).
     #[serde(default)]
     pub pools: Vec<RawPool>,
+    /// "pooled" (default: every replica prefills and decodes) or "disaggregated" (pools with
+    /// `role = "prefill"` or `"decode"`; docs/disaggregation.md).
+    pub mode: Option<String>,
+    /// Disaggregated: the link KV moves over, a preset ("nvlink", "infiniband", "ethernet").
+    pub link: Option<String>,
+    /// Disaggregated: the link's bandwidth per GPU of the receiving replica, GB/s (overrides the
+    /// preset's).
+    pub link_bandwidth_gbps: Option<f64>,
+    /// Disaggregated: the link's latency per transfer, µs (overrides the preset's).
+    pub link_latency_us: Option<f64>,
 }
 
 /// One `[[cluster.pools]]` table: replicas that share a GPU type and tensor-parallel degree. The
@@ -56,6 +66,11 @@ pub struct RawPool {
     pub gpu_memory_utilization: Option<f64>,
     /// Relative speed for `router = "weighted-least-outstanding"` (default: from the cost model).
     pub weight: Option<f64>,
+    /// Disaggregated: "prefill" or "decode".
+    pub role: Option<String>,
+    /// Override `engine.max_num_seqs` / `engine.max_num_batched_tokens` for this pool.
+    pub max_num_seqs: Option<u32>,
+    pub max_num_batched_tokens: Option<u32>,
 }
 
 /// `[validation]`: the recorded run this scenario reproduces.

@@ -215,7 +215,8 @@ fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, ch
         let tokens = pending.min(*budget);
         let tokens_to_allocate = s.with_lookahead(
             seq,
-            hit_tokens
+            s.seqs[seq as usize].computed
+                + hit_tokens
                 + match blocks {
                     AdmitBlocks::Chunk => tokens,
                     AdmitBlocks::WholePrompt => pending,

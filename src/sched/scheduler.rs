@@ -149,6 +149,21 @@ impl Scheduler {
         Admission::Queued { seq: slot }
     }
 
+    /// Queues a request whose prompt was prefilled elsewhere (a disaggregated prefill pool): its
+    /// first `generated` tokens are sampled, and the KV of all but the last of its tokens came
+    /// with it. Admitted like any request (blocks for its KV and its next token, when they fit),
+    /// it starts with a decode. A preemption drops that KV, and it recomputes it here.
+    pub fn add_prefilled_request(&mut self, request_id: u32, prompt_tokens: u32, generated: u32, output_tokens: u32, max_tokens: u32) -> Admission {
+        assert!(generated > 0 && generated < output_tokens);
+        let admission = self.add_request(request_id, prompt_tokens, output_tokens, max_tokens);
+        if let Admission::Queued { seq } = admission {
+            let s = &mut self.state.seqs[seq as usize];
+            s.generated = generated;
+            s.computed = s.tokens_known() - 1;
+        }
+        admission
+    }
+
     /// Forms the next step's batch: the policy's, or the next step of a multi-step window. An
     /// empty batch means there is nothing to run now, unless [`Scheduler::step_in_flight`] says
     /// otherwise: then the step only delivers what a window that ended early held, and its

@@ -328,7 +328,8 @@ impl SchedulerState {
     /// toward the hit rate.
     pub(super) fn record_admission(&mut self, seq: u32, hit_tokens: u32) {
         let s = &mut self.seqs[seq as usize];
-        s.computed = hit_tokens;
+        // A prefilled arrival's KV came with it; anyone else starts from what the cache holds.
+        s.computed += hit_tokens;
         if self.kv.prefix_cache().is_some() && s.preemptions == 0 {
             self.prefix_stats.prompt_tokens += u64::from(s.prompt_tokens);
             self.prefix_stats.hit_tokens += u64::from(hit_tokens);

@@ -1,6 +1,6 @@
 //! Replicas and the router in front of them.
 
-use super::Pool;
+use super::{Pool, Role};
 use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
 use crate::sched::Scheduler;
@@ -32,11 +32,21 @@ pub struct Replica {
     pub weight: f64,
 }
 
-/// Replicas plus routing state.
+/// The replicas a router chooses among: every replica, or in a disaggregated deployment the
+/// prefill replicas ([`FIRST`], where requests arrive) and the decode replicas ([`SECOND`]).
+pub const FIRST: usize = 0;
+pub const SECOND: usize = 1;
+
+struct Group {
+    members: Vec<u32>,
+    round_robin_next: usize,
+}
+
+/// Replicas plus routing state: one router per group, of the same kind.
 pub struct Cluster {
     pub replicas: Vec<Replica>,
     router: Router,
-    round_robin_next: u32,
+    groups: Vec<Group>,
 }
 
 impl Cluster {
@@ -62,25 +72,36 @@ impl Cluster {
                 weight,
             })
             .collect();
-        Cluster { replicas, router, round_robin_next: 0 }
+        let roles: Vec<Role> = pools.iter().flat_map(|pool| (0..pool.replicas).map(move |_| pool.role)).collect();
+        let members = |keep: &dyn Fn(&Role) -> bool| roles.iter().enumerate().filter(|(_, r)| keep(r)).map(|(i, _)| i as u32).collect();
+        let groups: Vec<Vec<u32>> = if roles.iter().any(|r| matches!(r, Role::Decode { .. })) {
+            vec![members(&|r| *r == Role::Prefill), members(&|r| matches!(r, Role::Decode { .. }))]
+        } else {
+            vec![members(&|_| true)]
+        };
+        assert!(groups.iter().all(|g| !g.is_empty()), "every router has replicas");
+        let groups = groups.into_iter().map(|members| Group { members, round_robin_next: 0 }).collect();
+        Cluster { replicas, router, groups }
     }
 
-    /// Picks the replica for the next request. Deterministic: ties go to the lowest index.
-    /// `hashes` gives the request's prompt block hashes for a block size (the prefix-aware
-    /// router's only input beyond the loads).
-    pub fn route(&mut self, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
+    /// Picks the replica of `group` for the next request. Deterministic: ties go to the lowest
+    /// index. `hashes` gives the request's prompt block hashes for a block size (the
+    /// prefix-aware router's only input beyond the loads).
+    pub fn route(&mut self, group: usize, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
+        let g = &mut self.groups[group];
+        let members = &g.members;
         match self.router {
             Router::RoundRobin => {
-                let chosen = self.round_robin_next;
-                self.round_robin_next = (chosen + 1) % self.replicas.len() as u32;
+                let chosen = members[g.round_robin_next];
+                g.round_robin_next = (g.round_robin_next + 1) % members.len();
                 chosen
             }
-            Router::LeastOutstanding => self.least_outstanding(),
+            Router::LeastOutstanding => least_outstanding(&self.replicas, members),
             Router::PrefixAware => {
-                let least = self.least_outstanding();
+                let least = least_outstanding(&self.replicas, members);
                 let mut best = (0u32, least);
                 let mut cached = (0u32, Vec::new());
-                for (i, r) in self.replicas.iter().enumerate() {
+                for (i, r) in members.iter().map(|&i| (i, &self.replicas[i as usize])) {
                     let block_size = r.scheduler.config().block_size;
                     if cached.1.is_empty() || cached.0 != block_size {
                         cached = (block_size, hashes(block_size));
@@ -89,7 +110,7 @@ impl Cluster {
                     let better = tokens > best.0
                         || (tokens == best.0 && tokens > 0 && r.outstanding < self.replicas[best.1 as usize].outstanding);
                     if better {
-                        best = (tokens, i as u32);
+                        best = (tokens, i);
                     }
                 }
                 let load_gap = self.replicas[best.1 as usize].outstanding - self.replicas[least as usize].outstanding;
@@ -98,25 +119,25 @@ impl Cluster {
             Router::WeightedLeastOutstanding => {
                 // The load a replica would carry with this request, in units of its speed.
                 let load = |r: &Replica| (r.outstanding as f64 + 1.0) / r.weight;
-                let mut best = 0;
-                for (i, r) in self.replicas.iter().enumerate() {
-                    if load(r) < load(&self.replicas[best]) {
+                let mut best = members[0];
+                for &i in members {
+                    if load(&self.replicas[i as usize]) < load(&self.replicas[best as usize]) {
                         best = i;
                     }
                 }
-                best as u32
+                best
             }
         }
     }
+}
 
-    /// The replica with the fewest requests outstanding, the lowest index among equals.
-    fn least_outstanding(&self) -> u32 {
-        let mut best = 0;
-        for (i, r) in self.replicas.iter().enumerate() {
-            if r.outstanding < self.replicas[best].outstanding {
-                best = i;
-            }
+/// Of `members`, the replica with the fewest requests outstanding, the lowest index among equals.
+fn least_outstanding(replicas: &[Replica], members: &[u32]) -> u32 {
+    let mut best = members[0];
+    for &i in members {
+        if replicas[i as usize].outstanding < replicas[best as usize].outstanding {
+            best = i;
         }
-        best as u32
     }
+    best
 }

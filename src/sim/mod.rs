@@ -28,6 +28,7 @@ use crate::sched::{Admission, Finished, PrefixStats, SchedulerConfig, SpecStats}
 use crate::timeline::StepRow;
 use crate::workload::RequestSpec;
 use cluster::Cluster;
+use link::{LinkSpec, SharedLink};
 use queue::EventQueue;
 
 /// How the simulated deployment and client are set up.
@@ -55,12 +56,27 @@ pub struct Pool<'a> {
     pub cost: &'a dyn CostModel,
     /// Relative speed, for [`Router::WeightedLeastOutstanding`]: only ratios between pools count.
     pub weight: f64,
+    /// What its replicas do: everything, or one side of a disaggregated deployment.
+    pub role: Role,
+}
+
+/// A pool's part in serving a request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Role {
+    /// Prefill and decode (every pool of a deployment that is not disaggregated).
+    Serve,
+    /// Disaggregated: prefills each request and samples its first token, which the client gets
+    /// at once; the KV then moves to a decode replica.
+    Prefill,
+    /// Disaggregated: decodes requests whose KV arrived over `ingress`, the link into each of its
+    /// replicas, `kv_bytes_per_token` a prompt token.
+    Decode { ingress: LinkSpec, kv_bytes_per_token: u64 },
 }
 
 impl<'a> Pool<'a> {
     /// All of `config`'s replicas, priced by `cost`.
     pub fn uniform(config: &'a SimConfig, cost: &'a dyn CostModel) -> Pool<'a> {
-        Pool { scheduler: &config.scheduler, replicas: config.replicas, cost, weight: 1.0 }
+        Pool { scheduler: &config.scheduler, replicas: config.replicas, cost, weight: 1.0, role: Role::Serve }
     }
 }
 
@@ -100,6 +116,11 @@ enum Event {
     NextTurn { request: u32 },
     StepStart { replica: u32 },
     StepEnd { replica: u32 },
+    /// The next transfer on the link into a decode replica may be done; stale unless
+    /// `generation` is the link's current one.
+    LinkDone { replica: u32, generation: u64 },
+    /// A prefilled request's KV reached its decode replica.
+    KvArrived { request: u32, replica: u32 },
 }
 
 /// The state of one simulated benchmark.
@@ -126,6 +147,11 @@ struct Simulation<'a> {
     prompts_looked_up: Vec<bool>,
     /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
     finished_buffer: Vec<Finished>,
+    /// By replica: what it does, and for decode replicas the link into it.
+    roles: Vec<Role>,
+    links: Vec<Option<SharedLink<u32>>>,
+    /// By replica: bumped whenever its link's next completion moves, so older events are stale.
+    link_generation: Vec<u64>,
     out: SimOutput,
 }
 
@@ -164,6 +190,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         .collect();
     let pools: Vec<Pool> = pools.iter().zip(&uncached).map(|(p, scheduler)| Pool { scheduler, ..*p }).collect();
     let pools = &pools[..];
+    let roles: Vec<Role> = pools.iter().flat_map(|p| (0..p.replicas).map(|_| p.role)).collect();
     let mut sim = Simulation {
         requests,
         costs: pools.iter().flat_map(|pool| (0..pool.replicas).map(|_| pool.cost)).collect(),
@@ -181,6 +208,15 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         next_turn: next_turns(requests),
         prompts_looked_up: counted,
         finished_buffer: Vec::new(),
+        links: roles
+            .iter()
+            .map(|role| match *role {
+                Role::Decode { ingress, .. } => Some(SharedLink::new(ingress)),
+                _ => None,
+            })
+            .collect(),
+        link_generation: vec![0; roles.len()],
+        roles,
         out: SimOutput {
             records: RunRecords {
                 requests: requests
@@ -222,6 +258,8 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
             Event::NextTurn { request } => sim.on_next_turn(request),
             Event::StepStart { replica } => sim.on_step_start(replica),
             Event::StepEnd { replica } => sim.on_step_end(replica),
+            Event::LinkDone { replica, generation } => sim.on_link_done(replica, generation),
+            Event::KvArrived { request, replica } => sim.on_kv_arrived(request, replica),
         }
     }
     sim.finish()
@@ -287,7 +325,7 @@ impl Simulation<'_> {
     fn send(&mut self, id: u32) {
         self.in_flight += 1;
         self.out.records.requests[id as usize].send_ns = self.now_ns;
-        let replica_index = self.cluster.route(|block_size| prompt_hashes(&self.requests[id as usize], block_size));
+        let replica_index = self.cluster.route(cluster::FIRST, |block_size| prompt_hashes(&self.requests[id as usize], block_size));
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.outstanding += 1;
@@ -309,7 +347,10 @@ impl Simulation<'_> {
             Some(_) => prompt_hashes(&spec, replica.scheduler.config().block_size),
             None => Vec::new(),
         };
-        match replica.scheduler.add_request_with_prefix(id, spec.input_tokens, spec.output_tokens, spec.max_tokens, &hashes) {
+        // A prefill replica computes the prompt and samples the first token, nothing more.
+        let (output_tokens, max_tokens) =
+            if self.roles[replica_index as usize] == Role::Prefill { (1, 1) } else { (spec.output_tokens, spec.max_tokens) };
+        match replica.scheduler.add_request_with_prefix(id, spec.input_tokens, output_tokens, max_tokens, &hashes) {
             Admission::Queued { .. } => {
                 if !replica.busy && !replica.start_queued {
                     replica.start_queued = true;
@@ -402,10 +443,15 @@ impl Simulation<'_> {
         let mut finished = std::mem::take(&mut self.finished_buffer);
         finished.clear();
         finished.extend_from_slice(&outcome.finished);
+        let prefill = self.roles[replica_index as usize] == Role::Prefill;
         for f in &finished {
-            self.out.extras[f.request_id as usize].preemptions = f.preemptions;
+            self.out.extras[f.request_id as usize].preemptions += f.preemptions;
             self.out.records.requests[f.request_id as usize].output_tokens = f.output_tokens;
-            self.complete(f.request_id, true);
+            if prefill && self.requests[f.request_id as usize].output_tokens > f.output_tokens {
+                self.send_kv(f.request_id);
+            } else {
+                self.complete(f.request_id, true);
+            }
         }
         self.finished_buffer = finished;
         self.open_gate();
@@ -429,6 +475,61 @@ impl Simulation<'_> {
         let next = self.next_turn[id as usize];
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {
             self.events.push(self.now_ns.saturating_add(follows.think_ns), Event::NextTurn { request: next });
+        }
+    }
+
+    /// A prefilled request's KV leaves for the decode replica the decode router picks, over the
+    /// link into it, which transfers in flight share.
+    fn send_kv(&mut self, id: u32) {
+        let replica = self.cluster.route(cluster::SECOND, |_| Vec::new());
+        self.out.extras[id as usize].replica = replica;
+        self.cluster.replicas[replica as usize].outstanding += 1;
+        let Role::Decode { kv_bytes_per_token, .. } = self.roles[replica as usize] else {
+            unreachable!("the second router group is the decode pools")
+        };
+        let bytes = kv_bytes_per_token.saturating_mul(u64::from(self.requests[id as usize].input_tokens));
+        let link = self.links[replica as usize].as_mut().expect("a decode replica has a link");
+        link.start(self.now_ns, bytes, id);
+        self.schedule_link(replica);
+    }
+
+    /// Queues the next completion on the link into `replica`, superseding any queued before.
+    fn schedule_link(&mut self, replica: u32) {
+        let Some(done_ns) = self.links[replica as usize].as_ref().and_then(SharedLink::next_done_ns) else { return };
+        self.link_generation[replica as usize] += 1;
+        let generation = self.link_generation[replica as usize];
+        self.events.push(done_ns, Event::LinkDone { replica, generation });
+    }
+
+    fn on_link_done(&mut self, replica: u32, generation: u64) {
+        if generation != self.link_generation[replica as usize] {
+            return;
+        }
+        let link = self.links[replica as usize].as_mut().expect("a decode replica has a link");
+        for (arrives_ns, request) in link.finish_until(self.now_ns) {
+            self.events.push(arrives_ns, Event::KvArrived { request, replica });
+        }
+        self.schedule_link(replica);
+    }
+
+    /// The KV is in: the request joins the decode replica's queue, its first token sampled.
+    fn on_kv_arrived(&mut self, id: u32, replica_index: u32) {
+        let spec = self.requests[id as usize];
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        match replica.scheduler.add_prefilled_request(id, spec.input_tokens, 1, spec.output_tokens, spec.max_tokens) {
+            Admission::Queued { .. } => {
+                if !replica.busy && !replica.start_queued {
+                    replica.start_queued = true;
+                    self.events.push(self.now_ns, Event::StepStart { replica: replica_index });
+                }
+            }
+            Admission::Rejected { .. } => {
+                // It can never fit this decode replica: failed, as a request no replica fits is.
+                replica.outstanding -= 1;
+                self.out.rejected += 1;
+                self.out.records.requests[id as usize].output_tokens = 0;
+                self.complete(id, false);
+            }
         }
     }
 

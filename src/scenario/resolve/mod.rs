@@ -119,22 +119,23 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             .unwrap_or_else(|| "scenario".into())
     });
     let mut model = model::resolve_model(&raw.model, cx)?;
-    let (gpu, engine, count, pools) = match &raw.cluster {
+    let (gpu, engine, count, pools, kv_link) = match &raw.cluster {
         None => {
             let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
             let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
             model::place_experts(&raw.engine, &mut model, &engine, cx)?;
             let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
             hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
-            (gpu, engine, count, Vec::new())
+            (gpu, engine, count, Vec::new(), None)
         }
         Some(cluster) => {
             // The shared knobs first, so that their errors name `[engine]` and no pool.
             let shared = engine::resolve_engine(&raw.engine, &model, cx)?;
             let pools = pools::resolve_pools(&raw, cluster, shared.router, &mut model, cx)?;
+            let kv_link = pools::resolve_mode(cluster, &pools, shared.policy, cx)?;
             let first = &pools[0];
             let count = first.engine.tensor_parallel * first.engine.replicas;
-            (first.gpu.clone(), first.engine.clone(), count, pools)
+            (first.gpu.clone(), first.engine.clone(), count, pools, kv_link)
         }
     };
     let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, cx)?;
@@ -152,6 +153,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         kernel_profile,
         fitted_profile,
         pools,
+        kv_link,
     })
 }
 

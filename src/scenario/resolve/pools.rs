@@ -10,7 +10,7 @@ use super::{engine, hardware, model};
 use crate::scenario::hardware::GpuSpec;
 use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::{RawCluster, RawHardware, RawPool, RawScenario};
-use crate::scenario::{Pool, Router, ScenarioError};
+use crate::scenario::{KvLink, Policy, Pool, PoolRole, Router, ScenarioError};
 
 /// Fields that one pool-less deployment sets and pools set each for themselves: given with pools,
 /// which would win is unclear, so they are refused.
@@ -82,6 +82,8 @@ fn resolve_pool(raw: &RawScenario, pool: &RawPool, prefix: &str, model: &mut Mod
     let raw_engine = crate::scenario::schema::RawEngine {
         tensor_parallel: pool.tensor_parallel,
         replicas: pool.replicas,
+        max_num_seqs: pool.max_num_seqs.or(raw.engine.max_num_seqs),
+        max_num_batched_tokens: pool.max_num_batched_tokens.or(raw.engine.max_num_batched_tokens),
         num_gpu_blocks: pool.num_gpu_blocks.or(raw.engine.num_gpu_blocks),
         gpu_memory_utilization: pool.gpu_memory_utilization.or(raw.engine.gpu_memory_utilization),
         ..raw.engine.clone()
@@ -93,7 +95,94 @@ fn resolve_pool(raw: &RawScenario, pool: &RawPool, prefix: &str, model: &mut Mod
     model::place_experts(&raw_engine, model, &engine, cx).map_err(relabel)?;
     hardware::resolve_count(&RawHardware::default(), &engine, cx).map_err(relabel)?;
     hardware::size_memory(&raw_engine, model, &gpu, &mut engine, cx).map_err(relabel)?;
-    Ok(Pool { gpu, engine, weight: pool.weight })
+    let role = match pool.role.as_deref().map(|r| r.trim().to_ascii_lowercase()) {
+        None => PoolRole::Serve,
+        Some(r) if r == "prefill" => PoolRole::Prefill,
+        Some(r) if r == "decode" => PoolRole::Decode,
+        Some(r) => return Err(cx.invalid(&format!("{prefix}.role"), quote(&r), "unknown role; known: prefill, decode")),
+    };
+    Ok(Pool { gpu, engine, weight: pool.weight, role })
+}
+
+/// A link preset: bandwidth per GPU per direction, GB/s, and latency per transfer, µs.
+/// - `nvlink`: NVLink 4 within an HGX H100 node, 900 GB/s per GPU both ways together (NVIDIA
+///   H100 datasheet), so 450 GB/s each way; a few µs to set up a copy.
+/// - `infiniband`: one 400 Gb/s NDR port per GPU (ConnectX-7, as DGX H100 nodes have), 50 GB/s;
+///   RDMA reads of scattered blocks, about 10 µs to start.
+/// - `ethernet`: 100 Gb/s per GPU, 12.5 GB/s, through a TCP or RoCE stack: about 25 µs.
+pub const LINK_PRESETS: [(&str, f64, f64); 3] = [("nvlink", 450.0, 2.0), ("infiniband", 50.0, 10.0), ("ethernet", 12.5, 25.0)];
+
+/// Past these a link is surely a typo (1 PB/s per GPU, 1 s per transfer).
+const LINK_BANDWIDTH_GBPS_MAX: f64 = 1e6;
+const LINK_LATENCY_US_MAX: f64 = 1e6;
+
+/// `[cluster] mode`: pooled, or disaggregated with prefill and decode pools and the link
+/// between them (returned).
+pub(super) fn resolve_mode(cluster: &RawCluster, pools: &[Pool], policy: Policy, cx: &Cx) -> Result<Option<KvLink>, ScenarioError> {
+    let disaggregated = match cluster.mode.as_deref().map(|m| m.trim().to_ascii_lowercase()) {
+        None => false,
+        Some(m) if m == "pooled" => false,
+        Some(m) if m == "disaggregated" => true,
+        Some(m) => return Err(cx.invalid("cluster.mode", quote(&m), "unknown mode; known: pooled, disaggregated")),
+    };
+    if !disaggregated {
+        let link_fields = [("cluster.link", cluster.link.as_deref().map(quote)), ("cluster.link_bandwidth_gbps", cluster.link_bandwidth_gbps.map(|v| v.to_string())), ("cluster.link_latency_us", cluster.link_latency_us.map(|v| v.to_string()))];
+        if let Some((field, Some(value))) = link_fields.into_iter().find(|(_, v)| v.is_some()) {
+            return Err(cx.invalid(field, value, "only a disaggregated cluster (mode = \"disaggregated\") moves KV over a link"));
+        }
+        if let Some(i) = pools.iter().position(|p| p.role != PoolRole::Serve) {
+            return Err(cx.invalid(
+                &format!("cluster.pools[{i}].role"),
+                quote(pools[i].role.name()),
+                "roles are for a disaggregated cluster: set cluster.mode = \"disaggregated\"",
+            ));
+        }
+        return Ok(None);
+    }
+    if policy == Policy::Tgi {
+        return Err(cx.invalid("cluster.mode", quote("disaggregated"), "TGI 2.3 has no disaggregated serving; use a vLLM policy"));
+    }
+    if let Some(i) = pools.iter().position(|p| p.role == PoolRole::Serve) {
+        return Err(cx.invalid(&format!("cluster.pools[{i}].role"), "(missing)", "a disaggregated cluster's pools each say role = \"prefill\" or \"decode\""));
+    }
+    for (role, name) in [(PoolRole::Prefill, "prefill"), (PoolRole::Decode, "decode")] {
+        if !pools.iter().any(|p| p.role == role) {
+            return Err(cx.invalid("cluster.pools", format!("no {name} pool"), "a disaggregated cluster needs at least one prefill pool and one decode pool"));
+        }
+    }
+    let preset = match cluster.link.as_deref() {
+        None => None,
+        Some(name) => match LINK_PRESETS.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(name.trim())) {
+            Some(&preset) => Some(preset),
+            None => {
+                let known: Vec<&str> = LINK_PRESETS.iter().map(|p| p.0).collect();
+                return Err(cx.invalid("cluster.link", quote(name), format!("unknown link preset; known: {}", known.join(", "))));
+            }
+        },
+    };
+    let bandwidth_gbps = match (cluster.link_bandwidth_gbps, preset) {
+        (Some(b), _) => b,
+        (None, Some(p)) => p.1,
+        (None, None) => {
+            return Err(cx.invalid("cluster.link", "(missing)", "a disaggregated cluster needs a link: a preset (nvlink, infiniband, ethernet) or link_bandwidth_gbps and link_latency_us"));
+        }
+    };
+    if !(bandwidth_gbps > 0.0 && bandwidth_gbps <= LINK_BANDWIDTH_GBPS_MAX) {
+        return Err(cx.invalid("cluster.link_bandwidth_gbps", bandwidth_gbps, format!("must be in (0, {LINK_BANDWIDTH_GBPS_MAX}] GB/s")));
+    }
+    let latency_us = match (cluster.link_latency_us, preset) {
+        (Some(l), _) => l,
+        (None, Some(p)) => p.2,
+        (None, None) => return Err(cx.invalid("cluster.link_latency_us", "(missing)", "give the latency with link_bandwidth_gbps, or a preset")),
+    };
+    if !(0.0..=LINK_LATENCY_US_MAX).contains(&latency_us) {
+        return Err(cx.invalid("cluster.link_latency_us", latency_us, format!("must be in [0, {LINK_LATENCY_US_MAX}] µs")));
+    }
+    let name = match (preset, cluster.link_bandwidth_gbps.is_some() || cluster.link_latency_us.is_some()) {
+        (Some(p), false) => p.0.to_string(),
+        _ => "custom".to_string(),
+    };
+    Ok(Some(KvLink { name, bandwidth_bytes_per_s_per_gpu: bandwidth_gbps * 1e9, latency_ns: (latency_us * 1e3).round() as u64 }))
 }
 
 /// An error found while resolving a pool, said of the pool: a field the pool gave is named as its
