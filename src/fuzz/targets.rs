@@ -59,6 +59,7 @@ fn scenario_seeds(_: &Path) -> Vec<Vec<u8>> {
         include_str!("../../scenarios/chat-sessions.toml"),
         include_str!("../../scenarios/multi-step.toml"),
         include_str!("../../scenarios/speculative.toml"),
+        include_str!("../../scenarios/disaggregated.toml"),
         include_str!("../../tests/data/golden.toml"),
         "[model]\nnum_layers = 2\nhidden_size = 64\nnum_heads = 4\nnum_kv_heads = 2\nffn_size = 128\nvocab_size = 256\n\
          max_position_embeddings = 512\n[hardware]\ngpu = \"H100-SXM\"\n[engine]\npolicy = \"tgi\"\n[workload]\nnum_prompts = 5\n\
