@@ -224,3 +224,28 @@ fn bad_disaggregation_settings_are_named() {
         }
     }
 }
+
+// ------------------------------------------------------------------ the planner
+
+/// The planner searches xPyD splits as units of x prefill and y decode replicas: each is
+/// simulated with its two pools, costs (x + y) × TP GPUs per unit, and meets its objectives at
+/// the target.
+#[test]
+fn the_planner_searches_prefill_decode_splits() {
+    let text = std::fs::read_to_string("plans/disaggregated-8b.toml").unwrap().replace(
+        "disaggregation = [\"pooled\", \"1P1D\", \"1P2D\", \"1P3D\", \"2P1D\"]",
+        "disaggregation = [\"pooled\", \"1P2D\"]",
+    );
+    let plan = servesim::plan::Plan::from_toml_str(&text, std::path::Path::new("plans/disaggregated-8b.toml")).unwrap();
+    let candidates = plan.space.candidates();
+    let options = servesim::plan::SearchOptions { min_requests: 200, relative_width: 0.2, ..Default::default() };
+    let evaluations = servesim::plan::evaluate(&plan, &candidates, &options).unwrap();
+    let ranked = servesim::plan::rank(&plan, &evaluations);
+    assert_eq!(ranked.len(), 2, "both meet the target within budget");
+    for (candidate, evaluated) in &ranked {
+        assert_eq!(evaluated.gpus, candidate.gpus_per_replica() * evaluated.replicas);
+        assert!(evaluated.cluster.as_ref().is_some_and(|p| p.verdict.met));
+    }
+    let split = ranked.iter().find(|(c, _)| c.disaggregation == Some((1, 2))).expect("the split is ranked");
+    assert_eq!(split.1.scenario.pools.len(), 2);
+}

@@ -20,18 +20,21 @@ pub struct Candidate {
     pub kv_cache_dtype: Option<String>,
     /// Mixture-of-experts models: whole experts per GPU (`engine.expert_parallel`).
     pub expert_parallel: Option<bool>,
+    /// `Some((x, y))`: a unit is x prefill and y decode replicas (xPyD), and the cluster is
+    /// made of such units; `None`: pooled replicas.
+    pub disaggregation: Option<(u32, u32)>,
 }
 
 impl SearchSpace {
     /// Every combination, in a fixed order: GPU, policy, TP, `max_num_seqs`,
-    /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype, expert parallelism
-    /// (the last varies fastest).
+    /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype, expert
+    /// parallelism, disaggregation (the last varies fastest).
     pub fn candidates(&self) -> Vec<Candidate> {
         let lens = self.list_lens();
         (0..self.len())
             .map(|index| {
                 // The candidate's position in each list: `index` in mixed radix, last list fastest.
-                let mut at = [0; 9];
+                let mut at = [0; 10];
                 let mut rest = index;
                 for (i, &len) in lens.iter().enumerate().rev() {
                     at[i] = rest % len;
@@ -48,6 +51,7 @@ impl SearchSpace {
                     dtype: self.dtypes[at[6]].clone(),
                     kv_cache_dtype: self.kv_cache_dtypes[at[7]].clone(),
                     expert_parallel: self.expert_parallel[at[8]],
+                    disaggregation: self.disaggregation[at[9]],
                 }
             })
             .collect()
@@ -83,11 +87,20 @@ impl Candidate {
             Some(false) => label += " no-ep",
             None => {}
         }
+        if let Some((x, y)) = self.disaggregation {
+            label += &format!(" {x}P{y}D");
+        }
         label
     }
 
-    /// The scenario file this candidate is, with `replicas` replicas: the plan's shared sections
-    /// plus the candidate's GPU and engine fields. It is resolved by scenario validation itself,
+    /// GPUs in one replica, or with disaggregation in one xPyD unit.
+    pub fn gpus_per_replica(&self) -> u32 {
+        let replicas = self.disaggregation.map_or(1, |(x, y)| x + y);
+        self.tensor_parallel.saturating_mul(replicas)
+    }
+
+    /// The scenario file this candidate is, with `replicas` replicas (xPyD units, when
+    /// disaggregated): the plan's shared sections plus the candidate's GPU and engine fields. It is resolved by scenario validation itself,
     /// so a candidate is feasible exactly when such a scenario would load.
     pub fn scenario_text(&self, plan: &Plan, replicas: u32, num_prompts: u32, request_rate: f64) -> String {
         let mut table = toml::Table::new();
@@ -100,15 +113,35 @@ impl Candidate {
             model.insert("kv_cache_dtype".into(), dtype.clone().into());
         }
         table.insert("model".into(), model.into());
-        let mut hardware = toml::Table::new();
-        hardware.insert("gpu".into(), plan.space.gpus[self.gpu].name.clone().into());
-        table.insert("hardware".into(), hardware.into());
+        let gpu = plan.space.gpus[self.gpu].name.clone();
         let mut engine = plan.engine.clone();
         if let Some(policy) = &self.policy {
             engine.insert("policy".into(), policy.clone().into());
         }
-        engine.insert("tensor_parallel".into(), i64::from(self.tensor_parallel).into());
-        engine.insert("replicas".into(), i64::from(replicas).into());
+        match self.disaggregation {
+            None => {
+                let mut hardware = toml::Table::new();
+                hardware.insert("gpu".into(), gpu.into());
+                table.insert("hardware".into(), hardware.into());
+                engine.insert("tensor_parallel".into(), i64::from(self.tensor_parallel).into());
+                engine.insert("replicas".into(), i64::from(replicas).into());
+            }
+            Some((x, y)) => {
+                let pool = |role: &str, n: u32| {
+                    let mut pool = toml::Table::new();
+                    pool.insert("role".into(), role.into());
+                    pool.insert("gpu".into(), gpu.clone().into());
+                    pool.insert("tensor_parallel".into(), i64::from(self.tensor_parallel).into());
+                    pool.insert("replicas".into(), i64::from(n.saturating_mul(replicas)).into());
+                    toml::Value::Table(pool)
+                };
+                let mut cluster = toml::Table::new();
+                cluster.insert("mode".into(), "disaggregated".into());
+                cluster.insert("link".into(), plan.space.link.clone().into());
+                cluster.insert("pools".into(), toml::Value::Array(vec![pool("prefill", x), pool("decode", y)]));
+                table.insert("cluster".into(), cluster.into());
+            }
+        }
         if let Some(seqs) = self.max_num_seqs {
             engine.insert("max_num_seqs".into(), i64::from(seqs).into());
         }
@@ -229,5 +262,30 @@ mod tests {
         let s = tp.scenario(&plan, 1).unwrap();
         assert!(s.model.moe.is_some_and(|moe| !moe.expert_parallel));
         assert!(!deploy_command(tp, &s).contains("expert"));
+    }
+
+    /// A disaggregated candidate is units of x prefill and y decode replicas on its GPU: its
+    /// scenario has the two pools, scaled by the units, its GPUs count both, and the deploy
+    /// command names the KV connector.
+    #[test]
+    fn disaggregated_splits_are_searched_as_units() {
+        let text = PLAN.replace("kv_cache_dtype = [\"auto\", \"fp8\"]", "disaggregation = [\"pooled\", \"1P3D\"]\nlink = \"nvlink\"");
+        let plan = Plan::from_toml_str(&text, Path::new("plan.toml")).unwrap();
+        let all = plan.space.candidates();
+        assert_eq!(all.len(), 2 * 2 * 2 * 2 * 2);
+        let split = all.iter().find(|c| c.tensor_parallel == 2 && c.disaggregation == Some((1, 3))).unwrap();
+        assert!(split.label(&plan.space).ends_with(" 1P3D"), "{}", split.label(&plan.space));
+        assert_eq!(split.gpus_per_replica(), 8);
+        let s = split.scenario(&plan, 2).unwrap();
+        let roles: Vec<(crate::scenario::PoolRole, u32, u32)> = s.pools.iter().map(|p| (p.role, p.engine.replicas, p.engine.tensor_parallel)).collect();
+        assert_eq!(roles, [(crate::scenario::PoolRole::Prefill, 2, 2), (crate::scenario::PoolRole::Decode, 6, 2)]);
+        assert_eq!(s.kv_link.as_ref().map(|l| l.name.as_str()), Some("nvlink"));
+        assert!(deploy_command(split, &s).contains("NixlConnector"), "{}", deploy_command(split, &s));
+        let pooled = all.iter().find(|c| c.tensor_parallel == 2 && c.disaggregation.is_none()).unwrap();
+        assert_eq!(pooled.gpus_per_replica(), 2);
+        assert!(pooled.scenario(&plan, 2).unwrap().pools.is_empty());
+        let bad = PLAN.replace("kv_cache_dtype = [\"auto\", \"fp8\"]", "disaggregation = [\"1P0D\"]");
+        let err = Plan::from_toml_str(&bad, Path::new("plan.toml")).unwrap_err().to_string();
+        assert!(err.contains("search.disaggregation[0]") && err.contains("1P0D"), "{err}");
     }
 }

@@ -176,7 +176,7 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
     let named = crate::run::scenario_cost(&scenario, false)?;
     let (cost, cost_source) = (named.model, named.kind.name().to_string());
     let per_replica = max_sustainable_rate(&scenario, cost.as_ref(), &plan.objectives, options);
-    let gpus_per_replica = scenario.engine.tensor_parallel;
+    let gpus_per_replica = candidate.gpus_per_replica();
     let mut replicas = 1;
     let mut replicas_added = 0;
     let mut cluster = None;

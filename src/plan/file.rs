@@ -89,6 +89,12 @@ struct RawSearch {
     /// Mixture-of-experts models: `[false, true]` searches both ways of placing experts.
     #[serde(default)]
     expert_parallel: Option<Vec<bool>>,
+    /// Prefill/decode splits: `"pooled"` or `"xPyD"` (x prefill and y decode replicas per unit).
+    #[serde(default)]
+    disaggregation: Option<Vec<String>>,
+    /// The link of disaggregated candidates (a `cluster.link` preset; default "infiniband").
+    #[serde(default)]
+    link: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,6 +138,25 @@ pub struct SearchSpace {
     pub dtypes: Vec<Option<String>>,
     pub kv_cache_dtypes: Vec<Option<String>>,
     pub expert_parallel: Vec<Option<bool>>,
+    /// `None`: pooled replicas; `Some((x, y))`: units of x prefill and y decode replicas.
+    pub disaggregation: Vec<Option<(u32, u32)>>,
+    /// The KV link of disaggregated candidates.
+    pub link: String,
+}
+
+/// The most replicas of one role in a disaggregated unit.
+const DISAGGREGATION_SIDE_MAX: u32 = 64;
+
+/// `"pooled"`, or `"xPyD"` (case-insensitive): x prefill and y decode replicas.
+fn parse_split(text: &str) -> Option<Option<(u32, u32)>> {
+    let t = text.trim().to_ascii_uppercase();
+    if t == "POOLED" {
+        return Some(None);
+    }
+    let (x, y) = t.strip_suffix('D')?.split_once('P')?;
+    let (x, y) = (x.parse::<u32>().ok()?, y.parse::<u32>().ok()?);
+    let side = 1..=DISAGGREGATION_SIDE_MAX;
+    (side.contains(&x) && side.contains(&y)).then_some(Some((x, y)))
 }
 
 /// A validated plan.
@@ -260,6 +285,27 @@ impl Plan {
             return Err(invalid("engine.expert_parallel", value, "searched: search.expert_parallel lists its values"));
         }
         let expert_parallel = flags(s.expert_parallel, "search.expert_parallel")?;
+        let disaggregation = match s.disaggregation {
+            None => vec![None],
+            Some(splits) => {
+                nonempty("search.disaggregation", splits.len())?;
+                let parse = |(i, text): (usize, &String)| {
+                    parse_split(text).ok_or_else(|| {
+                        invalid(
+                            &format!("search.disaggregation[{i}]"),
+                            &format!("{text:?}"),
+                            &format!("expected \"pooled\" or \"xPyD\" (e.g. \"1P3D\"), x and y in 1..={DISAGGREGATION_SIDE_MAX}"),
+                        )
+                    })
+                };
+                splits.iter().enumerate().map(parse).collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        let link = s.link.unwrap_or_else(|| "infiniband".into());
+        if !crate::scenario::LINK_PRESETS.iter().any(|(name, _, _)| name.eq_ignore_ascii_case(&link)) {
+            let known: Vec<&str> = crate::scenario::LINK_PRESETS.iter().map(|p| p.0).collect();
+            return Err(invalid("search.link", &format!("{link:?}"), &format!("unknown link preset; known: {}", known.join(", "))));
+        }
         let space = SearchSpace {
             gpus,
             policies,
@@ -270,6 +316,8 @@ impl Plan {
             dtypes,
             kv_cache_dtypes,
             expert_parallel,
+            disaggregation,
+            link,
         };
         let count = space.len();
         if count > MAX_CANDIDATES {
@@ -302,7 +350,7 @@ impl Plan {
 impl SearchSpace {
     /// The length of each searched list, in enumeration order (the last varies fastest in
     /// [`SearchSpace::candidates`]).
-    pub fn list_lens(&self) -> [usize; 9] {
+    pub fn list_lens(&self) -> [usize; 10] {
         [
             self.gpus.len(),
             self.policies.len(),
@@ -313,6 +361,7 @@ impl SearchSpace {
             self.dtypes.len(),
             self.kv_cache_dtypes.len(),
             self.expert_parallel.len(),
+            self.disaggregation.len(),
         ]
     }
 

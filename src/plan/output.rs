@@ -312,6 +312,13 @@ pub fn deploy_command(candidate: &Candidate, s: &Scenario) -> String {
             if s.model.moe.is_some_and(|moe| moe.expert_parallel) {
                 line += " --enable-expert-parallel";
             }
+            // vLLM's disaggregated serving: every instance with a KV connector, behind a proxy
+            // that sends each request to a prefill instance, then a decode instance.
+            if let Some((x, y)) = candidate.disaggregation {
+                line += &format!(
+                    r#" --kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'  # {x}P{y}D: {x} prefill and {y} decode instances per unit, behind a P/D proxy"#
+                );
+            }
             line
         }
     }

@@ -7,7 +7,7 @@
 //! bracket is narrower than [`SearchOptions::relative_width`].
 
 use crate::cost::CostModel;
-use crate::run::{run_point, sim_config};
+use crate::run::{run_point_shared_cost, sim_config};
 use crate::scenario::{Scenario, SweepPoint};
 
 use super::file::PROBE_REQUESTS_MAX;
@@ -101,7 +101,7 @@ pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives,
     at_rate.workload.input_tokens_total = None;
     at_rate.workload.output_tokens_total = None;
     let point = SweepPoint::new(num_prompts, rate);
-    let result = run_point(&at_rate, &sim_config(&at_rate), cost, &point, &objectives.percentiles());
+    let result = run_point_shared_cost(&at_rate, &sim_config(&at_rate), cost, &point, &objectives.percentiles());
     let verdict = objectives.judge(&result.output.records, &result.summary);
     Probe {
         rate,

@@ -421,6 +421,29 @@ pub fn run_point(
     run_point_in(scenario, config, &[sim::Pool::uniform(config, cost)], point, percentiles)
 }
 
+/// [`run_point`] where the scenario may have pools that all run on one GPU type and TP degree
+/// (a planner's disaggregated candidate): each pool keeps its own scheduler, replicas and role,
+/// and `cost` prices them all.
+pub fn run_point_shared_cost(
+    scenario: &Scenario,
+    config: &SimConfig,
+    cost: &dyn CostModel,
+    point: &SweepPoint,
+    percentiles: &[f64],
+) -> PointResult {
+    if scenario.pools.is_empty() {
+        return run_point(scenario, config, cost, point, percentiles);
+    }
+    let schedulers: Vec<SchedulerConfig> = scenario.pool_scenarios().iter().map(scheduler_config).collect();
+    let pools: Vec<sim::Pool> = scenario
+        .pools
+        .iter()
+        .zip(&schedulers)
+        .map(|(pool, scheduler)| sim::Pool { scheduler, replicas: pool.engine.replicas, cost, weight: 1.0, role: sim_role(scenario, pool) })
+        .collect();
+    run_point_in(scenario, config, &pools, point, percentiles)
+}
+
 fn run_point_in(scenario: &Scenario, config: &SimConfig, pools: &[sim::Pool], point: &SweepPoint, percentiles: &[f64]) -> PointResult {
     let requests = workload::generate_point(&scenario.workload, point);
     let output = sim::simulate_pools(&requests, config, pools);

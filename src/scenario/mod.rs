@@ -18,7 +18,7 @@ mod resolve;
 use std::path::{Path, PathBuf};
 
 pub use error::ScenarioError;
-pub use resolve::MAX_OVERHEAD_US;
+pub use resolve::{LINK_PRESETS, MAX_OVERHEAD_US};
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
 pub use trace::TraceRow;

@@ -34,6 +34,7 @@ use super::{
 use context::{Cx, quote};
 pub(super) use cost::DEFAULT_COST;
 pub use cost::MAX_OVERHEAD_US;
+pub use pools::LINK_PRESETS;
 use std::path::Path;
 
 // ---- entry points -------------------------------------------------------------------------------
