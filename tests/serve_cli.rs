@@ -44,6 +44,27 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
     assert_eq!((prefill_total, decode_total), (60, 25), "{csv}");
 }
 
+/// `serve --num-scheduler-steps` and `--num-speculative-tokens` reach the engine: a benchmark
+/// gets every token, and speculation's counters are on /metrics.
+#[test]
+fn multi_step_and_speculation_serve_every_token() {
+    for flags in [&["--num-scheduler-steps", "4"][..], &["--num-speculative-tokens", "3", "--prompt-lookup-max", "2"][..]] {
+        let args = [&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "4"][..], flags].concat();
+        let (mut server, base) = spawn_serve(&args);
+        let bench = servesim(&[
+            "bench", "--base-url", &base, "--dataset-name", "random", "--random-input-len", "12",
+            "--random-output-len", "9", "--num-prompts", "4", "--max-concurrency", "2",
+        ]);
+        let text = stdout(&bench);
+        assert!(bench.status.success(), "{flags:?}: {}", stderr(&bench));
+        assert!(text.contains("Total generated tokens:                  36        \n"), "{flags:?}: {text}");
+        let metrics = http_get(&base, "/metrics");
+        let speculating = flags[0] == "--num-speculative-tokens";
+        assert_eq!(metric(&metrics, "servesim_spec_decode_num_draft_tokens_total").is_some(), speculating, "{metrics}");
+        assert!(sigterm_and_wait(&mut server, Duration::from_secs(60)).success());
+    }
+}
+
 #[test]
 fn serve_rejects_bad_flags() {
     for args in [vec!["serve"], vec!["serve", "--random-weights", "huge"], vec!["serve", "--random-weights", "tiny", "--device", "gpu"]] {
