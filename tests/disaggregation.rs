@@ -7,7 +7,7 @@ mod common;
 use proptest::prelude::*;
 use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
-use servesim::sched::{Batch, SchedulerConfig};
+use servesim::sched::{Acceptance, Batch, SchedulerConfig, SpeculativeConfig};
 use servesim::sim::link::LinkSpec;
 use servesim::sim::{Pool, Role, SimConfig, SimOutput, simulate_pools};
 use servesim::workload::{RequestSpec, SharedPrefix};
@@ -155,14 +155,29 @@ proptest! {
         bandwidth in prop_oneof![Just(f64::INFINITY), Just(1e9), Just(1e7)],
         latency_ns in 0u64..100_000,
         router in prop_oneof![Just(Router::RoundRobin), Just(Router::LeastOutstanding)],
+        engine in 0u32..4,
     ) {
         let link = LinkSpec { bandwidth_bytes_per_s: bandwidth, latency_ns };
-        let (p, d) = (scheduler(200), scheduler(decode_blocks));
+        // The engine features on both sides: plain vLLM V1, V0 with multi-step windows (chunked
+        // or not), or V1 with speculative decoding.
+        let (mut p, mut d) = (scheduler(200), scheduler(decode_blocks));
+        let mut policy = Policy::VllmV1;
+        for s in [&mut p, &mut d] {
+            match engine {
+                1 | 2 => {
+                    s.num_scheduler_steps = 3;
+                    s.enable_chunked_prefill = engine == 2;
+                    policy = Policy::VllmV0;
+                }
+                3 => s.speculative = Some(SpeculativeConfig { num_speculative_tokens: 2, acceptance: Acceptance::Drawn { rates: vec![0.6, 0.6], seed: 3 } }),
+                _ => {}
+            }
+        }
         let pools = [
             Pool { scheduler: &p, replicas: prefill, cost: &PerToken, weight: 1.0, role: Role::Prefill },
             Pool { scheduler: &d, replicas: decode, cost: &PerToken, weight: 1.0, role: Role::Decode { ingress: link, kv_bytes_per_token: 1_000 } },
         ];
-        let config = SimConfig { router, ..config() };
+        let config = SimConfig { router, policy, ..config() };
         let out = simulate_pools(&requests, &config, &pools);
         for (spec, r) in requests.iter().zip(&out.records.requests) {
             if r.success {

@@ -176,7 +176,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
             break;
         }
         let tokens = pending.min(*budget);
-        let tokens_total = s.with_lookahead(seq, s.seqs[seq as usize].computed + tokens, false);
+        let tokens_total = s.with_lookahead(seq, s.seqs[seq as usize].computed + tokens);
         let mut scheduled = true;
         while !s.kv.allocate(seq, tokens_total, 0) {
             let victim = s.preempt_newest().expect("running is not empty");
@@ -221,7 +221,6 @@ fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, ch
                     AdmitBlocks::Chunk => tokens,
                     AdmitBlocks::WholePrompt => pending,
                 },
-            true,
         );
         if !s.allocate_admitted(seq, hit_blocks, tokens_to_allocate, watermark_blocks) {
             break;

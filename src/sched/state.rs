@@ -129,13 +129,14 @@ impl SchedulerState {
 
     /// The KV `seq` must hold to compute up to `tokens_total` in a step that may open a
     /// multi-step window: the window's further tokens too (vLLM's lookahead slots, N − 1), but
-    /// not past the sequence's last token. A prompt is in a window only with chunked prefill.
-    pub(super) fn with_lookahead(&self, seq: u32, tokens_total: u32, prompt: bool) -> u32 {
+    /// not past the sequence's last token. A prefill is in a window only with chunked prefill; a
+    /// decode always is (one admitted with its KV from a prefill pool too).
+    pub(super) fn with_lookahead(&self, seq: u32, tokens_total: u32) -> u32 {
         let lookahead = self.config.num_scheduler_steps - 1;
-        if lookahead == 0 || (prompt && !self.config.enable_chunked_prefill) {
+        let s = &self.seqs[seq as usize];
+        if lookahead == 0 || (s.in_prefill() && !self.config.enable_chunked_prefill) {
             return tokens_total;
         }
-        let s = &self.seqs[seq as usize];
         let last = s.prompt_tokens + s.max_output_tokens - 1;
         tokens_total.saturating_add(lookahead).min(last).max(tokens_total)
     }
