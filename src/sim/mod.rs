@@ -350,19 +350,8 @@ impl Simulation<'_> {
         // A prefill replica computes the prompt and samples the first token, nothing more.
         let (output_tokens, max_tokens) =
             if self.roles[replica_index as usize] == Role::Prefill { (1, 1) } else { (spec.output_tokens, spec.max_tokens) };
-        match replica.scheduler.add_request_with_prefix(id, spec.input_tokens, output_tokens, max_tokens, &hashes) {
-            Admission::Queued { .. } => {
-                if !replica.busy && !replica.start_queued {
-                    replica.start_queued = true;
-                    self.events.push(self.now_ns, Event::StepStart { replica: replica_index });
-                }
-            }
-            Admission::Rejected { .. } => {
-                replica.outstanding -= 1;
-                self.out.rejected += 1;
-                self.complete(id, false);
-            }
-        }
+        let admission = replica.scheduler.add_request_with_prefix(id, spec.input_tokens, output_tokens, max_tokens, &hashes);
+        self.after_admission(admission, id, replica_index);
     }
 
     fn on_step_start(&mut self, replica_index: u32) {
@@ -516,7 +505,16 @@ impl Simulation<'_> {
     fn on_kv_arrived(&mut self, id: u32, replica_index: u32) {
         let spec = self.requests[id as usize];
         let replica = &mut self.cluster.replicas[replica_index as usize];
-        match replica.scheduler.add_prefilled_request(id, spec.input_tokens, 1, spec.output_tokens, spec.max_tokens) {
+        let admission = replica.scheduler.add_prefilled_request(id, spec.input_tokens, 1, spec.output_tokens, spec.max_tokens);
+        self.after_admission(admission, id, replica_index);
+    }
+
+    /// `id` was offered to a replica's scheduler: queued, it wakes the replica if idle; refused
+    /// (it can never fit there), it fails, and a first token it had from a prefill pool counts
+    /// for nothing, as for any failed request.
+    fn after_admission(&mut self, admission: Admission, id: u32, replica_index: u32) {
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        match admission {
             Admission::Queued { .. } => {
                 if !replica.busy && !replica.start_queued {
                     replica.start_queued = true;
@@ -524,7 +522,6 @@ impl Simulation<'_> {
                 }
             }
             Admission::Rejected { .. } => {
-                // It can never fit this decode replica: failed, as a request no replica fits is.
                 replica.outstanding -= 1;
                 self.out.rejected += 1;
                 self.out.records.requests[id as usize].output_tokens = 0;
