@@ -749,7 +749,13 @@ mod tests {
         assert!(e.starts_with("calibration/x.csv:1: header"), "{e}");
         let bad = format!("{good}gemm,,bf16,1,2\n");
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
-        assert!(e.starts_with("calibration/x.csv:6:"), "{e}");
+        assert!(e.starts_with("calibration/x.csv:7:"), "{e}");
+        let bad = good.replacen("alltoall,,,,,,,,,,,,,1048576,8,", "alltoall,,,,,,,,,,,,,1048576,0,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:6: gpus:"), "{e}");
+        let bad = good.replacen("alltoall,", "alltoallv,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.contains("op: expected gemm, attention, allreduce or alltoall, found \"alltoallv\""), "{e}");
         // A header alone is not a profile.
         let header = good.lines().next().unwrap();
         let e = parse_csv(&format!("{header}\n"), file, &peak).unwrap_err().to_string();
