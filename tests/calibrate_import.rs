@@ -59,6 +59,11 @@ fn import_converts_the_tables_and_names_their_source() {
     assert!(count(&|s| matches!(s, Shape::Attention(a) if a.context_len == 0 && a.query_len > 1)) > 100);
     assert!(count(&|s| matches!(s, Shape::Attention(a) if a.query_len == 1 && a.context_len > 0)) > 100);
     assert_eq!(count(&|s| matches!(s, Shape::AllReduce(_))), 69);
+    // NCCL's all-to-alls in half precision, on 2, 4 and 8 GPUs; its other collectives are left out.
+    assert!(err.contains("NCCL all_gather"), "{err}");
+    for gpus in [2, 4, 8] {
+        assert!(count(&|s| matches!(s, Shape::AllToAll(a) if a.gpus == gpus)) > 10, "{gpus} GPUs");
+    }
     // A table value, exactly: aiconfigurator's H100 bf16 GEMM m=2048, n=k=8192 (0.366 ms in
     // its README's cross-check, against 0.395 ms from vidur and 0.394 ms from LLMServingSim).
     let o_proj = GemmShape { m: 2048, n: 8192, k: 8192, dtype: Dtype::Bf16 };
@@ -97,17 +102,22 @@ fn a_malformed_table_is_named_with_its_row_and_column() {
     assert!(stderr(&run).contains("no gemm/vllm/<version>/ folder"), "{}", stderr(&run));
 }
 
-/// Round trip: each bundled profile prices every GEMM and attention row it holds within 3%.
+/// Round trip: each bundled profile prices every GEMM, attention and all-to-all row it holds
+/// within 3%.
 #[test]
 fn bundled_profiles_reproduce_their_own_rows() {
     for name in BUNDLED {
         let profile = bundled(name);
         let index = ProfileIndex::new(&profile);
         let mut errors = Vec::new();
+        // NCCL's all-to-alls, half precision: 21 sizes on each of 2, 4 and 8 GPUs.
+        let alltoalls = profile.rows.iter().filter(|r| matches!(r.shape, Shape::AllToAll(_))).count();
+        assert_eq!(alltoalls, 63, "{name}");
         for row in &profile.rows {
             let predicted = match &row.shape {
                 Shape::Gemm(g) => index.predict_gemm_ns(g),
                 Shape::Attention(a) => index.predict_attention_ns(a),
+                Shape::AllToAll(a) => index.alltoall_s(a.bytes as f64, a.gpus).map(|s| s * 1e9),
                 Shape::AllReduce(_) => continue,
             }
             .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));

@@ -96,6 +96,17 @@ pub struct AllReduceShape {
     pub gpus: u32,
 }
 
+/// An all-to-all over `gpus` devices, sized as nccl-tests sizes `alltoall_perf`: `bytes` is the
+/// whole buffer each GPU sends, one `bytes / gpus` slice to every GPU (its own slice included,
+/// which never leaves it), so `(gpus − 1)/gpus · bytes` crosses the links per GPU. Expert
+/// parallelism's dispatch (and combine) of a step is one such all-to-all per layer; servesim's
+/// own calibration cannot time one, so these rows come only from imported measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AllToAllShape {
+    pub bytes: u64,
+    pub gpus: u32,
+}
+
 /// Facts about the device for a profile's provenance. Unknown items are `None`, not guessed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeviceInfo {

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape, Peak, StepGemms};
+use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, GemmShape, Peak, StepGemms};
 use crate::scenario::ModelSpec;
 use crate::scenario::model::Dtype;
 
@@ -305,6 +305,8 @@ pub enum Shape {
     Gemm(GemmShape),
     Attention(AttentionShape),
     AllReduce(AllReduceShape),
+    /// Imported only (see [`AllToAllShape`]): no grid holds one.
+    AllToAll(AllToAllShape),
 }
 
 /// Roofline work of a shape: FLOPs and bytes moved to and from memory.
@@ -389,12 +391,20 @@ pub fn allreduce_work(shape: &AllReduceShape) -> Work {
     Work { flops: 0.0, bytes: 2.0 * (g - 1.0) / g * shape.bytes as f64 }
 }
 
+/// An all-to-all of `bytes` per GPU over `gpus` moves `(gpus − 1)/gpus · bytes` off each GPU
+/// (its own slice stays); no FLOPs.
+pub fn alltoall_work(shape: &AllToAllShape) -> Work {
+    let g = shape.gpus.max(1) as f64;
+    Work { flops: 0.0, bytes: (g - 1.0) / g * shape.bytes as f64 }
+}
+
 impl Shape {
     pub fn work(&self) -> Work {
         match self {
             Shape::Gemm(s) => gemm_work(s),
             Shape::Attention(s) => attention_work(s),
             Shape::AllReduce(s) => allreduce_work(s),
+            Shape::AllToAll(s) => alltoall_work(s),
         }
     }
 
@@ -403,7 +413,7 @@ impl Shape {
         match self {
             Shape::Gemm(s) => Some(s.dtype),
             Shape::Attention(s) => Some(s.dtype),
-            Shape::AllReduce(_) => None,
+            Shape::AllReduce(_) | Shape::AllToAll(_) => None,
         }
     }
 
@@ -416,6 +426,7 @@ impl Shape {
                 AttentionPhase::Mixed => OpKind::Mixed,
             },
             Shape::AllReduce(_) => OpKind::AllReduce,
+            Shape::AllToAll(_) => OpKind::AllToAll,
         }
     }
 }
@@ -430,9 +441,12 @@ pub enum OpKind {
     Decode,
     Mixed,
     AllReduce,
+    /// Imported measurements only: no calibration grid holds one, so it is not in [`OpKind::ALL`].
+    AllToAll,
 }
 
 impl OpKind {
+    /// The kinds a calibration grid measures.
     pub const ALL: [OpKind; 5] = [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed, OpKind::AllReduce];
 
     pub fn name(self) -> &'static str {
@@ -442,6 +456,7 @@ impl OpKind {
             OpKind::Decode => "decode attention",
             OpKind::Mixed => "mixed attention",
             OpKind::AllReduce => "all-reduce",
+            OpKind::AllToAll => "all-to-all",
         }
     }
 }

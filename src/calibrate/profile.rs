@@ -11,7 +11,7 @@
 //!
 //! | column | meaning |
 //! | --- | --- |
-//! | `op` | `gemm`, `attention` or `allreduce` |
+//! | `op` | `gemm`, `attention`, `allreduce` or `alltoall` |
 //! | `phase` | attention only: `prefill` (whole prompts, no cache), `decode` (one token over a paged cache) or `mixed` (prefill chunks over cached context) |
 //! | `dtype` | GEMM and attention: `bf16`, `fp16`, `fp8` or `fp32` (inputs; a GEMM's output is 16-bit for fp8) |
 //! | `m`, `n`, `k` | GEMM: `[m × k] · [k × n]`; `m` is token rows, `n` output features, `k` input features |
@@ -20,12 +20,12 @@
 //! | `context_len` | attention: cached tokens per sequence before the step (0 for prefill); with `uneven`, the mean |
 //! | `num_heads`, `num_kv_heads`, `head_dim` | attention: heads on this GPU (query and KV) and the head size |
 //! | `uneven` | attention: `true` when decode contexts are spread evenly over `1..=2·context_len` |
-//! | `bytes` | all-reduce: payload size, bytes |
-//! | `gpus` | all-reduce: number of GPUs |
+//! | `bytes` | all-reduce: payload size, bytes; all-to-all: the whole buffer each GPU sends (nccl-tests' size), bytes |
+//! | `gpus` | all-reduce and all-to-all: number of GPUs |
 //! | `median_ns`, `p10_ns`, `p90_ns` | the kernel's duration over the timed repeats, nanoseconds |
 //! | `repeats` | timed repeats (warm-up runs excluded) |
 //! | `flops` | roofline FLOPs of the shape (GEMM `2·m·n·k`; attention `4·heads·head_dim·keys`) |
-//! | `bytes_moved` | roofline memory traffic, bytes (GEMM inputs and output; attention K/V of every cached and new token plus Q and O; all-reduce `2(g−1)/g · bytes` per GPU) |
+//! | `bytes_moved` | roofline memory traffic, bytes (GEMM inputs and output; attention K/V of every cached and new token plus Q and O; all-reduce `2(g−1)/g · bytes` per GPU; all-to-all `(g−1)/g · bytes`) |
 //! | `utilisation` | roofline time at the sidecar's peak ÷ `median_ns`: 1 means the kernel ran at the roofline; empty for all-reduces (no link peak) |
 //!
 //! `flops`, `bytes_moved` and `utilisation` are derived, for readers of the file: the cost model
@@ -38,7 +38,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::{AllReduceShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
+use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
 use super::grid::{GridOptions, Shape, Work};
 use super::noise::ReferenceTimings;
 use super::timing::{Measurement, TimingOptions};
@@ -77,7 +77,7 @@ pub struct ProfileRow {
     pub measurement: Measurement,
     /// FLOPs and bytes of the shape (see [`Shape::work`]).
     pub work: Work,
-    /// Roofline time at the profile's peak ÷ median time; `None` for all-reduces.
+    /// Roofline time at the profile's peak ÷ median time; `None` for collectives.
     pub utilisation: Option<f64>,
 }
 
@@ -85,7 +85,7 @@ impl ProfileRow {
     pub fn new(shape: Shape, measurement: Measurement, peak: &Peak) -> ProfileRow {
         let work = shape.work();
         let utilisation = match shape {
-            Shape::AllReduce(_) => None,
+            Shape::AllReduce(_) | Shape::AllToAll(_) => None,
             _ => Some(work.roofline_s(peak) * 1e9 / measurement.median_ns),
         };
         ProfileRow { shape, measurement, work, utilisation }
@@ -413,6 +413,11 @@ impl Profile {
                     cells[13] = r.bytes.to_string();
                     cells[14] = r.gpus.to_string();
                 }
+                Shape::AllToAll(r) => {
+                    cells[0] = "alltoall".into();
+                    cells[13] = r.bytes.to_string();
+                    cells[14] = r.gpus.to_string();
+                }
             }
             let m = &row.measurement;
             let utilisation = row.utilisation.map(|u| u.to_string()).unwrap_or_default();
@@ -549,7 +554,10 @@ pub fn parse_csv(text: &str, file: &Path, peak: &Peak) -> Result<Vec<ProfileRow>
                 })
             }
             "allreduce" => Shape::AllReduce(AllReduceShape { bytes: uint(13)?, gpus: pos32(14)? }),
-            other => return Err(err(line, format!("op: expected gemm, attention or allreduce, found {other:?}"))),
+            "alltoall" => Shape::AllToAll(AllToAllShape { bytes: uint(13)?, gpus: pos32(14)? }),
+            other => {
+                return Err(err(line, format!("op: expected gemm, attention, allreduce or alltoall, found {other:?}")));
+            }
         };
         let measurement = Measurement {
             median_ns: float(15)?,
@@ -645,6 +653,7 @@ mod tests {
                 &peak(),
             ),
             ProfileRow::new(Shape::AllReduce(AllReduceShape { bytes: 1 << 20, gpus: 8 }), m(40000.0), &peak()),
+            ProfileRow::new(Shape::AllToAll(AllToAllShape { bytes: 1 << 20, gpus: 8 }), m(30000.0), &peak()),
         ];
         let mut options = GridOptions::all_presets(GridScale::Tiny);
         options.allreduce_gpus = vec![8];
@@ -715,9 +724,13 @@ mod tests {
         assert_eq!(lines.next().unwrap(), COLUMNS.join(","));
         let gemm = lines.next().unwrap();
         assert!(gemm.starts_with("gemm,,bf16,16,3072,2048,,,,,,,,,,12345.678,"), "{gemm}");
-        let allreduce = text.lines().last().unwrap();
+        let allreduce = text.lines().nth_back(1).unwrap();
         assert!(allreduce.starts_with("allreduce,,,,,,,,,,,,,1048576,8,40000,"), "{allreduce}");
         assert!(allreduce.ends_with(','), "no utilisation for all-reduce: {allreduce}");
+        let alltoall = text.lines().last().unwrap();
+        // 7/8 of the buffer leaves each GPU.
+        assert!(alltoall.starts_with("alltoall,,,,,,,,,,,,,1048576,8,30000,"), "{alltoall}");
+        assert!(alltoall.ends_with(",0,917504,"), "no FLOPs, 7/8 moved, no utilisation: {alltoall}");
     }
 
     #[test]
@@ -736,7 +749,13 @@ mod tests {
         assert!(e.starts_with("calibration/x.csv:1: header"), "{e}");
         let bad = format!("{good}gemm,,bf16,1,2\n");
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
-        assert!(e.starts_with("calibration/x.csv:6:"), "{e}");
+        assert!(e.starts_with("calibration/x.csv:7:"), "{e}");
+        let bad = good.replacen("alltoall,,,,,,,,,,,,,1048576,8,", "alltoall,,,,,,,,,,,,,1048576,0,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:6: gpus:"), "{e}");
+        let bad = good.replacen("alltoall,", "alltoallv,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.contains("op: expected gemm, attention, allreduce or alltoall, found \"alltoallv\""), "{e}");
         // A header alone is not a profile.
         let header = good.lines().next().unwrap();
         let e = parse_csv(&format!("{header}\n"), file, &peak).unwrap_err().to_string();

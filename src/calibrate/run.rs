@@ -246,6 +246,9 @@ fn measure_shape(
             Some(op) => op,
             None => return Ok(None),
         },
+        // No backend times an all-to-all (the rows are imported): unsupported, as an
+        // all-reduce is without a collective.
+        Shape::AllToAll(_) => return Ok(None),
     };
     measure_samples(op.as_mut(), timing).map(Some)
 }
@@ -267,6 +270,7 @@ pub fn describe(shape: &Shape) -> String {
             a.dtype.name()
         ),
         Shape::AllReduce(r) => format!("all-reduce {} B over {} GPUs", r.bytes, r.gpus),
+        Shape::AllToAll(r) => format!("all-to-all {} B per GPU over {} GPUs", r.bytes, r.gpus),
     }
 }
 
@@ -396,6 +400,17 @@ mod tests {
     }
 
     #[test]
+    fn an_all_to_all_is_unsupported_not_a_panic() {
+        use crate::calibrate::backend::AllToAllShape;
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+        let shape = Shape::AllToAll(AllToAllShape { bytes: 1 << 20, gpus: 8 });
+        let measured = measure_shape(&mut backend, &grid, &shape, &TimingOptions::default()).unwrap();
+        assert_eq!(measured, None);
+        assert_eq!(describe(&shape), "all-to-all 1048576 B per GPU over 8 GPUs");
+    }
+
+    #[test]
     fn measures_every_shape_exactly_without_jitter() {
         let grid = tiny_grid(vec![Dtype::Bf16]);
         let mut backend = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
@@ -409,6 +424,7 @@ mod tests {
                 Shape::Gemm(g) => law.gemm_ns(g),
                 Shape::Attention(a) => law.attention_ns(a),
                 Shape::AllReduce(r) => law.allreduce_ns(r),
+                Shape::AllToAll(_) => continue, // no grid holds one
             };
             assert_eq!(row.measurement.median_ns, expected);
             let u = row.utilisation.unwrap();

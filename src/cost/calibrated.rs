@@ -17,7 +17,9 @@
 //!
 //!  what the profile lacks ──► the roofline (datasheet × CostParams efficiencies), said once in
 //!                             `notices()`
-//!  elementwise, communication, CPU overhead ──► the roofline, as without a profile
+//!  all-reduces, expert parallelism's all-to-alls ──► the measured curve for the step's GPU
+//!                             count (ln seconds linear in ln bytes), else the roofline
+//!  elementwise, other communication, CPU overhead ──► the roofline, as without a profile
 //! ```
 //!
 //! Everything that depends only on the model is resolved when the model is built: per-op
@@ -28,7 +30,7 @@ use std::collections::BTreeMap;
 
 use super::memo::ByRows;
 use super::moe::ExpertRouting;
-use super::roofline::Roofline;
+use super::roofline::{ALL_TO_ALLS_PER_LAYER, Roofline};
 use super::sampling::SamplingCost;
 use super::{CostModel, StepCost};
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak};
@@ -409,6 +411,8 @@ pub struct ProfileIndex {
     attention: BTreeMap<AttentionKey, Surface>,
     /// Per GPU count: ln seconds against ln bytes of one all-reduce.
     allreduce: BTreeMap<u32, Curve>,
+    /// Per GPU count: ln seconds against ln bytes each GPU sends in one all-to-all.
+    alltoall: BTreeMap<u32, Curve>,
 }
 
 impl ProfileIndex {
@@ -420,6 +424,7 @@ impl ProfileIndex {
         let mut gemm_points: BTreeMap<(Dtype, u32, u32), Vec<(u32, f64)>> = BTreeMap::new();
         let mut attention_points: BTreeMap<AttentionKey, Vec<([f64; 3], f64)>> = BTreeMap::new();
         let mut allreduce_points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut alltoall_points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
         for row in rows {
             if !(row.measurement.median_ns.is_finite() && row.measurement.median_ns > 0.0) {
                 continue;
@@ -432,14 +437,16 @@ impl ProfileIndex {
                     attention_coords(a.batch as f64, a.query_len as f64, a.context_len as f64),
                     ln_utilisation(row, &peak),
                 )),
-                Shape::AllReduce(a) => allreduce_points
-                    .entry(a.gpus)
-                    .or_default()
-                    .push((ln1(a.bytes as f64), (row.measurement.median_ns / NS_PER_S).ln())),
+                Shape::AllReduce(a) => allreduce_points.entry(a.gpus).or_default().push(collective_point(a.bytes, row)),
+                Shape::AllToAll(a) => alltoall_points.entry(a.gpus).or_default().push(collective_point(a.bytes, row)),
             }
         }
+        let curves = |points: BTreeMap<u32, Vec<(f64, f64)>>| -> BTreeMap<u32, Curve> {
+            points.into_iter().filter_map(|(k, v)| Curve::new(v).map(|c| (k, c))).collect()
+        };
         ProfileIndex {
-            allreduce: allreduce_points.into_iter().filter_map(|(k, v)| Curve::new(v).map(|c| (k, c))).collect(),
+            allreduce: curves(allreduce_points),
+            alltoall: curves(alltoall_points),
             peak,
             gemm: gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect(),
             attention: attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
@@ -526,7 +533,14 @@ impl ProfileIndex {
     /// count (log-log interpolation; below the smallest size its time, the latency floor; above
     /// the largest, linear in bytes from it); `None` when the profile has none.
     pub fn allreduce_s(&self, bytes: f64, gpus: u32) -> Option<f64> {
-        self.allreduce.get(&gpus).map(|curve| allreduce_time_s(curve, bytes))
+        self.allreduce.get(&gpus).map(|curve| collective_time_s(curve, bytes))
+    }
+
+    /// One all-to-all of `bytes` sent by each of `gpus` GPUs (nccl-tests' size), seconds, from
+    /// the measured curve for that GPU count, interpolated as [`ProfileIndex::allreduce_s`];
+    /// `None` when the profile has none.
+    pub fn alltoall_s(&self, bytes: f64, gpus: u32) -> Option<f64> {
+        self.alltoall.get(&gpus).map(|curve| collective_time_s(curve, bytes))
     }
 
     /// The attention shape's time, nanoseconds, from the surface of its exact phase, dtype, head
@@ -539,9 +553,15 @@ impl ProfileIndex {
     }
 }
 
-/// One all-reduce of `bytes` from a measured (ln bytes, ln seconds) curve: interpolated inside
-/// it, its first time below it (the latency floor), linear in bytes from its last point above.
-fn allreduce_time_s(curve: &Curve, bytes: f64) -> f64 {
+/// A collective's measured row as a curve point: (ln bytes, ln seconds).
+fn collective_point(bytes: u64, row: &ProfileRow) -> (f64, f64) {
+    (ln1(bytes as f64), (row.measurement.median_ns / NS_PER_S).ln())
+}
+
+/// One collective (all-reduce or all-to-all) of `bytes` from a measured (ln bytes, ln seconds)
+/// curve: interpolated inside it, its first time below it (the latency floor), linear in bytes
+/// from its last point above.
+fn collective_time_s(curve: &Curve, bytes: f64) -> f64 {
     let x = ln1(bytes);
     match (curve.xs.last(), curve.ys.last()) {
         (Some(&last_x), Some(&last_y)) if x > last_x => (last_y + x - last_x).exp(),
@@ -598,7 +618,7 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
         match &row.shape {
             Shape::Gemm(g) => groups.entry((0, None, Some((g.dtype, g.n, g.k, g.m == 1)))).or_default().push(row),
             Shape::Attention(a) => groups.entry((1, Some(attention_key(a)), None)).or_default().push(row),
-            Shape::AllReduce(_) => {}
+            Shape::AllReduce(_) | Shape::AllToAll(_) => {}
         }
     }
     let mut result = LeaveOneOut::default();
@@ -624,7 +644,7 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
                     let predicted = index.predict_attention_ns(a).expect("surface of the group");
                     result.attention.push((predicted - measured).abs() / measured);
                 }
-                Shape::AllReduce(_) => {}
+                Shape::AllReduce(_) | Shape::AllToAll(_) => {}
             }
         }
     }
@@ -747,6 +767,9 @@ pub struct Calibrated {
     allreduce: Option<Curve>,
     /// Bytes each token row adds to a layer all-reduce: hidden size × activation bytes.
     allreduce_bytes_per_row: f64,
+    /// The measured all-to-all on this TP degree, when the model runs expert parallelism and the
+    /// profile has one; else the roofline prices the dispatch and combine.
+    alltoall: Option<Curve>,
     /// Datasheet-roofline constants for attention phases the profile lacks.
     fallback_attention_s_per_key: f64,
     fallback_prefix_attention_s_per_key: f64,
@@ -781,7 +804,7 @@ impl Calibrated {
     /// efficiency varies with shape, which one guessed efficiency cannot; launch latencies and
     /// the vendor's kernel quality do not carry over, so the notes say which GPU stands in. The
     /// measured all-reduces ran on the other GPU's interconnect, so they are dropped: the ring
-    /// formula prices them, with the note any unmeasured GPU count gets.
+    /// formula prices them, with the note any unmeasured GPU count gets; so are the all-to-alls.
     pub fn transferred(
         profile: &Profile,
         model: &ModelSpec,
@@ -792,6 +815,7 @@ impl Calibrated {
         let mut index = ProfileIndex::new(profile);
         index.peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
         index.allreduce.clear();
+        index.alltoall.clear();
         let note = format!(
             "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there",
             profile.provenance.measured_on(),
@@ -885,11 +909,13 @@ impl Calibrated {
                 None
             }
         });
+        let alltoall = resolve_alltoall(&index, &roofline, tensor_parallel, gpu, &mut notices);
         let h = heads.num_heads as f64;
         let d = heads.head_dim as f64;
         let flops_per_key = 4.0 * h * d;
         Calibrated {
             allreduce: allreduce.flatten(),
+            alltoall,
             allreduce_bytes_per_row: model.hidden_size as f64 * model.weight_dtype.bytes().max(2) as f64,
             roofline,
             peak,
@@ -914,6 +940,19 @@ impl Calibrated {
     /// caller to print once.
     pub fn notices(&self) -> &[String] {
         &self.notices
+    }
+
+    /// Expert parallelism's dispatch and combine over the layers for a step of `rows` token rows,
+    /// seconds: from the measured all-to-all curve at the roofline's message size, else the
+    /// roofline's formula (0 without expert parallelism).
+    fn alltoall_s(&self, rows: f64) -> f64 {
+        match &self.alltoall {
+            Some(curve) if rows > 0.0 => {
+                let one = collective_time_s(curve, self.roofline.alltoall_send_bytes(rows));
+                self.num_layers * ALL_TO_ALLS_PER_LAYER * one
+            }
+            _ => self.roofline.alltoall_s(rows),
+        }
     }
 
     /// Attention time of one phase's sequences, seconds per layer.
@@ -955,6 +994,28 @@ impl Calibrated {
 /// The attention predictor of one phase: the profile's surfaces for the model's KV dtype (or
 /// another, said) and its head configuration (or the nearest measured, said); else the roofline
 /// (said).
+/// The measured all-to-all curve for `tensor_parallel` GPUs where the model runs expert
+/// parallelism's all-to-alls and the profile has one; a notice where it must fall back.
+fn resolve_alltoall(
+    index: &ProfileIndex,
+    roofline: &Roofline,
+    tensor_parallel: u32,
+    gpu: &GpuSpec,
+    notices: &mut Vec<String>,
+) -> Option<Curve> {
+    if !roofline.has_alltoalls() {
+        return None;
+    }
+    let curve = index.alltoall.get(&tensor_parallel).cloned();
+    if curve.is_none() {
+        notices.push(format!(
+            "calibrated profile: no all-to-all measured on {tensor_parallel} {} GPUs; expert parallelism's dispatch and combine priced by the roofline",
+            gpu.name
+        ));
+    }
+    curve
+}
+
 fn resolve_attention(
     index: &ProfileIndex,
     phase: AttentionPhase,
@@ -1173,15 +1234,19 @@ impl CostModel for Calibrated {
         };
 
         // The layers' all-reduces run on the GEMM rows (a decode graph's padded batch).
-        let communication_ns = match &self.allreduce {
-            Some(curve) if tokens > 0.0 => {
-                let one = allreduce_time_s(curve, gemm_rows * self.allreduce_bytes_per_row);
+        // So do the all-to-alls where measured; the roofline's token count otherwise.
+        let communication_ns = match (&self.allreduce, &self.alltoall) {
+            (Some(curve), _) if tokens > 0.0 => {
+                let one = collective_time_s(curve, gemm_rows * self.allreduce_bytes_per_row);
                 to_ns(
                     self.num_layers * self.roofline.allreduces_per_layer() * one
-                        + self.roofline.alltoall_s(gemm_rows)
+                        + self.alltoall_s(gemm_rows)
                         + self.roofline.logit_gather_s(sampled),
                 )
             }
+            (None, Some(_)) if tokens > 0.0 => to_ns(
+                self.roofline.layer_allreduces_s(tokens) + self.alltoall_s(gemm_rows) + self.roofline.logit_gather_s(sampled),
+            ),
             _ => base.communication_ns,
         };
         let gemm_ns = to_ns(gemm_s);
@@ -1528,6 +1593,71 @@ mod tests {
         assert!(tp4.notices().iter().any(|n| n.contains("no all-reduce measured on 4 ") && n.contains(" GPUs; priced by the ring formula")));
         let batch = decode_batch(4, 100);
         assert_eq!(tp4.predict(&batch).communication_ns, Roofline::new(&model, &h100(), 4, &params).predict(&batch).communication_ns);
+    }
+
+    /// Mixtral-8x7B with expert parallelism, and an empty profile (every kernel by the roofline):
+    /// only the collectives differ between the cases below.
+    fn mixtral_ep() -> (ModelSpec, Profile) {
+        let mut model = ModelSpec::preset("Mixtral-8x7B").unwrap();
+        model.moe.as_mut().unwrap().expert_parallel = true;
+        let (mut profile, _) =
+            synthetic_profile(GridOptions::for_model(tiny_model(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        profile.rows.clear();
+        (model, profile)
+    }
+
+    fn alltoall_row(bytes: u64, gpus: u32, us: f64) -> ProfileRow {
+        use crate::calibrate::backend::AllToAllShape;
+        use crate::calibrate::timing::Measurement;
+        let m = Measurement { median_ns: us * 1e3, p10_ns: us * 1e3, p90_ns: us * 1e3, repeats: 1 };
+        ProfileRow::new(Shape::AllToAll(AllToAllShape { bytes, gpus }), m, &gpu_peak())
+    }
+
+    #[test]
+    fn measured_all_to_alls_price_expert_parallelism() {
+        let (model, mut profile) = mixtral_ep();
+        // Two rows on 2 GPUs: 64 KiB in 10 µs and 16 MiB in 160 µs.
+        profile.rows.extend([alltoall_row(64 << 10, 2, 10.0), alltoall_row(16 << 20, 2, 160.0)]);
+        let params = CostParams::default();
+        let ep = Calibrated::new(&profile, &model, &h100(), 2, &params);
+        assert!(!ep.notices().iter().any(|n| n.contains("all-to-all")), "{:#?}", ep.notices());
+        let roofline = Roofline::new(&model, &h100(), 2, &params);
+        // 64 decodes on 2 GPUs: each GPU dispatches 32 tokens × 2 experts × 4096 × 2 B = 512 KiB,
+        // 3/8 of the way in ln bytes from 64 KiB (×8) to 16 MiB (×256), so in ln time:
+        // 10 µs × 16^(3/8) = 10 µs × 2^(3/2). Two all-to-alls per layer.
+        let batch = decode_batch(64, 100);
+        assert_eq!(roofline.alltoall_send_bytes(64.0), (512 << 10) as f64);
+        let one_s = 10e-6 * 2f64.powf(1.5);
+        let layers = model.num_layers as f64;
+        let expected = to_ns(roofline.layer_allreduces_s(64.0) + layers * 2.0 * one_s + roofline.logit_gather_s(64.0));
+        let got = ep.predict(&batch).communication_ns;
+        assert!(got.abs_diff(expected) <= 1, "{got} against {expected}");
+        // The measured curve, not the roofline's formula.
+        assert_ne!(got, roofline.predict(&batch).communication_ns);
+        // Without expert parallelism there is no all-to-all to price: the roofline's collectives.
+        let mut sliced = model.clone();
+        sliced.moe.as_mut().unwrap().expert_parallel = false;
+        let tp = Calibrated::new(&profile, &sliced, &h100(), 2, &params);
+        assert!(!tp.notices().iter().any(|n| n.contains("all-to-all")), "{:#?}", tp.notices());
+        let roofline_tp = Roofline::new(&sliced, &h100(), 2, &params);
+        assert_eq!(tp.predict(&batch).communication_ns, roofline_tp.predict(&batch).communication_ns);
+    }
+
+    #[test]
+    fn without_measured_all_to_alls_expert_parallelism_falls_back_to_the_roofline() {
+        let (model, mut profile) = mixtral_ep();
+        // Measured on 2 GPUs only; the model runs on 4.
+        profile.rows.push(alltoall_row(64 << 10, 2, 10.0));
+        let params = CostParams::default();
+        for profile in [profile.clone(), { profile.rows.clear(); profile }] {
+            let ep = Calibrated::new(&profile, &model, &h100(), 4, &params);
+            let notice = "no all-to-all measured on 4 ";
+            assert!(ep.notices().iter().any(|n| n.contains(notice) && n.contains("priced by the roofline")), "{:#?}", ep.notices());
+            let roofline = Roofline::new(&model, &h100(), 4, &params);
+            for batch in [decode_batch(1, 100), decode_batch(64, 4000)] {
+                assert_eq!(ep.predict(&batch).communication_ns, roofline.predict(&batch).communication_ns);
+            }
+        }
     }
 
     #[test]

@@ -62,9 +62,18 @@ const GATE_UP_PROJECTIONS: f64 = 2.0;
 /// the MLP down projection.
 const ALL_REDUCES_PER_LAYER: f64 = 2.0;
 /// Expert parallelism: an all-to-all sends tokens to their experts, another brings them back.
-const ALL_TO_ALLS_PER_LAYER: f64 = 2.0;
+pub(crate) const ALL_TO_ALLS_PER_LAYER: f64 = 2.0;
 
 /// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
+/// Expert parallelism's all-to-all buffer per token of a step, bytes: what each GPU sends in one
+/// dispatch (or combine), sized as nccl-tests sizes an all-to-all
+/// ([`AllToAllShape`](crate::calibrate::backend::AllToAllShape)). Each of `t` GPUs dispatches its
+/// `1/t` share of the step's tokens, each token's `hidden × act_bytes` state to its `k` experts;
+/// `(t−1)/t` of the buffer leaves the GPU (the rest is for the experts it holds itself).
+pub(crate) fn alltoall_send_bytes_per_token(moe: &crate::scenario::model::MoeSpec, hidden: f64, act_bytes: f64, t: f64) -> f64 {
+    moe.experts_per_token as f64 * hidden * act_bytes / t
+}
+
 pub(crate) fn expert_ffn_per_gpu(moe: &crate::scenario::model::MoeSpec, tensor_parallel: u32) -> f64 {
     if moe.expert_parallel { moe.expert_ffn_size as f64 } else { (moe.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil() }
 }
@@ -154,6 +163,9 @@ pub struct Roofline {
     alltoall_s_per_token_per_layer: f64,
     /// Their fixed latency per layer, seconds.
     alltoall_latency_s_per_layer: f64,
+    /// Bytes each GPU sends in one of those all-to-alls per token of the step (see
+    /// [`alltoall_send_bytes_per_token`]); 0 without expert parallelism.
+    alltoall_send_bytes_per_token: f64,
     /// Logit gather time per sampled token (bandwidth part), seconds; 0 at TP 1.
     logit_gather_s_per_sampled: f64,
     /// Fixed latency of the logit gather, seconds; 0 at TP 1.
@@ -198,12 +210,23 @@ impl Roofline {
     /// The layers' tensor-parallel all-reduces of a step of `tokens` token rows, seconds (ring
     /// formula; 0 on one GPU), with expert parallelism's all-to-alls.
     pub(crate) fn allreduce_s(&self, tokens: f64) -> f64 {
-        if tokens > 0.0 {
-            self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer)
-                + self.alltoall_s(tokens)
-        } else {
-            0.0
-        }
+        if tokens > 0.0 { self.layer_allreduces_s(tokens) + self.alltoall_s(tokens) } else { 0.0 }
+    }
+
+    /// The layers' tensor-parallel all-reduces alone (ring formula), seconds, for `tokens` > 0.
+    pub(crate) fn layer_allreduces_s(&self, tokens: f64) -> f64 {
+        self.num_layers * (tokens * self.allreduce_s_per_token_per_layer + self.allreduce_latency_s_per_layer)
+    }
+
+    /// Bytes each GPU sends in one of expert parallelism's all-to-alls for a step of `tokens`
+    /// token rows, as nccl-tests sizes an all-to-all; 0 without expert parallelism.
+    pub(crate) fn alltoall_send_bytes(&self, tokens: f64) -> f64 {
+        tokens * self.alltoall_send_bytes_per_token
+    }
+
+    /// Whether the model runs expert parallelism's all-to-alls (EP on more than one GPU).
+    pub(crate) fn has_alltoalls(&self) -> bool {
+        self.alltoall_send_bytes_per_token > 0.0
     }
 
     /// Expert parallelism's all-to-all dispatch and combine over the layers, seconds (0
@@ -328,11 +351,13 @@ impl Roofline {
         // each GPU dispatches its 1/t share of the tokens, (t−1)/t of them leaving the GPU.
         let expert_parallel = model.moe.filter(|moe| moe.expert_parallel && tensor_parallel > 1);
         let allreduces_per_layer = if expert_parallel.is_some() { ALL_REDUCES_PER_LAYER - 1.0 } else { ALL_REDUCES_PER_LAYER };
+        let alltoall_send_bytes_per_token =
+            expert_parallel.map_or(0.0, |moe| alltoall_send_bytes_per_token(&moe, hidden, act_bytes, t));
         let (alltoall_s_per_token_per_layer, alltoall_latency_s_per_layer) = match expert_parallel {
-            Some(moe) => {
+            Some(_) => {
                 let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
                     * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
-                let bytes_per_token = moe.experts_per_token as f64 * hidden * act_bytes * (t - 1.0) / t / t;
+                let bytes_per_token = alltoall_send_bytes_per_token * (t - 1.0) / t;
                 (ALL_TO_ALLS_PER_LAYER * bytes_per_token / link_bytes_per_s, ALL_TO_ALLS_PER_LAYER * params.collective_latency_us * S_PER_US)
             }
             None => (0.0, 0.0),
@@ -373,6 +398,7 @@ impl Roofline {
             allreduces_per_layer,
             alltoall_s_per_token_per_layer,
             alltoall_latency_s_per_layer,
+            alltoall_send_bytes_per_token,
             logit_gather_s_per_sampled,
             logit_gather_latency_s,
             step_overhead_eager_s: params.step_overhead_eager_us * S_PER_US,
@@ -829,6 +855,11 @@ mod tests {
         let alltoall_one_s = (tokens / 2.0) * 2.0 * 4096.0 * 2.0 / 2.0 / link + latency_s;
         assert!(within(tp.allreduce_s(tokens), 32.0 * 2.0 * allreduce_one_s, 1e-9));
         assert!(within(ep.allreduce_s(tokens), 32.0 * (allreduce_one_s + 2.0 * alltoall_one_s), 1e-9));
+        // nccl-tests' size of each all-to-all: the GPU's 256 tokens × 2 experts × 8 KiB, half
+        // of which stays on the GPU.
+        assert_eq!(ep.alltoall_send_bytes(tokens), 256.0 * 2.0 * 4096.0 * 2.0);
+        assert_eq!(tp.alltoall_send_bytes(tokens), 0.0);
+        assert!(ep.has_alltoalls() && !tp.has_alltoalls());
         // Balanced routing: the same expert rows per GPU either way, so prefill's compute-bound
         // expert GEMMs cost the same.
         let (a, b) = (tp.prefill_cost(4096), ep.prefill_cost(4096));

@@ -18,6 +18,12 @@
 //!   on `num_gpus` GPUs. vLLM and SGLang rows captured in a CUDA graph are kept (decode steps run
 //!   the graph; the eager rows carry ~20 µs of launch time). → all-reduce rows, bytes = 2 ×
 //!   elements.
+//! - `comm/nccl/<NCCL version>/nccl_perf.parquet` (not per engine; the newest NCCL version is
+//!   read): nccl-tests `<op>_perf -d half` in one process, one thread per GPU, all GPUs in one
+//!   node; `latency` is nccl-tests' out-of-place time (the mean per iteration). Only its
+//!   `alltoall` rows in `half` are imported (the engines' own all-reduce is the table above).
+//!   `message_size` is in **elements** of the whole buffer each GPU sends, as nccl-tests sizes
+//!   it. → all-to-all rows, bytes = 2 × elements.
 //!
 //! A shape timed more than once (several kernels for one shape) keeps the median of its times.
 
@@ -26,7 +32,7 @@ use std::path::Path;
 use super::ImportError;
 use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, gpu_preset, percentile};
 use super::table::Table;
-use crate::calibrate::backend::{AllReduceShape, AttentionPhase, AttentionShape, GemmShape};
+use crate::calibrate::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, GemmShape};
 use crate::calibrate::grid::Shape;
 use crate::scenario::{Dtype, GpuSpec};
 
@@ -35,6 +41,13 @@ pub const ENGINES: [&str; 3] = ["vllm", "sglang", "trtllm"];
 
 /// Replays averaged into each `latency` (the collector's default).
 const REPLAYS: u32 = 6;
+
+/// Iterations nccl-tests averaged into each `latency`: the fewer of the collector's two
+/// settings (`-n 100` or `-n 60`), as the rows do not say which.
+const NCCL_ITERATIONS: u32 = 60;
+
+/// Bytes of one nccl-tests `half` element.
+const HALF_BYTES: u64 = 2;
 
 /// Imports `engine`'s tables under `gpu_dir` (`…/systems/data/h100_sxm`), at `version` or the
 /// newest version there.
@@ -71,6 +84,16 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
     if allreduce_file.exists() {
         read_allreduce(&Table::read_parquet(&allreduce_file)?, engine, &mut acc)?;
         files.push(allreduce_file.clone());
+    }
+    match nccl_file(gpu_dir) {
+        Some(nccl) => {
+            read_alltoall(&Table::read_parquet(&nccl)?, &mut acc)?;
+            files.push(nccl);
+        }
+        None => acc.notes.push(format!(
+            "{}: no comm/nccl/<version>/nccl_perf.parquet; expert parallelism's all-to-alls fall back to the roofline",
+            gpu_dir.display()
+        )),
     }
 
     // Where other engines' builds timed the same GEMMs, how far they differ from this one: the
@@ -118,10 +141,18 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
         agreement,
         compare_bundled: false,
         method: "mean of CUDA-graph replays per op after warm-up (aiconfigurator collector); GEMM weights not \
-                 resident in L2; attention excludes the QKV/O projections and RoPE"
+                 resident in L2; attention excludes the QKV/O projections and RoPE; all-to-alls: nccl-tests' mean \
+                 out-of-place time per iteration"
             .into(),
     };
     Ok(assemble(acc, source))
+}
+
+/// `comm/nccl/<newest NCCL version>/nccl_perf.parquet` under `gpu_dir`, when there is one.
+fn nccl_file(gpu_dir: &Path) -> Option<std::path::PathBuf> {
+    let dir = gpu_dir.join("comm").join("nccl");
+    let file = dir.join(newest_version(&dir)?).join("nccl_perf.parquet");
+    file.exists().then_some(file)
 }
 
 /// The newest `<version>` folder in `dir`, comparing dotted numbers numerically (`0.24.0` after
@@ -240,6 +271,30 @@ fn read_allreduce(table: &Table, engine: &str, acc: &mut Accumulator) -> Result<
         }
         let shape = AllReduceShape { bytes: 2 * row.count(size, DIM_MAX * DIM_MAX)?, gpus: dim(row.count(gpus, 1024)?) };
         acc.add(Shape::AllReduce(shape), row.positive(latency)?, source, REPLAYS);
+    }
+    Ok(())
+}
+
+/// nccl-tests' `alltoall` rows in `half`: each GPU sends `message_size` elements in all (one
+/// `1/num_gpus` slice to each GPU), 2 bytes each. Other collectives and dtypes are skipped.
+fn read_alltoall(table: &Table, acc: &mut Accumulator) -> Result<(), ImportError> {
+    let [op, dtype, gpus, size, latency, kernel] =
+        table.columns(["op_name", "nccl_dtype", "num_gpus", "message_size", "latency", "kernel_source"])?;
+    for row in table.rows() {
+        let op_name = row.text(op)?;
+        if op_name != "alltoall" {
+            acc.skip(format!("NCCL {op_name} (servesim imports the engines' own all-reduce, and NCCL's all-to-all)"));
+            continue;
+        }
+        let element = row.text(dtype)?;
+        if element != "half" {
+            acc.skip(format!("NCCL all-to-all in {element}"));
+            continue;
+        }
+        let shape =
+            AllToAllShape { bytes: HALF_BYTES * row.count(size, DIM_MAX * DIM_MAX)?, gpus: dim(row.count(gpus, 1024)?) };
+        let source = format!("{} alltoall", row.text(kernel)?);
+        acc.add(Shape::AllToAll(shape), row.positive(latency)?, &source, NCCL_ITERATIONS);
     }
     Ok(())
 }

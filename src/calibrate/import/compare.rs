@@ -15,6 +15,7 @@ pub struct Agreement {
     pub prefill: Vec<f64>,
     pub decode: Vec<f64>,
     pub all_reduce: Vec<f64>,
+    pub all_to_all: Vec<f64>,
 }
 
 /// The dtypes whose measurements price a `dtype` row: its own, then, for fp16 and bf16 (the
@@ -28,7 +29,7 @@ fn dtypes_for(dtype: Dtype) -> [Dtype; 2] {
 }
 
 /// Prices each of `rows` with `other` (GEMMs interpolated between its grid points; attention of
-/// the same phase and head configuration; all-reduces of the same GPU count; fp16 rows by bf16
+/// the same phase and head configuration; all-reduces and all-to-alls of the same GPU count; fp16 rows by bf16
 /// measurements where it has no fp16 ones). Chunks over a
 /// cached prefix are not compared: published tables elsewhere have none.
 pub fn against(rows: &[ProfileRow], other: &ProfileIndex) -> Agreement {
@@ -46,6 +47,7 @@ pub fn against(rows: &[ProfileRow], other: &ProfileIndex) -> Agreement {
                 (dtypes_for(a.dtype).into_iter().find_map(price), into)
             }
             Shape::AllReduce(r) => (other.allreduce_s(r.bytes as f64, r.gpus).map(|s| s * 1e9), &mut out.all_reduce),
+            Shape::AllToAll(r) => (other.alltoall_s(r.bytes as f64, r.gpus).map(|s| s * 1e9), &mut out.all_to_all),
             Shape::Attention(_) => continue,
         };
         if let Some(theirs) = theirs {
@@ -63,10 +65,13 @@ impl Agreement {
 
     /// One line per kind compared: `{what} on N GEMMs: median X%, p90 Y% (median signed Z%)`.
     pub fn lines(&self, what: &str) -> Vec<String> {
-        [("GEMMs", &self.gemm), ("prefill attention shapes", &self.prefill), ("decode attention shapes", &self.decode), (
-            "all-reduces",
-            &self.all_reduce,
-        )]
+        [
+            ("GEMMs", &self.gemm),
+            ("prefill attention shapes", &self.prefill),
+            ("decode attention shapes", &self.decode),
+            ("all-reduces", &self.all_reduce),
+            ("all-to-alls", &self.all_to_all),
+        ]
         .into_iter()
         .filter(|(_, e)| !e.is_empty())
         .map(|(kind, signed)| {
