@@ -64,7 +64,6 @@ const ALL_REDUCES_PER_LAYER: f64 = 2.0;
 /// Expert parallelism: an all-to-all sends tokens to their experts, another brings them back.
 pub(crate) const ALL_TO_ALLS_PER_LAYER: f64 = 2.0;
 
-/// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
 /// Expert parallelism's all-to-all buffer per token of a step, bytes: what each GPU sends in one
 /// dispatch (or combine), sized as nccl-tests sizes an all-to-all
 /// ([`AllToAllShape`](crate::calibrate::backend::AllToAllShape)). Each of `t` GPUs dispatches its
@@ -74,6 +73,7 @@ pub(crate) fn alltoall_send_bytes_per_token(moe: &crate::scenario::model::MoeSpe
     moe.experts_per_token as f64 * hidden * act_bytes / t
 }
 
+/// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
 pub(crate) fn expert_ffn_per_gpu(moe: &crate::scenario::model::MoeSpec, tensor_parallel: u32) -> f64 {
     if moe.expert_parallel { moe.expert_ffn_size as f64 } else { (moe.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil() }
 }
