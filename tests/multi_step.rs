@@ -117,6 +117,18 @@ fn with_chunked_prefill_a_prompt_decodes_in_its_window() {
 }
 
 #[test]
+fn servesims_engine_pays_the_cpu_time_of_every_step_of_a_window() {
+    // servesim's engine builds each step's inputs anew: the same window as vLLM 0.6.3's with
+    // chunked prefill (prompt + 3 decodes), but each decode costs 100 + 10 µs, not 10 µs: the
+    // first chunk comes at 200 + 3 × 110 = 530 µs, where vLLM's comes at 230 µs.
+    let mut config = v0(4, true);
+    config.policy = Policy::Servesim;
+    let out = simulate(&[request(0, 10, 4)], &config, &WindowCost);
+    assert_eq!(out.records.requests[0].first_token_ns, Some(530_000));
+    assert!(out.timeline.iter().all(|s| s.cost.overhead_ns == OVERHEAD_NS));
+}
+
+#[test]
 fn a_window_reserves_its_lookahead_or_preempts() {
     // Two sequences, a cache of 3 blocks of 4 tokens: each prompt takes one block; a window of
     // 4 decodes needs a second for each, and one of them must be preempted (recompute), as

@@ -66,7 +66,8 @@ pub struct Batch {
     pub graph_size: Option<u32>,
     /// The step's place in its multi-step window (`sched::window`): 0 for a step the scheduler
     /// formed (and paid the CPU time of), k for the window's (k+1)-th step, which only advances
-    /// the batch on the GPU.
+    /// the batch on the GPU. Always 0 for an engine that prepares every step's inputs anew
+    /// (servesim's own), whose later steps cost their CPU time too.
     pub window_step: u32,
 }
 

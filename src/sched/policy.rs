@@ -32,6 +32,12 @@ pub trait SchedulingPolicy {
     fn decodes_in_cohort(&self) -> bool {
         false
     }
+    /// Whether the engine advances a multi-step window's later steps on the device, without the
+    /// host work of a step (vLLM 0.6's `advance_step`), so cost models charge that work once per
+    /// window ([`Batch::window_step`]). Default: no, every step prepares its inputs anew.
+    fn advances_windows_on_device(&self) -> bool {
+        false
+    }
 }
 
 /// vLLM V1 (≥ 0.8): one token budget shared by running and new requests; running requests
@@ -118,6 +124,10 @@ impl SchedulingPolicy for VllmV0 {
     }
 
     fn decodes_in_cohort(&self) -> bool {
+        true
+    }
+
+    fn advances_windows_on_device(&self) -> bool {
         true
     }
 

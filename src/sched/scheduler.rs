@@ -176,6 +176,10 @@ impl Scheduler {
         }
         if self.window.is_open() {
             self.window.next_step(&self.state, &mut self.batch);
+            if !self.policy.advances_windows_on_device() {
+                // Its engine prepares this step as any other: nothing for cost models to skip.
+                self.batch.window_step = 0;
+            }
         } else {
             self.policy.schedule(&mut self.state, &mut self.batch);
             let steps = self.state.config.num_scheduler_steps;
