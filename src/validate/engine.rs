@@ -223,6 +223,9 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, device_name: &str,
     let _ = writeln!(t, "num_gpu_blocks = {}", k.num_gpu_blocks);
     if k.num_scheduler_steps > 1 {
         let _ = writeln!(t, "num_scheduler_steps = {}", k.num_scheduler_steps);
+        // A window schedules prompts whole, so the engine serves no sequence longer than its
+        // step budget: the twin's context is bounded alike.
+        let _ = writeln!(t, "max_model_len = {}", k.max_num_batched_tokens.min(m.max_position_embeddings as u32));
     }
     if k.enable_prefix_caching {
         let _ = writeln!(t, "enable_prefix_caching = true");
@@ -911,8 +914,13 @@ mod tests {
         let m = LlamaConfig::tiny();
         assert_eq!((s.model.hidden_size as usize, s.model.num_layers as usize), (m.hidden_size, m.num_layers));
         assert_eq!(s.engine.policy, Policy::Servesim);
-        // The simulated scheduler is the one the engine runs, knob for knob.
+        // The simulated scheduler is the one the engine runs, knob for knob: with multi-step
+        // windows too.
         assert_eq!(scheduler_config(&s), engine.knobs.scheduler_config());
+        let windowed = EngineSetup { knobs: EngineKnobs { num_scheduler_steps: 4, ..engine.knobs }, ..engine.clone() };
+        let text = scenario_toml(&windowed, &sweep, "CPU", peak, host).unwrap();
+        let w = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
+        assert_eq!(scheduler_config(&w), windowed.knobs.scheduler_config());
         assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us, s.cost.frontend_overhead_us), (3.0, 0.25, 120.0));
         assert_eq!(sim_config(&s).frontend_overhead_ns, 120_000);
         assert_eq!(s.hardware.gpu.peak_flops_16bit, 5e10);
