@@ -76,7 +76,7 @@ fn run_scenario(input: &[u8], _: &Path) -> bool {
 }
 
 fn plan_seeds(_: &Path) -> Vec<Vec<u8>> {
-    seeds(&[include_str!("../../plans/llama70b-chat.toml")])
+    seeds(&[include_str!("../../plans/llama70b-chat.toml"), include_str!("../../plans/disaggregated-8b.toml")])
 }
 
 fn run_plan(input: &[u8], _: &Path) -> bool {
