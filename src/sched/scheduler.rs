@@ -104,7 +104,12 @@ impl Scheduler {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.state.waiting.is_empty() || self.state.num_running() > 0 || !self.carried.finished.is_empty() || !self.carried.chunks.is_empty()
+        !self.state.waiting.is_empty() || self.state.num_running() > 0 || self.carries_deliveries()
+    }
+
+    /// Whether a window that ended between steps left deliveries for the next outcome.
+    fn carries_deliveries(&self) -> bool {
+        !self.carried.finished.is_empty() || !self.carried.chunks.is_empty()
     }
 
     /// Queues a request. It stops after `output_tokens` (the simulator knows each request's
@@ -175,19 +180,14 @@ impl Scheduler {
             self.close_window_between_steps();
         }
         if self.window.is_open() {
-            self.window.next_step(&self.state, &mut self.batch);
-            if !self.policy.advances_windows_on_device() {
-                // Its engine prepares this step as any other: nothing for cost models to skip.
-                self.batch.window_step = 0;
-            }
+            self.window.next_step(&self.state, &mut self.batch, self.policy.advances_windows_on_device());
         } else {
             self.policy.schedule(&mut self.state, &mut self.batch);
             let steps = self.state.config.num_scheduler_steps;
             self.window.open(&mut self.batch, steps, self.state.config.enable_chunked_prefill);
         }
         self.batch.graph_size = self.policy.graph_size(&self.batch);
-        let carries = !self.carried.finished.is_empty() || !self.carried.chunks.is_empty();
-        self.step_in_flight = !self.batch.is_empty() || carries;
+        self.step_in_flight = !self.batch.is_empty() || self.carries_deliveries();
         #[cfg(debug_assertions)]
         self.check_invariants();
         #[cfg(debug_assertions)]
@@ -210,8 +210,7 @@ impl Scheduler {
     fn close_window_between_steps(&mut self) {
         let state = &mut self.state;
         if self.window.close(state, &mut self.carried.chunks, &mut self.carried.finished) {
-            let seqs = &state.seqs;
-            state.running.retain(|&s| seqs[s as usize].generated < seqs[s as usize].max_output_tokens);
+            state.drop_finished_from_running();
         }
     }
 
@@ -237,11 +236,7 @@ impl Scheduler {
                 let seq = state.seqs[slot as usize];
                 let grown = state.kv.blocks_missing(slot, seq.computed);
                 state.kv.release_reserved(grown);
-                outcome.finished.push(Finished {
-                    request_id: seq.request_id,
-                    output_tokens: seq.generated,
-                    preemptions: seq.preemptions,
-                });
+                outcome.finished.push(seq.finished());
                 state.release(slot);
             }
             state.cohort = Some(cohort);
@@ -277,11 +272,7 @@ impl Scheduler {
             }
             if seq.generated == seq.max_output_tokens {
                 any_finished = true;
-                outcome.finished.push(Finished {
-                    request_id: seq.request_id,
-                    output_tokens: seq.generated,
-                    preemptions: seq.preemptions,
-                });
+                outcome.finished.push(seq.finished());
                 state.release(work.seq);
             }
         }
@@ -289,8 +280,7 @@ impl Scheduler {
             any_finished |= self.window.close(state, &mut outcome.chunks, &mut outcome.finished);
         }
         if any_finished {
-            let seqs = &state.seqs;
-            state.running.retain(|&s| seqs[s as usize].generated < seqs[s as usize].max_output_tokens);
+            state.drop_finished_from_running();
         }
         // Who sampled now decodes next step with its last token at this step's end: the
         // cohort's members too, if they decoded in this step (a step of V0 without chunked
@@ -341,7 +331,7 @@ impl Scheduler {
             self.window.forget(seq);
             let s = &mut self.state.seqs[seq as usize];
             s.max_output_tokens = s.generated;
-            return Some(Finished { request_id: s.request_id, output_tokens: s.generated, preemptions: s.preemptions });
+            return Some(s.finished());
         }
         let state = &mut self.state;
         // Rare (the simulator never stops a request early): the members go back to one by one.
@@ -360,8 +350,7 @@ impl Scheduler {
             (None, None) => return None,
         }
         state.release(seq);
-        let s = state.seqs[seq as usize];
-        Some(Finished { request_id: s.request_id, output_tokens: s.generated, preemptions: s.preemptions })
+        Some(state.seqs[seq as usize].finished())
     }
 
     /// TigerBeetle-style: the state must be consistent after every step.

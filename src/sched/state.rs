@@ -8,7 +8,7 @@ use super::batch::{Batch, CohortWork, SeqWork};
 use super::cohort::{Cohort, EXACT_TOTAL_MAX, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
-use super::outcome::PrefixStats;
+use super::outcome::{Finished, PrefixStats};
 use super::prefix::{BlockHash, hit_blocks_max};
 use super::speculative::{Acceptance, SpecStats, draw_accepted};
 
@@ -62,6 +62,11 @@ impl Seq {
     /// Tokens still to compute before the next sample.
     pub fn tokens_pending(&self) -> u32 {
         self.tokens_known() - self.computed
+    }
+
+    /// Its record as a finished request.
+    pub fn finished(&self) -> Finished {
+        Finished { request_id: self.request_id, output_tokens: self.generated, preemptions: self.preemptions }
     }
 
     /// True until the whole prompt (and, after a preemption, the regenerated tokens) is computed.
@@ -172,6 +177,13 @@ impl SchedulerState {
         s.drafts_proposed = 0;
         self.spec_stats.record(work.draft_tokens, accepted);
         accepted
+    }
+
+    /// Takes the sequences that reached their last token off the running list (the caller has
+    /// released them).
+    pub(super) fn drop_finished_from_running(&mut self) {
+        let seqs = &self.seqs;
+        self.running.retain(|&s| seqs[s as usize].generated < seqs[s as usize].max_output_tokens);
     }
 
     /// Moves `seq`, just taken off the waiting queue, to the end of the running order.

@@ -80,8 +80,10 @@ impl Window {
         batch.window_step = 0;
     }
 
-    /// The window's next step: one decode for each member still generating.
-    pub(super) fn next_step(&mut self, state: &SchedulerState, batch: &mut Batch) {
+    /// The window's next step: one decode for each member still generating. `on_device`: the
+    /// engine advances it without a step's host work, which cost models then skip
+    /// ([`Batch::window_step`]); otherwise it is priced as any step.
+    pub(super) fn next_step(&mut self, state: &SchedulerState, batch: &mut Batch, on_device: bool) {
         debug_assert!(self.is_open());
         for m in &self.members {
             let s = &state.seqs[m.slot as usize];
@@ -90,7 +92,7 @@ impl Window {
                 batch.push_decode(SeqWork { seq: m.slot, new_tokens: 1, context_tokens: s.computed, samples_token: true, draft_tokens: 0 });
             }
         }
-        batch.window_step = self.scheduled;
+        batch.window_step = if on_device { self.scheduled } else { 0 };
         self.scheduled += 1;
     }
 
@@ -142,7 +144,7 @@ impl Window {
             if s.generated == s.max_output_tokens {
                 any_finished = true;
                 if !m.forgotten {
-                    finished.push(Finished { request_id: s.request_id, output_tokens: s.generated, preemptions: s.preemptions });
+                    finished.push(s.finished());
                 }
                 state.release(m.slot);
             }

@@ -30,6 +30,8 @@ pub struct Replica {
     pub cohort_last_token_ns: u64,
     /// Its pool's relative speed: the weighted router's measure of how much it can take.
     pub weight: f64,
+    /// Its pool's part: both phases, or one side of a disaggregated deployment.
+    pub role: Role,
 }
 
 /// The replicas a router chooses among: every replica, or in a disaggregated deployment the
@@ -54,10 +56,10 @@ impl Cluster {
     /// totals (see [`Scheduler::with_decode_cohort`]); false schedules every sequence one by one.
     pub fn new(pools: &[Pool], policy: Policy, router: Router, decode_cohort: bool) -> Cluster {
         assert!(pools.iter().any(|pool| pool.replicas > 0));
-        let replicas = pools
+        let replicas: Vec<Replica> = pools
             .iter()
             .flat_map(|pool| (0..pool.replicas).map(move |_| pool))
-            .map(|&Pool { scheduler: config, weight, .. }| Replica {
+            .map(|&Pool { scheduler: config, weight, role, .. }| Replica {
                 scheduler: {
                     let scheduler = Scheduler::new(config.clone(), policy.build(config));
                     if decode_cohort { scheduler.with_decode_cohort() } else { scheduler }
@@ -70,11 +72,13 @@ impl Cluster {
                 frontend_free_ns: 0,
                 cohort_last_token_ns: 0,
                 weight,
+                role,
             })
             .collect();
-        let roles: Vec<Role> = pools.iter().flat_map(|pool| (0..pool.replicas).map(move |_| pool.role)).collect();
-        let members = |keep: &dyn Fn(&Role) -> bool| roles.iter().enumerate().filter(|(_, r)| keep(r)).map(|(i, _)| i as u32).collect();
-        let groups: Vec<Vec<u32>> = if roles.iter().any(|r| matches!(r, Role::Decode { .. })) {
+        let members = |keep: &dyn Fn(&Role) -> bool| {
+            replicas.iter().enumerate().filter(|(_, r)| keep(&r.role)).map(|(i, _)| i as u32).collect()
+        };
+        let groups: Vec<Vec<u32>> = if replicas.iter().any(|r| matches!(r.role, Role::Decode { .. })) {
             vec![members(&|r| *r == Role::Prefill), members(&|r| matches!(r, Role::Decode { .. }))]
         } else {
             vec![members(&|_| true)]

@@ -147,8 +147,7 @@ struct Simulation<'a> {
     prompts_looked_up: Vec<bool>,
     /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
     finished_buffer: Vec<Finished>,
-    /// By replica: what it does, and for decode replicas the link into it.
-    roles: Vec<Role>,
+    /// By replica: the link into a decode replica.
     links: Vec<Option<SharedLink<u32>>>,
     /// By replica: bumped whenever its link's next completion moves, so older events are stale.
     link_generation: Vec<u64>,
@@ -190,7 +189,15 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         .collect();
     let pools: Vec<Pool> = pools.iter().zip(&uncached).map(|(p, scheduler)| Pool { scheduler, ..*p }).collect();
     let pools = &pools[..];
-    let roles: Vec<Role> = pools.iter().flat_map(|p| (0..p.replicas).map(|_| p.role)).collect();
+    let cluster = Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools));
+    let links: Vec<Option<SharedLink<u32>>> = cluster
+        .replicas
+        .iter()
+        .map(|r| match r.role {
+            Role::Decode { ingress, .. } => Some(SharedLink::new(ingress)),
+            _ => None,
+        })
+        .collect();
     let mut sim = Simulation {
         requests,
         costs: pools.iter().flat_map(|pool| (0..pool.replicas).map(|_| pool.cost)).collect(),
@@ -202,21 +209,14 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
         keep_timeline: config.timeline,
-        cluster: Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools)),
+        link_generation: vec![0; links.len()],
+        links,
+        cluster,
         last_token_ns: vec![0; requests.len()],
         done: vec![false; requests.len()],
         next_turn: next_turns(requests),
         prompts_looked_up: counted,
         finished_buffer: Vec::new(),
-        links: roles
-            .iter()
-            .map(|role| match *role {
-                Role::Decode { ingress, .. } => Some(SharedLink::new(ingress)),
-                _ => None,
-            })
-            .collect(),
-        link_generation: vec![0; roles.len()],
-        roles,
         out: SimOutput {
             records: RunRecords {
                 requests: requests
@@ -349,7 +349,7 @@ impl Simulation<'_> {
         };
         // A prefill replica computes the prompt and samples the first token, nothing more.
         let (output_tokens, max_tokens) =
-            if self.roles[replica_index as usize] == Role::Prefill { (1, 1) } else { (spec.output_tokens, spec.max_tokens) };
+            if replica.role == Role::Prefill { (1, 1) } else { (spec.output_tokens, spec.max_tokens) };
         let admission = replica.scheduler.add_request_with_prefix(id, spec.input_tokens, output_tokens, max_tokens, &hashes);
         self.after_admission(admission, id, replica_index);
     }
@@ -403,23 +403,15 @@ impl Simulation<'_> {
         for &id in &outcome.left_cohort {
             self.last_token_ns[id as usize] = replica.cohort_last_token_ns;
         }
-        for &id in &outcome.tokens {
+        // One token, or a chunk of several (a multi-step window's, a speculative step's): one
+        // gap per delivery, as vLLM's benchmark client times the chunks it receives.
+        for id in outcome.tokens.iter().copied().chain(outcome.chunks.iter().map(|c| c.request_id)) {
             let record = &mut records.requests[id as usize];
             match record.first_token_ns {
                 None => record.first_token_ns = Some(now_ns),
                 Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
             }
             self.last_token_ns[id as usize] = now_ns;
-        }
-        // A multi-step window's tokens reach the client as one chunk each: one gap per chunk, as
-        // vLLM's benchmark client times the chunks it receives.
-        for chunk in &outcome.chunks {
-            let record = &mut records.requests[chunk.request_id as usize];
-            match record.first_token_ns {
-                None => record.first_token_ns = Some(now_ns),
-                Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[chunk.request_id as usize]),
-            }
-            self.last_token_ns[chunk.request_id as usize] = now_ns;
         }
         // The cohort's members all had their previous token at its previous step's end.
         records.itl_ns.push_n(now_ns - replica.cohort_last_token_ns, u64::from(outcome.cohort_tokens));
@@ -432,7 +424,7 @@ impl Simulation<'_> {
         let mut finished = std::mem::take(&mut self.finished_buffer);
         finished.clear();
         finished.extend_from_slice(&outcome.finished);
-        let prefill = self.roles[replica_index as usize] == Role::Prefill;
+        let prefill = self.cluster.replicas[replica_index as usize].role == Role::Prefill;
         for f in &finished {
             self.out.extras[f.request_id as usize].preemptions += f.preemptions;
             self.out.records.requests[f.request_id as usize].output_tokens = f.output_tokens;
@@ -473,7 +465,7 @@ impl Simulation<'_> {
         let replica = self.cluster.route(cluster::SECOND, |_| Vec::new());
         self.out.extras[id as usize].replica = replica;
         self.cluster.replicas[replica as usize].outstanding += 1;
-        let Role::Decode { kv_bytes_per_token, .. } = self.roles[replica as usize] else {
+        let Role::Decode { kv_bytes_per_token, .. } = self.cluster.replicas[replica as usize].role else {
             unreachable!("the second router group is the decode pools")
         };
         let bytes = kv_bytes_per_token.saturating_mul(u64::from(self.requests[id as usize].input_tokens));
