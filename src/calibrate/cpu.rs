@@ -583,13 +583,20 @@ impl PreparedOp for GemmSequenceOp<'_> {
 }
 
 /// [`CpuBackend::gemm_m_breakpoints`] where the few-row kernel runs: both sides of the switch
-/// into it, and of each multiple of its tile.
+/// into it, of each change of its panel width, and of each multiple of its tile.
 pub fn few_row_kernel_breakpoints() -> Vec<u32> {
     let (first, last) = (*gemm_skinny::ROWS.start(), *gemm_skinny::ROWS.end());
     let mut m = vec![first - 1, first];
+    for rows in first..last {
+        if gemm_skinny::panel_vectors(rows) != gemm_skinny::panel_vectors(rows + 1) {
+            m.extend([rows, rows + 1]);
+        }
+    }
     for step in (gemm_skinny::MR..=last).step_by(gemm_skinny::MR) {
         m.extend([step, step + 1]);
     }
+    m.sort_unstable();
+    m.dedup();
     m.iter().map(|&m| m as u32).collect()
 }
 
@@ -921,8 +928,9 @@ mod tests {
             assert!(m.is_empty(), "{m:?}");
             return;
         }
-        // The kernel switch at 6 | 7, each tile boundary j·8 | j·8 + 1, and the switch back.
-        for pair in [[6, 7], [8, 9], [16, 17], [24, 25], [32, 33], [64, 65]] {
+        // The kernel switch at 1 | 2, its panel widths' changes up to 6 | 7, each tile boundary
+        // j·8 | j·8 + 1, and the switch back.
+        for pair in [[1, 2], [2, 3], [3, 4], [4, 5], [6, 7], [8, 9], [16, 17], [24, 25], [32, 33], [64, 65]] {
             assert!(pair.iter().all(|x| m.contains(x)), "{pair:?} in {m:?}");
         }
         assert!(m.iter().all(|&x| x <= 65), "{m:?}");

@@ -25,9 +25,13 @@ use std::cell::RefCell;
 ///
 /// - above 64 rows, B is reused across enough rows that the `gemm` crate's packing pays (2
 ///   threads: this kernel 15% ahead at 32 rows and at 128, even at 64);
-/// - below 7 rows the crate's few-row path is faster (one core, 100m model, a decode step of 2
-///   sequences: 15 ms against 24 ms here, where a tile of 2 rows has too few FMA chains to hide
-///   their latency); at 6 they are even; at 7 this kernel is 17% ahead (20 ms against 24 ms);
+/// - from 2 rows, with panels as wide as [`panel_vectors`] gives, it is as fast as the crate's
+///   few-row path and times the same in calibration as in a decode step, where the crate's does
+///   not. One core, the 100m model's decode GEMMs (`examples/decode_gemms.rs`), crate
+///   against this kernel: 16.2–16.7 against 15.3–16.0 ms at 2 rows, 17.0 against 15.5–16.1 at
+///   3, 16.9–17.0 against 17.4–17.7 at 4, 18.2–18.6 against 17.5–18.0 at 5, 18.7 against
+///   18.0–18.4 at 6. One row stays with the crate's matrix-vector path (16 columns per FMA
+///   chain would leave this kernel latency-bound);
 /// - on a B that stays in L2 between calls the crate is as fast, and its cost grows smoothly
 ///   with m, where this kernel's grows in steps of 8 rows (each tile reads B again), which
 ///   calibration's interpolation over m would miss.
@@ -36,7 +40,26 @@ pub fn takes(m: usize, n: usize, k: usize) -> bool {
 }
 
 /// Row counts this kernel takes (see [`takes`]).
-pub const ROWS: std::ops::RangeInclusive<usize> = 7..=64;
+pub const ROWS: std::ops::RangeInclusive<usize> = 2..=64;
+
+/// Vectors of 16 columns per panel for an `m`-row product. A tile keeps `rows × vectors`
+/// accumulators, each an FMA chain over k, and at most 8 rows: with 3 vectors, tiles of 2–6
+/// rows had 6–18 chains, too few to hide their latency (a decode step of 2 sequences ran 1.6×
+/// slower than through the `gemm` crate). Fewer rows get wider panels instead, for 16–25
+/// chains, as many as leave registers for B's row (4 rows of 6 vectors spilled and ran 5%
+/// slower than of 5), so their time stays that of streaming B once. The `gemm` crate, which
+/// took 2–6 rows before, timed up to 1.6× its 2-row time at 4–6 rows in calibration but not
+/// inside the engine's steps, so the twin priced a decode step of 3–4 sequences 21% too slow
+/// (issue 13); with this kernel, within 1%.
+pub fn panel_vectors(m: usize) -> usize {
+    match m {
+        0..=2 => 8,
+        3 => 7,
+        4 | 5 => 5,
+        6 => 4,
+        _ => 3,
+    }
+}
 
 /// Rows per tile: the kernel reads B once per tile of at most this many rows.
 pub const MR: usize = 8;
@@ -119,12 +142,11 @@ pub mod avx512 {
 
     use rayon::prelude::*;
 
-    use super::MR;
+    use super::{MR, panel_vectors};
+    /// Floats per zmm vector: a panel is [`panel_vectors`] of them wide. A tile's `rows ×
+    /// vectors` accumulators leave registers for the panel's row of B and a broadcast of A (32
+    /// zmm in all).
     const LANES: usize = 16;
-    /// Vectors per panel row, and columns per panel: 8 × 3 accumulators leave registers for the
-    /// panel's row of B and a broadcast of A (32 zmm in all).
-    const NV: usize = 3;
-    const NR: usize = NV * LANES;
     /// Below this many multiply-adds a product runs on the calling thread: splitting costs a few
     /// microseconds of rayon hand-off.
     const PARALLEL_MACS_MIN: usize = 1 << 20;
@@ -182,7 +204,8 @@ pub mod avx512 {
         accumulate: bool,
         threads: usize,
     ) {
-        let panels = n.div_ceil(NR);
+        let nr = panel_vectors(m) * LANES;
+        let panels = n.div_ceil(nr);
         // Twice the threads: a thread slowed by another process leaves work to steal (measured:
         // 1, 2 and 4 parts per thread within 5% on an idle machine, 2 ahead).
         let parts = if threads <= 1 || m * n * k < PARALLEL_MACS_MIN { 1 } else { panels.min(2 * threads) };
@@ -191,7 +214,7 @@ pub mod avx512 {
             let (p0, p1) = (i * panels / parts, (i + 1) * panels / parts);
             // SAFETY: panels p0..p1 cover columns inside [0, n) of every row of C, disjoint from
             // other parts'; A and B have the lengths the caller checked.
-            unsafe { panel_run(m, n, k, at, b, cp, accumulate, p0, p1) }
+            unsafe { panel_run(m, n, k, at, b, cp, accumulate, nr, p0, p1) }
         };
         if parts == 1 {
             part(0);
@@ -200,7 +223,7 @@ pub mod avx512 {
         }
     }
 
-    /// Panels `p0..p1` of C, every row.
+    /// Panels `p0..p1` of C, `nr` columns wide, every row.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `at` is packed from `[m × k]`, `b` is `[k × n]` and `c` points to
@@ -215,14 +238,15 @@ pub mod avx512 {
         b: &[f32],
         c: CPtr,
         accumulate: bool,
+        nr: usize,
         p0: usize,
         p1: usize,
     ) {
         // SAFETY: the function's contract; every offset below stays inside the operands.
         unsafe {
             for p in p0..p1 {
-                let j0 = p * NR;
-                let width = NR.min(n - j0);
+                let j0 = p * nr;
+                let width = nr.min(n - j0);
                 let vectors = width.div_ceil(LANES);
                 let tail = width - (vectors - 1) * LANES;
                 let mask: __mmask16 = if tail == LANES { 0xFFFF } else { (1u16 << tail) - 1 };
@@ -233,7 +257,7 @@ pub mod avx512 {
                     let (next, next_rows) = if k0 + KC < k {
                         (b.as_ptr().wrapping_add((k0 + KC) * n + j0), KC.min(k - k0 - KC))
                     } else if p + 1 < p1 {
-                        (b.as_ptr().wrapping_add(j0 + NR), KC.min(k))
+                        (b.as_ptr().wrapping_add(j0 + nr), KC.min(k))
                     } else {
                         (std::ptr::null(), 0)
                     };
@@ -312,6 +336,11 @@ pub mod avx512 {
             // SAFETY: the function's contract.
             unsafe {
                 match vectors {
+                    8 => self.run::<R, 8>(),
+                    7 => self.run::<R, 7>(),
+                    6 => self.run::<R, 6>(),
+                    5 => self.run::<R, 5>(),
+                    4 => self.run::<R, 4>(),
                     3 => self.run::<R, 3>(),
                     2 => self.run::<R, 2>(),
                     _ => self.run::<R, 1>(),
@@ -354,9 +383,10 @@ pub mod avx512 {
                     if prefetch_left > 0 {
                         if wait == 0 {
                             // The row's first, middle and last bytes: its lines, however aligned.
-                            for offset in [0, LANES, 2 * LANES, NR - 1] {
-                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(offset) as *const i8);
+                            for v in 0..V {
+                                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(v * LANES) as *const i8);
                             }
+                            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(V * LANES - 1) as *const i8);
                             next = next.wrapping_add(self.ldb);
                             prefetch_left -= 1;
                             wait = self.prefetch_every;

@@ -361,9 +361,12 @@ fn few_row_gemm_is_exact_across_threads_and_batch_rows() {
     // Decode-sized products (the AVX-512 few-row kernel where the CPU has it): panels of B split
     // across threads and rows tiled by 8 must leave every element's sum as computed alone, so
     // a token's logits do not depend on the threads or on the batch it decodes in. Row counts
-    // on both sides of a tile boundary (7, 8, 9, 17), where rows are shared out differently.
+    // on both sides of a tile boundary (7, 8, 9, 17), where rows are shared out differently, and
+    // of each change of panel width (2–7 rows).
     let mut rng = TestRng::new(3);
-    for &(m, n, k) in &[(32, 1000, 300), (13, 4100, 80), (64, 577, 500), (8, 1030, 270), (7, 1030, 270), (9, 1030, 270), (17, 1030, 270)] {
+    let shapes = [(32, 1000, 300), (13, 4100, 80), (64, 577, 500), (8, 1030, 270), (7, 1030, 270), (9, 1030, 270), (17, 1030, 270)];
+    let narrow = [(2, 1030, 270), (3, 1030, 270), (4, 4100, 80), (5, 1030, 270), (6, 1030, 270)];
+    for &(m, n, k) in shapes.iter().chain(&narrow) {
         let (a, b) = (rng.vec(m * k), rng.vec(k * n));
         let base = rng.vec(m * n);
         let expected = reference::gemm(&a, &b, m, n, k);
@@ -384,8 +387,8 @@ fn few_row_gemm_is_exact_across_threads_and_batch_rows() {
         if !gemm_skinny::takes(m, n, k) {
             continue; // the gemm crate makes no promise across row counts
         }
-        // Any 7 of the rows as a product of their own (the fewest the few-row kernel takes).
-        const FEWEST: usize = 7;
+        // Any 2 of the rows as a product of their own (the fewest the few-row kernel takes).
+        const FEWEST: usize = *gemm_skinny::ROWS.start();
         for r0 in [0, (m - FEWEST) / 2, m - FEWEST] {
             assert!(gemm_skinny::takes(FEWEST, n, k) && !gemm_skinny::takes(FEWEST - 1, n, k));
             let rows = r0..r0 + FEWEST;
