@@ -118,7 +118,7 @@ fn bundled_profiles_reproduce_their_own_rows() {
                 Shape::Gemm(g) => index.predict_gemm_ns(g),
                 Shape::Attention(a) => index.predict_attention_ns(a),
                 Shape::AllToAll(a) => index.alltoall_s(a.bytes as f64, a.gpus).map(|s| s * 1e9),
-                Shape::AllReduce(_) => continue,
+                Shape::AllReduce(_) | Shape::Sampling(_) => continue,
             }
             .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
             errors.push((predicted - row.measurement.median_ns).abs() / row.measurement.median_ns);

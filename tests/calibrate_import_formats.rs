@@ -57,6 +57,7 @@ fn round_trip_worst(name: &str, profile: &Profile) -> f64 {
             Shape::Attention(a) => index.predict_attention_ns(a),
             Shape::AllReduce(r) => index.allreduce_s(r.bytes as f64, r.gpus).map(|s| s * 1e9),
             Shape::AllToAll(r) => index.alltoall_s(r.bytes as f64, r.gpus).map(|s| s * 1e9),
+            Shape::Sampling(s) => index.sampling_cost(s.method, s.vocab).map(|c| c.ns_per_logit() * f64::from(s.rows) * f64::from(s.vocab)),
         }
         .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
         let error = (predicted - row.measurement.median_ns).abs() / row.measurement.median_ns;
@@ -363,7 +364,7 @@ fn the_whole_published_sets() {
                 seen.is_multiple_of(8)
             }
             Shape::Gemm(g) => g.m <= 16 || g.m % 16 == 0,
-            Shape::AllReduce(_) | Shape::AllToAll(_) => true,
+            Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => true,
         });
         assert!(loo(name, &thinned).0 <= 0.10);
         against_bundled(name, &profile, gpu);

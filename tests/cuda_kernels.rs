@@ -723,6 +723,7 @@ fn tiny_calibration_runs_end_to_end() {
             extra_m: Vec::new(),
             scale: GridScale::Tiny,
             allreduce_gpus: Vec::new(),
+            sampling_rows: 0,
         },
         gemms: vec![GemmShape { m: 256, n: 1024, k: 512, dtype: Dtype::Bf16 }],
         attention: vec![
@@ -750,6 +751,7 @@ fn tiny_calibration_runs_end_to_end() {
             },
         ],
         allreduce: Vec::new(),
+        sampling: Vec::new(),
     };
     let options = RunOptions { timing: TimingOptions::quick(), ..RunOptions::default() };
     let profile = calibrate(&mut backend, &grid, &options).unwrap();

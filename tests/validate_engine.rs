@@ -51,6 +51,13 @@ fn the_engine_loop_runs_and_compares_measured_with_simulated() {
     let scenario = out_dir.join("engine.toml");
     assert!(std::fs::read_to_string(&scenario).unwrap().contains("policy = \"servesim\""));
     assert!(out_dir.join("cpu.csv").exists() && out_dir.join("cpu.provenance.toml").exists());
+    // Calibration timed the host sampler, one row per method, and the twin prices greedy's.
+    let profile = std::fs::read_to_string(out_dir.join("cpu.csv")).unwrap();
+    for method in ["greedy", "temperature", "top_p", "top_k"] {
+        assert!(profile.lines().any(|l| l.starts_with(&format!("sampling,{method},"))), "no {method} row in\n{profile}");
+    }
+    let sampling = text.lines().find(|l| l.starts_with("Sampling, ns per logit")).expect("the sampling line");
+    assert!(sampling.contains(": greedy ") && !sampling.contains("greedy —"), "{sampling}");
     let series = out_dir.join("2-concurrency-4");
     let trace = std::fs::read_to_string(series.join("engine-timeline.csv")).unwrap();
     let simulated = std::fs::read_to_string(series.join("simulated/timeline.csv")).unwrap();

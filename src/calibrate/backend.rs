@@ -107,6 +107,59 @@ pub struct AllToAllShape {
     pub gpus: u32,
 }
 
+/// How the engine's sampler draws a row's token (`engine::model::sampling`): each kind costs a
+/// different number of passes over the vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SamplingMethod {
+    /// The argmax (temperature 0): what vLLM's and servesim's benchmark clients ask for.
+    Greedy,
+    /// Temperature 1, every token kept.
+    Temperature,
+    /// Temperature 1, top-p 0.9.
+    TopP,
+    /// Temperature 1, top-k 50.
+    TopK,
+}
+
+impl SamplingMethod {
+    pub const ALL: [SamplingMethod; 4] = [SamplingMethod::Greedy, SamplingMethod::Temperature, SamplingMethod::TopP, SamplingMethod::TopK];
+
+    /// Its name in a profile's `phase` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingMethod::Greedy => "greedy",
+            SamplingMethod::Temperature => "temperature",
+            SamplingMethod::TopP => "top_p",
+            SamplingMethod::TopK => "top_k",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<SamplingMethod> {
+        SamplingMethod::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The request fields that make the engine sample this way.
+    pub fn params(self) -> crate::engine::model::SamplingParams {
+        use crate::engine::model::SamplingParams;
+        let sampled = |top_p, top_k| SamplingParams { temperature: 1.0, top_p, top_k, seed: None };
+        match self {
+            SamplingMethod::Greedy => SamplingParams::GREEDY,
+            SamplingMethod::Temperature => sampled(1.0, 0),
+            SamplingMethod::TopP => sampled(0.9, 0),
+            SamplingMethod::TopK => sampled(1.0, 50),
+        }
+    }
+}
+
+/// The engine's sampler over `rows` rows of `vocab` logits, on the host (where both of
+/// servesim's engines sample).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SamplingShape {
+    pub method: SamplingMethod,
+    pub rows: u32,
+    pub vocab: u32,
+}
+
 /// Facts about the device for a profile's provenance. Unknown items are `None`, not guessed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeviceInfo {
@@ -173,5 +226,11 @@ pub trait Backend {
     /// `None` when the backend has no collective (one device, or a CPU).
     fn prepare_allreduce(&mut self, _shape: &AllReduceShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
         Ok(None)
+    }
+    /// The engine's sampler, which runs on the host whatever the device: by default on the
+    /// calling thread's rayon pool, as the CUDA engine samples; the CPU backend samples on its
+    /// own pool, as the CPU engine does. `None` where the backend cannot time it.
+    fn prepare_sampling(&mut self, shape: &SamplingShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
+        Ok(Some(Box::new(super::sampling::SamplingOp::new(shape, None)?)))
     }
 }

@@ -35,9 +35,10 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::backend::{
-    AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, StepGemms,
+    AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingShape, StepGemms,
 };
 use super::grid::gemm_work;
+use super::sampling::SamplingOp;
 use crate::engine::cpu::{
     AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, gemm_skinny,
     prefill_attention, write_paged,
@@ -384,6 +385,11 @@ impl Backend for CpuBackend {
             next: 0,
             out: vec![0.0; q_floats],
         }))
+    }
+
+    /// On the backend's pool: the CPU engine samples a step's rows in parallel on its own.
+    fn prepare_sampling(&mut self, shape: &SamplingShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
+        Ok(Some(Box::new(SamplingOp::new(shape, Some(&self.pool))?)))
     }
 }
 

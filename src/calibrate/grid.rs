@@ -27,15 +27,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, GemmShape, Peak, StepGemms};
+use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, GemmShape, Peak, SamplingMethod, SamplingShape, StepGemms};
 use crate::scenario::ModelSpec;
 use crate::scenario::model::Dtype;
 
 /// The model of [`GridOptions::cpu_default`].
 pub const CPU_DEFAULT_MODEL: &str = "Llama-3.2-1B";
 
-/// Most shapes in [`GridOptions::cpu_default`]'s grid: 256, or 302 with the AVX-512 few-row
-/// kernel's breakpoints. At the CPU's timing policy (at most 0.3 s a shape, 0.1–0.2 s typical
+/// Most shapes in [`GridOptions::cpu_default`]'s grid: 260, or 311 with the AVX-512 few-row
+/// kernel's breakpoints (each with the sampler's 4). At the CPU's timing policy (at most 0.3 s a shape, 0.1–0.2 s typical
 /// on two cores) and three passes, 320 shapes is a few minutes.
 pub const CPU_DEFAULT_SHAPES_MAX: usize = 320;
 
@@ -186,7 +186,16 @@ pub struct GridOptions {
     pub scale: GridScale,
     /// GPU counts to measure all-reduces over (empty: none; a single device has no collective).
     pub allreduce_gpus: Vec<u32>,
+    /// Rows of the host sampler's shapes, one per [`SamplingMethod`] and model vocabulary (0:
+    /// none). servesim's engines sample on the host, so their profiles time it; vLLM samples
+    /// on the GPU, inside what a GPU profile's kernels leave out.
+    pub sampling_rows: u32,
 }
+
+/// Rows the sampler is timed over: the engine samples a step's rows in parallel over its
+/// threads, and 32 (`validate --engine`'s default `max_num_seqs`) keeps every thread busy. Its
+/// cost per logit hardly depends on the rows beyond that.
+pub const SAMPLING_ROWS: u32 = 32;
 
 impl GridOptions {
     /// Every preset model at TP 1/2/4/8 in bf16, m up to 16384: the grid a GPU profile covers.
@@ -199,6 +208,7 @@ impl GridOptions {
             extra_m: Vec::new(),
             scale,
             allreduce_gpus: Vec::new(),
+            sampling_rows: 0,
         }
     }
 
@@ -209,10 +219,11 @@ impl GridOptions {
     /// At most [`CPU_DEFAULT_SHAPES_MAX`] shapes with any backend's extra rows.
     pub fn cpu_default() -> GridOptions {
         let model = ModelSpec::preset(CPU_DEFAULT_MODEL).expect("a preset model");
-        GridOptions::for_model(model, vec![1], vec![Dtype::Fp32], GridScale::Tiny)
+        GridOptions { sampling_rows: SAMPLING_ROWS, ..GridOptions::for_model(model, vec![1], vec![Dtype::Fp32], GridScale::Tiny) }
     }
 
-    /// One model at the given TP degrees and dtypes.
+    /// One model at the given TP degrees and dtypes (no sampler: see
+    /// [`GridOptions::sampling_rows`]).
     pub fn for_model(model: ModelSpec, tensor_parallel: Vec<u32>, dtypes: Vec<Dtype>, scale: GridScale) -> GridOptions {
         GridOptions {
             dtypes,
@@ -222,6 +233,7 @@ impl GridOptions {
             extra_m: Vec::new(),
             scale,
             allreduce_gpus: Vec::new(),
+            sampling_rows: 0,
         }
     }
 }
@@ -307,6 +319,7 @@ pub enum Shape {
     AllReduce(AllReduceShape),
     /// Imported only (see [`AllToAllShape`]): no grid holds one.
     AllToAll(AllToAllShape),
+    Sampling(SamplingShape),
 }
 
 /// Roofline work of a shape: FLOPs and bytes moved to and from memory.
@@ -398,6 +411,11 @@ pub fn alltoall_work(shape: &AllToAllShape) -> Work {
     Work { flops: 0.0, bytes: (g - 1.0) / g * shape.bytes as f64 }
 }
 
+/// The sampler reads each row's f32 logits at least once; its arithmetic is not worth counting.
+pub fn sampling_work(shape: &SamplingShape) -> Work {
+    Work { flops: 0.0, bytes: 4.0 * shape.rows as f64 * shape.vocab as f64 }
+}
+
 impl Shape {
     pub fn work(&self) -> Work {
         match self {
@@ -405,6 +423,7 @@ impl Shape {
             Shape::Attention(s) => attention_work(s),
             Shape::AllReduce(s) => allreduce_work(s),
             Shape::AllToAll(s) => alltoall_work(s),
+            Shape::Sampling(s) => sampling_work(s),
         }
     }
 
@@ -413,7 +432,7 @@ impl Shape {
         match self {
             Shape::Gemm(s) => Some(s.dtype),
             Shape::Attention(s) => Some(s.dtype),
-            Shape::AllReduce(_) | Shape::AllToAll(_) => None,
+            Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => None,
         }
     }
 
@@ -427,6 +446,7 @@ impl Shape {
             },
             Shape::AllReduce(_) => OpKind::AllReduce,
             Shape::AllToAll(_) => OpKind::AllToAll,
+            Shape::Sampling(_) => OpKind::Sampling,
         }
     }
 }
@@ -443,11 +463,13 @@ pub enum OpKind {
     AllReduce,
     /// Imported measurements only: no calibration grid holds one, so it is not in [`OpKind::ALL`].
     AllToAll,
+    /// The host sampler (see [`GridOptions::sampling_rows`]).
+    Sampling,
 }
 
 impl OpKind {
     /// The kinds a calibration grid measures.
-    pub const ALL: [OpKind; 5] = [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed, OpKind::AllReduce];
+    pub const ALL: [OpKind; 6] = [OpKind::Gemm, OpKind::Prefill, OpKind::Decode, OpKind::Mixed, OpKind::AllReduce, OpKind::Sampling];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -457,6 +479,7 @@ impl OpKind {
             OpKind::Mixed => "mixed attention",
             OpKind::AllReduce => "all-reduce",
             OpKind::AllToAll => "all-to-all",
+            OpKind::Sampling => "sampling",
         }
     }
 }
@@ -469,6 +492,7 @@ pub struct Grid {
     pub gemms: Vec<GemmShape>,
     pub attention: Vec<AttentionShape>,
     pub allreduce: Vec<AllReduceShape>,
+    pub sampling: Vec<SamplingShape>,
 }
 
 impl Grid {
@@ -570,11 +594,21 @@ impl Grid {
             }
         }
 
+        let mut sampling = BTreeSet::new();
+        if options.sampling_rows > 0 {
+            for model in &options.models {
+                for method in SamplingMethod::ALL {
+                    sampling.insert(SamplingShape { method, rows: options.sampling_rows, vocab: model.vocab_size });
+                }
+            }
+        }
+
         Grid {
             options,
             gemms: gemms.into_iter().collect(),
             attention: attention.into_iter().collect(),
             allreduce: allreduce.into_iter().collect(),
+            sampling: sampling.into_iter().collect(),
         }
     }
 
@@ -596,7 +630,7 @@ impl Grid {
 
     /// Number of shapes.
     pub fn len(&self) -> usize {
-        self.gemms.len() + self.attention.len() + self.allreduce.len()
+        self.gemms.len() + self.attention.len() + self.allreduce.len() + self.sampling.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -666,6 +700,8 @@ impl Grid {
         for s in &self.allreduce {
             leveled.push((level_of(&bytes_axis, s.bytes), Shape::AllReduce(*s)));
         }
+        // A handful of shapes, each a few milliseconds: all in the first level.
+        leveled.extend(self.sampling.iter().map(|s| (0, Shape::Sampling(*s))));
         leveled
     }
 }
@@ -879,6 +915,22 @@ mod tests {
         println!("CPU default grid: {plain} shapes, {worst} with the few-row kernel's breakpoints");
         assert!(worst <= CPU_DEFAULT_SHAPES_MAX, "{worst} shapes");
         assert!(plain >= 100, "{plain} shapes: too few to price a model");
+    }
+
+    #[test]
+    fn the_host_sampler_is_timed_for_servesims_engine_only() {
+        // A CPU profile prices servesim's CPU engine, which samples on the host: one shape per
+        // method, over the model's whole vocabulary, measured first.
+        let grid = Grid::new(GridOptions::cpu_default());
+        let vocab = llama_1b().vocab_size;
+        let methods: Vec<SamplingMethod> = grid.sampling.iter().map(|s| s.method).collect();
+        assert_eq!(methods, SamplingMethod::ALL);
+        assert!(grid.sampling.iter().all(|s| s.vocab == vocab && s.rows == SAMPLING_ROWS), "{:?}", grid.sampling);
+        let first: Vec<Shape> = grid.shapes_in_run_order().into_iter().take(40).collect();
+        assert!(grid.sampling.iter().all(|s| first.contains(&Shape::Sampling(*s))), "sampling among the first shapes");
+        // A GPU profile prices vLLM too, which samples on the GPU inside what it leaves out.
+        assert!(Grid::new(GridOptions::all_presets(GridScale::Tiny)).sampling.is_empty());
+        assert!(Grid::new(GridOptions::for_model(llama_1b(), vec![1], vec![Dtype::Bf16], GridScale::Tiny)).sampling.is_empty());
     }
 
     #[test]

@@ -10,4 +10,5 @@ pub mod noise;
 pub mod profile;
 pub mod progress;
 pub mod run;
+pub mod sampling;
 pub mod timing;

@@ -38,7 +38,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak};
+use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak, SamplingMethod, SamplingShape};
 use super::grid::{GridOptions, Shape, Work};
 use super::noise::ReferenceTimings;
 use super::timing::{Measurement, TimingOptions};
@@ -155,6 +155,8 @@ pub struct GridProvenance {
     pub max_m: u32,
     #[serde(default)]
     pub allreduce_gpus: Vec<u32>,
+    #[serde(default)]
+    pub sampling_rows: u32,
 }
 
 impl From<&GridOptions> for GridProvenance {
@@ -166,6 +168,7 @@ impl From<&GridOptions> for GridProvenance {
             models: g.models.iter().map(|m| m.name.clone()).collect(),
             max_m: g.max_m,
             allreduce_gpus: g.allreduce_gpus.clone(),
+            sampling_rows: g.sampling_rows,
         }
     }
 }
@@ -418,6 +421,12 @@ impl Profile {
                     cells[13] = r.bytes.to_string();
                     cells[14] = r.gpus.to_string();
                 }
+                Shape::Sampling(s) => {
+                    cells[0] = "sampling".into();
+                    cells[1] = s.method.name().into();
+                    cells[3] = s.rows.to_string();
+                    cells[4] = s.vocab.to_string();
+                }
             }
             let m = &row.measurement;
             let utilisation = row.utilisation.map(|u| u.to_string()).unwrap_or_default();
@@ -555,8 +564,15 @@ pub fn parse_csv(text: &str, file: &Path, peak: &Peak) -> Result<Vec<ProfileRow>
             }
             "allreduce" => Shape::AllReduce(AllReduceShape { bytes: uint(13)?, gpus: pos32(14)? }),
             "alltoall" => Shape::AllToAll(AllToAllShape { bytes: uint(13)?, gpus: pos32(14)? }),
+            "sampling" => {
+                let method = SamplingMethod::parse(cell(1)).ok_or_else(|| {
+                    let names: Vec<&str> = SamplingMethod::ALL.iter().map(|m| m.name()).collect();
+                    err(line, format!("phase: expected a sampling method ({}), found {:?}", names.join(", "), cell(1)))
+                })?;
+                Shape::Sampling(SamplingShape { method, rows: pos32(3)?, vocab: pos32(4)? })
+            }
             other => {
-                return Err(err(line, format!("op: expected gemm, attention, allreduce or alltoall, found {other:?}")));
+                return Err(err(line, format!("op: expected gemm, attention, allreduce, alltoall or sampling, found {other:?}")));
             }
         };
         let measurement = Measurement {
@@ -654,6 +670,7 @@ mod tests {
             ),
             ProfileRow::new(Shape::AllReduce(AllReduceShape { bytes: 1 << 20, gpus: 8 }), m(40000.0), &peak()),
             ProfileRow::new(Shape::AllToAll(AllToAllShape { bytes: 1 << 20, gpus: 8 }), m(30000.0), &peak()),
+            ProfileRow::new(Shape::Sampling(SamplingShape { method: SamplingMethod::TopK, rows: 32, vocab: 1000 }), m(64000.0), &peak()),
         ];
         let mut options = GridOptions::all_presets(GridScale::Tiny);
         options.allreduce_gpus = vec![8];
@@ -724,13 +741,17 @@ mod tests {
         assert_eq!(lines.next().unwrap(), COLUMNS.join(","));
         let gemm = lines.next().unwrap();
         assert!(gemm.starts_with("gemm,,bf16,16,3072,2048,,,,,,,,,,12345.678,"), "{gemm}");
-        let allreduce = text.lines().nth_back(1).unwrap();
+        let allreduce = text.lines().nth_back(2).unwrap();
         assert!(allreduce.starts_with("allreduce,,,,,,,,,,,,,1048576,8,40000,"), "{allreduce}");
         assert!(allreduce.ends_with(','), "no utilisation for all-reduce: {allreduce}");
-        let alltoall = text.lines().last().unwrap();
+        let alltoall = text.lines().nth_back(1).unwrap();
         // 7/8 of the buffer leaves each GPU.
         assert!(alltoall.starts_with("alltoall,,,,,,,,,,,,,1048576,8,30000,"), "{alltoall}");
         assert!(alltoall.ends_with(",0,917504,"), "no FLOPs, 7/8 moved, no utilisation: {alltoall}");
+        // The method in the phase column, rows as m and the vocabulary as n; the logits read.
+        let sampling = text.lines().last().unwrap();
+        assert!(sampling.starts_with("sampling,top_k,,32,1000,,,,,,,,,,,64000,"), "{sampling}");
+        assert!(sampling.contains(",0,128000,"), "no FLOPs, 32 × 1000 f32 logits read: {sampling}");
     }
 
     #[test]
@@ -749,13 +770,19 @@ mod tests {
         assert!(e.starts_with("calibration/x.csv:1: header"), "{e}");
         let bad = format!("{good}gemm,,bf16,1,2\n");
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
-        assert!(e.starts_with("calibration/x.csv:7:"), "{e}");
+        assert!(e.starts_with("calibration/x.csv:8:"), "{e}");
+        let bad = good.replacen("sampling,top_k,", "sampling,beam,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:7: phase: expected a sampling method (greedy, temperature, top_p, top_k), found \"beam\""), "{e}");
+        let bad = good.replacen("sampling,top_k,,32,1000,", "sampling,top_k,,32,0,", 1);
+        let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
+        assert!(e.starts_with("calibration/x.csv:7: n:"), "{e}");
         let bad = good.replacen("alltoall,,,,,,,,,,,,,1048576,8,", "alltoall,,,,,,,,,,,,,1048576,0,", 1);
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
         assert!(e.starts_with("calibration/x.csv:6: gpus:"), "{e}");
         let bad = good.replacen("alltoall,", "alltoallv,", 1);
         let e = parse_csv(&bad, file, &peak).unwrap_err().to_string();
-        assert!(e.contains("op: expected gemm, attention, allreduce or alltoall, found \"alltoallv\""), "{e}");
+        assert!(e.contains("op: expected gemm, attention, allreduce, alltoall or sampling, found \"alltoallv\""), "{e}");
         // A header alone is not a profile.
         let header = good.lines().next().unwrap();
         let e = parse_csv(&format!("{header}\n"), file, &peak).unwrap_err().to_string();

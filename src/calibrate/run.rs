@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::backend::{
-    AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp,
+    AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingMethod,
+    SamplingShape,
 };
 use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
 use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
@@ -249,6 +250,10 @@ fn measure_shape(
         // No backend times an all-to-all (the rows are imported): unsupported, as an
         // all-reduce is without a collective.
         Shape::AllToAll(_) => return Ok(None),
+        Shape::Sampling(s) => match backend.prepare_sampling(s)? {
+            Some(op) => op,
+            None => return Ok(None),
+        },
     };
     measure_samples(op.as_mut(), timing).map(Some)
 }
@@ -271,6 +276,7 @@ pub fn describe(shape: &Shape) -> String {
         ),
         Shape::AllReduce(r) => format!("all-reduce {} B over {} GPUs", r.bytes, r.gpus),
         Shape::AllToAll(r) => format!("all-to-all {} B per GPU over {} GPUs", r.bytes, r.gpus),
+        Shape::Sampling(s) => format!("sampling {} of {} rows × {} logits", s.method.name(), s.rows, s.vocab),
     }
 }
 
@@ -320,6 +326,13 @@ impl SyntheticBackend {
     pub fn allreduce_ns(&self, shape: &AllReduceShape) -> f64 {
         let g = shape.gpus as f64;
         10_000.0 + 2.0 * (g - 1.0) / g * shape.bytes as f64 / 100.0
+    }
+
+    /// The law's time for the sampler, nanoseconds: 5 µs plus a pass per method over the logits
+    /// at 1 ns per logit.
+    pub fn sampling_ns(&self, shape: &SamplingShape) -> f64 {
+        let passes = 1.0 + SamplingMethod::ALL.iter().position(|&m| m == shape.method).unwrap_or(0) as f64;
+        5_000.0 + passes * f64::from(shape.rows) * f64::from(shape.vocab)
     }
 
     /// `latency + (tc³ + tm³)^(1/3)`: a smooth maximum, which a roofline is not.
@@ -382,6 +395,11 @@ impl Backend for SyntheticBackend {
         let ns = self.allreduce_ns(shape);
         Ok(Some(Box::new(SyntheticOp { backend: self, ns })))
     }
+
+    fn prepare_sampling(&mut self, shape: &SamplingShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
+        let ns = self.sampling_ns(shape);
+        Ok(Some(Box::new(SyntheticOp { backend: self, ns })))
+    }
 }
 
 #[cfg(test)]
@@ -424,6 +442,7 @@ mod tests {
                 Shape::Gemm(g) => law.gemm_ns(g),
                 Shape::Attention(a) => law.attention_ns(a),
                 Shape::AllReduce(r) => law.allreduce_ns(r),
+                Shape::Sampling(s) => law.sampling_ns(s),
                 Shape::AllToAll(_) => continue, // no grid holds one
             };
             assert_eq!(row.measurement.median_ns, expected);

@@ -33,7 +33,7 @@ use super::moe::ExpertRouting;
 use super::roofline::{ALL_TO_ALLS_PER_LAYER, Roofline};
 use super::sampling::SamplingCost;
 use super::{CostModel, StepCost};
-use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak};
+use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak, SamplingMethod};
 use crate::calibrate::grid::{
     GemmOp, HeadConfig, Shape, attention_totals, attention_work, attention_work_from_totals, gemm_dtype, gemm_work,
     model_gemm_nk, model_heads, moe_gemm_nk,
@@ -413,6 +413,8 @@ pub struct ProfileIndex {
     allreduce: BTreeMap<u32, Curve>,
     /// Per GPU count: ln seconds against ln bytes each GPU sends in one all-to-all.
     alltoall: BTreeMap<u32, Curve>,
+    /// Per sampling method: (vocabulary, ns per logit of a sampled row).
+    sampling: BTreeMap<SamplingMethod, Vec<(u32, f64)>>,
 }
 
 impl ProfileIndex {
@@ -425,6 +427,7 @@ impl ProfileIndex {
         let mut attention_points: BTreeMap<AttentionKey, Vec<([f64; 3], f64)>> = BTreeMap::new();
         let mut allreduce_points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
         let mut alltoall_points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut sampling: BTreeMap<SamplingMethod, Vec<(u32, f64)>> = BTreeMap::new();
         for row in rows {
             if !(row.measurement.median_ns.is_finite() && row.measurement.median_ns > 0.0) {
                 continue;
@@ -439,6 +442,10 @@ impl ProfileIndex {
                 )),
                 Shape::AllReduce(a) => allreduce_points.entry(a.gpus).or_default().push(collective_point(a.bytes, row)),
                 Shape::AllToAll(a) => alltoall_points.entry(a.gpus).or_default().push(collective_point(a.bytes, row)),
+                Shape::Sampling(s) => {
+                    let ns_per_logit = row.measurement.median_ns / (f64::from(s.rows) * f64::from(s.vocab));
+                    sampling.entry(s.method).or_default().push((s.vocab, ns_per_logit));
+                }
             }
         }
         let curves = |points: BTreeMap<u32, Vec<(f64, f64)>>| -> BTreeMap<u32, Curve> {
@@ -447,6 +454,7 @@ impl ProfileIndex {
         ProfileIndex {
             allreduce: curves(allreduce_points),
             alltoall: curves(alltoall_points),
+            sampling,
             peak,
             gemm: gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect(),
             attention: attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
@@ -455,6 +463,15 @@ impl ProfileIndex {
 
     pub fn peak(&self) -> Peak {
         self.peak
+    }
+
+    /// The host sampler's cost of `method` for a vocabulary of `vocab` logits: the profile's
+    /// row of the nearest vocabulary (its passes over the logits scale with their number, so
+    /// the figure is per logit); `None` when the profile did not time it.
+    pub fn sampling_cost(&self, method: SamplingMethod, vocab: u32) -> Option<SamplingCost> {
+        let distance = |v: u32| (f64::from(v) / f64::from(vocab.max(1))).ln().abs();
+        let &(_, ns_per_logit) = self.sampling.get(&method)?.iter().min_by(|a, b| distance(a.0).total_cmp(&distance(b.0)))?;
+        SamplingCost::per_logit_ns(ns_per_logit).ok()
     }
 
     /// The GEMM's time, nanoseconds, from the curve of its `(n, k, dtype)`: measured, or
@@ -618,7 +635,7 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
         match &row.shape {
             Shape::Gemm(g) => groups.entry((0, None, Some((g.dtype, g.n, g.k, g.m == 1)))).or_default().push(row),
             Shape::Attention(a) => groups.entry((1, Some(attention_key(a)), None)).or_default().push(row),
-            Shape::AllReduce(_) | Shape::AllToAll(_) => {}
+            Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
         }
     }
     let mut result = LeaveOneOut::default();
@@ -644,7 +661,7 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
                     let predicted = index.predict_attention_ns(a).expect("surface of the group");
                     result.attention.push((predicted - measured).abs() / measured);
                 }
-                Shape::AllReduce(_) | Shape::AllToAll(_) => {}
+                Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
             }
         }
     }
@@ -816,6 +833,8 @@ impl Calibrated {
         index.peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
         index.allreduce.clear();
         index.alltoall.clear();
+        // The host sampler ran on the other machine's CPU.
+        index.sampling.clear();
         let note = format!(
             "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there",
             profile.provenance.measured_on(),
@@ -834,6 +853,11 @@ impl Calibrated {
         mut notices: Vec<String>,
     ) -> Calibrated {
         let roofline = Roofline::new(model, gpu, tensor_parallel, params);
+        // Benchmark clients ask for greedy tokens (vLLM's and servesim's send temperature 0).
+        let roofline = match index.sampling_cost(SamplingMethod::Greedy, model.vocab_size) {
+            Some(sampling) => roofline.with_sampling(sampling),
+            None => roofline,
+        };
         let peak = index.peak;
 
         // Datasheet roofline for what the profile lacks (the same formulas as `Roofline`).
@@ -1271,7 +1295,8 @@ mod tests {
     use super::*;
     use crate::calibrate::grid::{Grid, GridOptions, GridScale};
     use crate::calibrate::run::{RunOptions, SyntheticBackend, calibrate};
-    use crate::calibrate::timing::TimingOptions;
+    use crate::calibrate::backend::SamplingShape;
+    use crate::calibrate::timing::{Measurement, TimingOptions};
     use crate::sched::batch::SeqWork;
 
     fn gpu_peak() -> Peak {
@@ -1409,6 +1434,50 @@ mod tests {
             batch.push(SeqWork { seq, new_tokens: 1, context_tokens: context, samples_token: true, draft_tokens: 0 });
         }
         batch
+    }
+
+    #[test]
+    fn a_profile_that_timed_the_sampler_prices_greedy_sampling() {
+        let model = tiny_model();
+        let options = GridOptions { sampling_rows: 32, ..GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Tiny) };
+        let (with_sampling, law) = synthetic_profile(options.clone());
+        let (without, _) = synthetic_profile(GridOptions { sampling_rows: 0, ..options });
+        let params = CostParams::default();
+        let batch = decode_batch(8, 500);
+        let priced = Calibrated::new(&with_sampling, &model, &h100(), 1, &params).predict(&batch);
+        let unpriced = Calibrated::new(&without, &model, &h100(), 1, &params).predict(&batch);
+        // Greedy's time per logit, from its row: 8 sampled rows of the model's vocabulary.
+        let shape = SamplingShape { method: SamplingMethod::Greedy, rows: 32, vocab: model.vocab_size };
+        let per_logit_ns = law.sampling_ns(&shape) / (32.0 * model.vocab_size as f64);
+        let expected_ns = 8.0 * model.vocab_size as f64 * per_logit_ns;
+        let added_ns = (priced.elementwise_ns - unpriced.elementwise_ns) as f64;
+        assert!((added_ns - expected_ns).abs() <= 1.0, "sampling added {added_ns} ns, expected {expected_ns}");
+        assert_eq!((priced.gemm_ns, priced.attention_ns), (unpriced.gemm_ns, unpriced.attention_ns));
+        // Transferred to another GPU, the host's sampler does not come along.
+        let transferred = Calibrated::transferred(&with_sampling, &model, &h100(), 1, &params).predict(&batch);
+        let transferred_unpriced = Calibrated::transferred(&without, &model, &h100(), 1, &params).predict(&batch);
+        assert_eq!(transferred.elementwise_ns, transferred_unpriced.elementwise_ns);
+    }
+
+    #[test]
+    fn the_sampler_row_of_the_nearest_vocabulary_prices_a_model() {
+        let row = |method, vocab, ns| {
+            let shape = Shape::Sampling(SamplingShape { method, rows: 10, vocab });
+            ProfileRow::new(shape, Measurement { median_ns: ns, p10_ns: ns, p90_ns: ns, repeats: 1 }, &gpu_peak())
+        };
+        let (mut profile, _) = synthetic_profile(GridOptions::for_model(tiny_model(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
+        // 1 ns per logit at 1,000 logits, 2 at 100,000; top-k only at 1,000.
+        profile.rows = vec![
+            row(SamplingMethod::Greedy, 1000, 10_000.0),
+            row(SamplingMethod::Greedy, 100_000, 2_000_000.0),
+            row(SamplingMethod::TopK, 1000, 50_000.0),
+        ];
+        let index = ProfileIndex::new(&profile);
+        let per_logit = |method, vocab| index.sampling_cost(method, vocab).map(|c| c.ns_per_logit());
+        assert_eq!(per_logit(SamplingMethod::Greedy, 2000), Some(1.0));
+        assert_eq!(per_logit(SamplingMethod::Greedy, 32_000), Some(2.0));
+        assert_eq!(per_logit(SamplingMethod::TopK, 128_000), Some(5.0));
+        assert_eq!(per_logit(SamplingMethod::TopP, 1000), None);
     }
 
     #[test]

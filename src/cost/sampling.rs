@@ -4,10 +4,11 @@
 //! selection (src/engine/model/sampling.rs). The cost models add it to the step's elementwise
 //! time, where the CPU engine's trace puts its sampling time too.
 //!
-//! The figure is the engine's, not a datasheet's: `servesim validate --engine` times the CPU
-//! engine's sampler on the machine (greedy and temperature > 0), and prices its twin with the
-//! greedy figure because its benchmark asks for greedy tokens. Zero (the default) leaves
-//! sampling unpriced, as it was: on a GPU it runs in microseconds beside the forward pass.
+//! The figure is the engine's, not a datasheet's: calibration times servesim's host sampler on
+//! the machine (a profile's `sampling` rows, `calibrate::sampling`), and the calibrated cost
+//! model prices steps with the greedy figure because benchmark clients ask for greedy tokens.
+//! Zero (the default, and any profile without those rows) leaves sampling unpriced: vLLM
+//! samples on the GPU, in microseconds beside the forward pass.
 
 /// Nanoseconds per logit of each sampled row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -24,16 +24,16 @@ use std::time::Duration;
 
 use crate::Error;
 use crate::bench::{Backend, BenchConfig};
-use crate::calibrate::backend::{Backend as CalibrationBackend, Peak};
+use crate::calibrate::backend::{Backend as CalibrationBackend, Peak, SamplingMethod};
 use crate::calibrate::grid::{Grid, GridOptions, GridScale};
 use crate::calibrate::profile::Profile;
 use crate::calibrate::run::RunOptions;
 use crate::calibrate::timing::TimingOptions;
-use crate::cost::calibrated::Calibrated;
+use crate::cost::calibrated::{Calibrated, ProfileIndex};
 use crate::cost::sampling::SamplingCost;
 use crate::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor, SamplingParams};
 use crate::engine::cuda::CudaModelExecutor;
-use crate::engine::server::{CudaModelEngine, EngineHandle, EngineKnobs, Executor, ModelEngine, Tokenizer, sample_rows};
+use crate::engine::server::{CudaModelEngine, EngineHandle, EngineKnobs, Executor, ModelEngine, Tokenizer};
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
@@ -279,16 +279,13 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     ));
     let scenario_text = scenario_toml(setup, sweep, &profile.provenance.device.name, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
-    let sampling = measure_sampling(setup.threads, llama.vocab_size, setup.knobs.max_num_seqs)?;
-    log(&format!(
-        "    sampling, ns per logit of a sampled row: greedy {:.3}, temperature 1 {:.3}, top-p 0.9 {:.3}, top-k 50 {:.3}",
-        sampling.greedy.ns_per_logit(),
-        sampling.temperature.ns_per_logit(),
-        sampling.top_p.ns_per_logit(),
-        sampling.top_k.ns_per_logit()
-    ));
-    // The bench asks for greedy tokens, so the twin's steps sample greedily.
-    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost).with_sampling(sampling.greedy);
+    let sampling = SamplingTimes::from_profile(&profile, base.model.vocab_size);
+    log(&format!("    sampling, ns per logit of a sampled row, as calibration timed it: {}", sampling.describe()));
+    if sampling.greedy.is_none() {
+        log("    (the profile did not time the sampler, so the twin leaves sampling unpriced: recalibrate to price it)");
+    }
+    // The bench asks for greedy tokens, and the calibrated model prices greedy sampling.
+    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
 
     log(&format!("2/4 starting the engine: random-{} weights on {}", setup.size, setup.device_label()));
     let k = &setup.knobs;
@@ -360,7 +357,11 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
     };
     let bare =
         Scenario::from_toml_str(&scenario_toml(setup, &config.sweep, &backend.device_info().name, backend.peak(), HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
-    let mut options = GridOptions::for_model(bare.model.clone(), vec![1], vec![setup.dtype()], config.grid);
+    // servesim's engines sample on the host, the CUDA one too: its twin prices that.
+    let mut options = GridOptions {
+        sampling_rows: crate::calibrate::grid::SAMPLING_ROWS,
+        ..GridOptions::for_model(bare.model.clone(), vec![1], vec![setup.dtype()], config.grid)
+    };
     options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
     options.extra_m = backend.gemm_m_breakpoints();
     let grid = Grid::new(options);
@@ -407,61 +408,43 @@ fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Ex
     })
 }
 
-/// The engine's sampler timed on this machine, per logit of a sampled row.
+/// The engine's sampler as the profile timed it (calibration's sampling rows), per logit of a
+/// sampled row; `None` where the profile has no row of the method (one reused from before
+/// calibration timed the sampler).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SamplingTimes {
-    pub greedy: SamplingCost,
+    pub greedy: Option<SamplingCost>,
     /// Temperature 1, every token kept.
-    pub temperature: SamplingCost,
+    pub temperature: Option<SamplingCost>,
     /// Temperature 1, top-p 0.9.
-    pub top_p: SamplingCost,
+    pub top_p: Option<SamplingCost>,
     /// Temperature 1, top-k 50.
-    pub top_k: SamplingCost,
+    pub top_k: Option<SamplingCost>,
 }
 
-/// Times [`sample_rows`], the engine's sampler, on a pool of `threads` threads (as the engine
-/// samples on its own pool) over `rows` rows of `vocab` logits shaped like a language model's
-/// (a few large, a long tail), for each kind of sampling: the median of 15 runs after a warm-up,
-/// per row and logit. Sampling a row costs a few passes over its logits whatever the model, so
-/// the logits need not be the model's.
-fn measure_sampling(threads: usize, vocab: usize, rows: u32) -> Result<SamplingTimes, Error> {
-    const RUNS: usize = 15;
-    let rows = rows.clamp(1, 256) as usize;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-        .map_err(|e| Error::Usage { flag: "--threads", value: threads.to_string(), reason: e.to_string() })?;
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let logits: Vec<f32> = (0..rows * vocab)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let r = (state >> 40) as f32 / (1u64 << 24) as f32;
-            12.0 * r.powi(8) + 2.0 * r
-        })
-        .collect();
-    let seeds: Vec<u64> = (0..rows as u64).collect();
-    let time = |params: SamplingParams| -> SamplingCost {
-        let all = vec![params; rows];
-        let mut times: Vec<f64> = (0..=RUNS)
-            .map(|_| {
-                let started = std::time::Instant::now();
-                std::hint::black_box(pool.install(|| sample_rows(&logits, vocab, &all, &seeds)));
-                started.elapsed().as_nanos() as f64
-            })
-            .skip(1)
-            .collect();
-        times.sort_by(f64::total_cmp);
-        SamplingCost::per_logit_ns(times[RUNS / 2] / (rows * vocab) as f64).unwrap_or_default()
-    };
-    let sampled = |top_p, top_k| SamplingParams { temperature: 1.0, top_p, top_k, seed: None };
-    Ok(SamplingTimes {
-        greedy: time(SamplingParams::GREEDY),
-        temperature: time(sampled(1.0, 0)),
-        top_p: time(sampled(0.9, 0)),
-        top_k: time(sampled(1.0, 50)),
-    })
+impl SamplingTimes {
+    fn from_profile(profile: &Profile, vocab: u32) -> SamplingTimes {
+        let index = ProfileIndex::new(profile);
+        let cost = |method| index.sampling_cost(method, vocab);
+        SamplingTimes {
+            greedy: cost(SamplingMethod::Greedy),
+            temperature: cost(SamplingMethod::Temperature),
+            top_p: cost(SamplingMethod::TopP),
+            top_k: cost(SamplingMethod::TopK),
+        }
+    }
+
+    /// "greedy 0.599, temperature 1 0.516, …" in ns per logit, "—" for a method not timed.
+    fn describe(&self) -> String {
+        let figure = |cost: Option<SamplingCost>| cost.map_or("—".to_string(), |c| format!("{:.3}", c.ns_per_logit()));
+        format!(
+            "greedy {}, temperature 1 {}, top-p 0.9 {}, top-k 50 {}",
+            figure(self.greedy),
+            figure(self.temperature),
+            figure(self.top_p),
+            figure(self.top_k)
+        )
+    }
 }
 
 /// The engine's host time per step: scheduling, building the step's inputs, delivering tokens.
@@ -777,12 +760,8 @@ pub fn render(v: &EngineValidation) -> String {
     );
     let _ = writeln!(
         t,
-        "Sampling, ns per logit of each sampled row (the twin prices its greedy steps with the first): greedy {:.3}, \
-         temperature 1 {:.3}, top-p 0.9 {:.3}, top-k 50 {:.3}.\n",
-        v.sampling.greedy.ns_per_logit(),
-        v.sampling.temperature.ns_per_logit(),
-        v.sampling.top_p.ns_per_logit(),
-        v.sampling.top_k.ns_per_logit()
+        "Sampling, ns per logit of each sampled row, as calibration timed it (the twin prices its greedy steps with the first): {}.\n",
+        v.sampling.describe()
     );
     let _ = writeln!(t, "| series | metric | measured | simulated | error | target |");
     let _ = writeln!(t, "|---|---|---:|---:|---:|---:|");

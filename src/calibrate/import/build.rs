@@ -209,7 +209,7 @@ impl Accumulator {
                 match &shape {
                     Shape::Gemm(g) => drop(dtypes.insert(g.dtype.name().to_string())),
                     Shape::Attention(a) => drop(dtypes.insert(a.dtype.name().to_string())),
-                    Shape::AllReduce(_) | Shape::AllToAll(_) => {}
+                    Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
                 }
                 times.sort_by(|a, b| a.0.total_cmp(&b.0));
                 // Whole nanoseconds: the sources' sub-nanosecond digits are float noise of a

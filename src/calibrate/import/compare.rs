@@ -48,7 +48,7 @@ pub fn against(rows: &[ProfileRow], other: &ProfileIndex) -> Agreement {
             }
             Shape::AllReduce(r) => (other.allreduce_s(r.bytes as f64, r.gpus).map(|s| s * 1e9), &mut out.all_reduce),
             Shape::AllToAll(r) => (other.alltoall_s(r.bytes as f64, r.gpus).map(|s| s * 1e9), &mut out.all_to_all),
-            Shape::Attention(_) => continue,
+            Shape::Attention(_) | Shape::Sampling(_) => continue,
         };
         if let Some(theirs) = theirs {
             into.push((theirs - ours) / ours);
