@@ -1,6 +1,6 @@
 //! Batching policies: how each engine forms a step from its waiting and running queues.
 
-use super::batch::{Batch, padded_capture_size};
+use super::batch::Batch;
 use super::outcome::Rejection;
 use super::state::SchedulerState;
 
@@ -67,7 +67,7 @@ impl SchedulingPolicy for VllmV1 {
     /// V1 captures piecewise graphs (attention runs outside them) for every batch of up to 512
     /// tokens, prefill or not, padding the token count up to a capture size.
     fn graph_size(&self, batch: &Batch) -> Option<u32> {
-        padded_capture_size(batch.tokens(), &V1_CAPTURE_SIZES)
+        vllm_capture_size(batch.tokens(), V1_CAPTURE_SIZE_MAX)
     }
 }
 
@@ -89,25 +89,24 @@ impl SchedulingPolicy for Servesim {
     }
 }
 
-/// 1, 2, 4, then every multiple of 8 up to `8 × (N − 3)`: the capture sizes vLLM uses.
-const fn capture_sizes<const N: usize>() -> [u32; N] {
-    let mut sizes = [0u32; N];
-    sizes[0] = 1;
-    sizes[1] = 2;
-    sizes[2] = 4;
-    let mut i = 3;
-    while i < N {
-        sizes[i] = 8 * (i as u32 - 2);
-        i += 1;
-    }
-    sizes
+/// The smallest of vLLM's capture sizes that holds `n` rows, or `None` past the largest. vLLM
+/// captures 1, 2, 4, then every multiple of 8 up to `largest`; asked once per step, so in closed
+/// form rather than by a search of the list (issue 14).
+fn vllm_capture_size(n: u32, largest: u32) -> Option<u32> {
+    let size = match n {
+        0..=1 => 1,
+        2 => 2,
+        3..=4 => 4,
+        _ => n.div_ceil(8).saturating_mul(8),
+    };
+    (size <= largest).then_some(size)
 }
 
-/// vLLM V1's default `cudagraph_capture_sizes`: 1, 2, 4, then every multiple of 8 up to 512.
-const V1_CAPTURE_SIZES: [u32; 67] = capture_sizes();
+/// vLLM V1's default `cudagraph_capture_sizes` end at 512.
+const V1_CAPTURE_SIZE_MAX: u32 = 512;
 
-/// vLLM 0.6.3's `_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to 256.
-const V0_CAPTURE_SIZES: [u32; 35] = capture_sizes();
+/// vLLM 0.6.3's `_BATCH_SIZES_TO_CAPTURE` end at 256.
+const V0_CAPTURE_SIZE_MAX: u32 = 256;
 
 /// vLLM 0.6.3's `max_seq_len_to_capture`: longer contexts run decode eagerly.
 const V0_MAX_CONTEXT_TO_CAPTURE: u32 = 8192;
@@ -153,7 +152,7 @@ impl SchedulingPolicy for VllmV0 {
         if !batch.is_decode_only() || batch.max_context_tokens() > V0_MAX_CONTEXT_TO_CAPTURE {
             return None;
         }
-        padded_capture_size(batch.num_seqs(), &V0_CAPTURE_SIZES)
+        vllm_capture_size(batch.num_seqs(), V0_CAPTURE_SIZE_MAX)
     }
 }
 
@@ -240,5 +239,22 @@ fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, ch
         s.push_running(seq);
         s.push_work(batch, seq, tokens);
         *budget -= tokens;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::batch::padded_capture_size;
+
+    #[test]
+    fn capture_sizes_in_closed_form_are_those_of_the_list() {
+        for largest in [V0_CAPTURE_SIZE_MAX, V1_CAPTURE_SIZE_MAX] {
+            // 1, 2, 4, 8, 16, …, largest: vLLM's list, written out.
+            let list: Vec<u32> = [1, 2, 4].into_iter().chain((8..=largest).step_by(8)).collect();
+            for n in (0..=largest + 20).chain([u32::MAX - 7, u32::MAX]) {
+                assert_eq!(vllm_capture_size(n, largest), padded_capture_size(n, &list), "{n} rows, up to {largest}");
+            }
+        }
     }
 }
