@@ -23,6 +23,7 @@ pub mod engine;
 pub mod metrics;
 pub mod plan;
 pub mod report;
+pub mod rounding;
 pub mod run;
 pub mod scenario;
 pub mod sched;

@@ -463,7 +463,7 @@ impl Roofline {
 #[inline]
 fn to_ns(seconds: f64) -> u64 {
     debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
-    (seconds * NS_PER_S).round() as u64
+    crate::rounding::round_to_u64(seconds * NS_PER_S)
 }
 
 impl CostModel for Roofline {

@@ -1,4 +1,4 @@
-//! Sorting by a 64-bit key in linear time (least-significant byte first).
+//! Sorting by a 64-bit key in linear time (least-significant digit first, 11 bits a digit).
 //!
 //! The summary of a 100k-request run sorts three latency lists, the pooled ITL samples and the
 //! concurrency sweep's events: with a comparison sort that was a quarter of the whole simulated
@@ -8,38 +8,47 @@
 /// Below this, a comparison sort is as fast and needs no scratch buffer.
 const RADIX_MIN_LEN: usize = 256;
 
+/// Bits per digit: 2,048 buckets, whose counters stay in L1/L2 while a pass scatters. Latencies
+/// in nanoseconds span about 35 bits, four digits of 11 against five bytes; a float's bits
+/// about 55, five digits against seven bytes.
+const DIGIT_BITS: u32 = 11;
+const BUCKETS: usize = 1 << DIGIT_BITS;
+const DIGITS: usize = 64usize.div_ceil(DIGIT_BITS as usize);
+
 /// Sorts `values` ascending by `key`. Elements with equal keys may end up in any order.
 pub fn sort_by_key_u64<T: Copy>(values: &mut Vec<T>, key: impl Fn(&T) -> u64) {
     if values.len() < RADIX_MIN_LEN {
         values.sort_unstable_by_key(|v| key(v));
         return;
     }
-    // One pass counts every byte position at once; a position where all keys share their byte
-    // (the high bytes of nanosecond latencies, say) needs no pass of its own.
-    let mut counts = vec![[0usize; 256]; 8];
+    let digit = |k: u64, d: usize| ((k >> (DIGIT_BITS as usize * d)) & (BUCKETS as u64 - 1)) as usize;
+    // One pass counts every digit position at once; a position where all keys share their
+    // digit (the high bits of nanosecond latencies, say) needs no pass of its own.
+    let mut counts = vec![[0usize; BUCKETS]; DIGITS];
     for v in values.iter() {
         let k = key(v);
-        for (byte, count) in counts.iter_mut().enumerate() {
-            count[((k >> (8 * byte)) & 0xff) as usize] += 1;
+        for (d, count) in counts.iter_mut().enumerate() {
+            count[digit(k, d)] += 1;
         }
     }
     let mut scratch: Vec<T> = Vec::with_capacity(values.len());
-    for (byte, count) in counts.iter().enumerate() {
+    for (d, count) in counts.iter_mut().enumerate() {
         if count.contains(&values.len()) {
             continue;
         }
-        let mut offsets = [0usize; 256];
+        // The counts become each bucket's next free place.
         let mut total = 0;
-        for (offset, &c) in offsets.iter_mut().zip(count) {
-            *offset = total;
-            total += c;
+        for c in count.iter_mut() {
+            let n = *c;
+            *c = total;
+            total += n;
         }
         scratch.clear();
         scratch.resize(values.len(), values[0]);
         for v in values.iter() {
-            let bucket = ((key(v) >> (8 * byte)) & 0xff) as usize;
-            scratch[offsets[bucket]] = *v;
-            offsets[bucket] += 1;
+            let bucket = digit(key(v), d);
+            scratch[count[bucket]] = *v;
+            count[bucket] += 1;
         }
         std::mem::swap(values, &mut scratch);
     }

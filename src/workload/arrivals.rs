@@ -80,7 +80,7 @@ pub fn arrival_times_ns(cfg: &WorkloadConfig, rate: f64, num_prompts: u32) -> Ve
 #[inline]
 fn seconds_to_ns(time_s: f64) -> u64 {
     debug_assert!(time_s >= 0.0, "negative time {time_s} s");
-    (time_s * 1e9).round() as u64
+    crate::rounding::round_to_u64(time_s * 1e9)
 }
 
 #[cfg(test)]

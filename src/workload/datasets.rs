@@ -193,8 +193,9 @@ impl LengthSampler {
 
     #[inline]
     fn round_and_clamp(&self, x: f64) -> u32 {
-        // `f64::max`/`min` ignore NaN, so even a NaN draw lands inside the bounds.
-        x.round().max(self.low as f64).min(self.high as f64) as u32
+        // Rounding saturates a negative or NaN draw to 0, and one past 2⁶⁴ to u64::MAX, which the
+        // bounds then clamp, as they clamp `x.round()` (f64's max and min ignore a NaN).
+        (crate::rounding::round_to_u64(x) as f64).max(self.low as f64).min(self.high as f64) as u32
     }
 }
 

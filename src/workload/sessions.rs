@@ -46,7 +46,7 @@ pub fn chain(sessions: &Sessions, lengths: &[(u32, u32)], starts_ns: &[u64], max
             _ => sessions.think_time_s,
         };
         // At most a day (validated), so nanoseconds fit.
-        (s * 1e9).round() as u64
+        crate::rounding::round_to_u64(s * 1e9)
     };
     let mut out = Vec::with_capacity(lengths.len());
     let (mut conversation, mut prompt, mut answer) = (0u64, 0u32, 0u32);
