@@ -63,34 +63,60 @@ impl CsvLine {
 
 /// Appends the decimal digits of `value`.
 pub fn push_uint(buf: &mut Vec<u8>, value: u64) {
-    // Digits written in place, last first (a copy from a stack buffer was a library call per
-    // number).
     let digits = value.checked_ilog10().map_or(1, |log| log as usize + 1);
+    push_digits(buf, value, digits);
+}
+
+/// Appends the low `digits` decimal digits of `value`, zero-padded, written in place last
+/// first (a copy from a stack buffer was a library call per number).
+fn push_digits(buf: &mut Vec<u8>, value: u64, digits: usize) {
     let at = buf.len();
     buf.resize(at + digits, b'0');
     fill_digits(&mut buf[at..], value);
 }
 
+/// "00", "01", …, "99": two digits per division by a constant.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    pairs
+};
+
 /// Writes the low `digits.len()` decimal digits of `value` into `digits`, zero-padded.
 fn fill_digits(digits: &mut [u8], mut value: u64) {
-    for slot in digits.iter_mut().rev() {
-        *slot = b'0' + (value % 10) as u8;
-        value /= 10;
+    let mut end = digits.len();
+    while end >= 2 {
+        let pair = (value % 100) as usize;
+        value /= 100;
+        digits[end - 2..end].copy_from_slice(&DIGIT_PAIRS[2 * pair..2 * pair + 2]);
+        end -= 2;
+    }
+    if end == 1 {
+        digits[0] = b'0' + (value % 10) as u8;
     }
 }
 
 /// Appends `value / 10^decimals` with all `decimals` digits after the point (none and no point
 /// when `decimals` is 0).
 pub fn push_fixed(buf: &mut Vec<u8>, value: u64, decimals: u32) {
-    let scale = 10u64.pow(decimals);
-    push_uint(buf, value / scale);
-    if decimals == 0 {
-        return;
-    }
+    // The outputs' two scales divide by a constant (a multiplication); any other by a division.
+    let (whole, fraction) = match decimals {
+        0 => return push_uint(buf, value),
+        6 => (value / 1_000_000, value % 1_000_000),
+        9 => (value / 1_000_000_000, value % 1_000_000_000),
+        _ => {
+            let scale = 10u64.pow(decimals);
+            (value / scale, value % scale)
+        }
+    };
+    push_uint(buf, whole);
     buf.push(b'.');
-    let at = buf.len();
-    buf.resize(at + decimals as usize, b'0');
-    fill_digits(&mut buf[at..], value % scale);
+    push_digits(buf, fraction, decimals as usize);
 }
 
 #[cfg(test)]
