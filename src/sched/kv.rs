@@ -28,11 +28,13 @@ pub struct BlockPool {
     /// Blocks counted as used but given no id yet: those the decode cohort's sequences grew
     /// into (see `sched::cohort`). They get ids only if their sequence leaves the cohort alive.
     reserved: u32,
+    /// Blocks held by tables kept as counts, without ids ([`KvCacheManager::without_block_ids`]).
+    counted: u32,
 }
 
 impl BlockPool {
     pub fn new(blocks_total: u32) -> BlockPool {
-        BlockPool { freed: Vec::new(), queue: None, next_unused: 0, blocks_total, reserved: 0 }
+        BlockPool { freed: Vec::new(), queue: None, next_unused: 0, blocks_total, reserved: 0, counted: 0 }
     }
 
     pub fn blocks_total(&self) -> u32 {
@@ -41,7 +43,7 @@ impl BlockPool {
 
     pub fn blocks_free(&self) -> u32 {
         let queued = self.queue.as_ref().map_or(0, FreeQueue::len);
-        self.freed.len() as u32 + queued + (self.blocks_total - self.next_unused) - self.reserved
+        self.freed.len() as u32 + queued + (self.blocks_total - self.next_unused) - self.reserved - self.counted
     }
 
     /// Blocks counted as used without an id (see [`BlockPool::reserved`]).
@@ -89,6 +91,9 @@ impl BlockPool {
 pub struct KvCacheManager {
     pool: BlockPool,
     tables: Vec<Vec<u32>>,
+    /// Without block ids ([`KvCacheManager::without_block_ids`]): the blocks each slot holds,
+    /// and `tables` stay empty.
+    counts: Option<Vec<u32>>,
     block_size: u32,
     /// `Some` with prefix caching on.
     prefix: Option<PrefixCache>,
@@ -97,7 +102,23 @@ pub struct KvCacheManager {
 impl KvCacheManager {
     pub fn new(blocks_total: u32, block_size: u32) -> KvCacheManager {
         assert!(block_size > 0, "block_size must be positive");
-        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), block_size, prefix: None }
+        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), counts: None, block_size, prefix: None }
+    }
+
+    /// The same manager keeping only how many blocks each sequence holds, not which: for the
+    /// simulator, which never reads a block's id without prefix caching. Admitting and
+    /// releasing a sequence is then O(1), not a push per block (5% of a 100k-request run,
+    /// issue 14); every count, and so every scheduling decision, is the same.
+    pub fn without_block_ids(mut self) -> KvCacheManager {
+        self.keep_counts_only();
+        self
+    }
+
+    /// [`KvCacheManager::without_block_ids`] in place.
+    pub(super) fn keep_counts_only(&mut self) {
+        debug_assert!(self.prefix.is_none(), "prefix caching shares blocks by id");
+        debug_assert_eq!(self.pool.blocks_used(), 0, "switched off before any allocation");
+        self.counts = Some(Vec::new());
     }
 
     /// The same manager with prefix caching: computed prompt blocks are kept by hash and shared.
@@ -132,14 +153,24 @@ impl KvCacheManager {
         tokens.div_ceil(self.block_size)
     }
 
-    /// The block ids holding `seq`'s KV, in token order.
+    /// The block ids holding `seq`'s KV, in token order (none kept
+    /// [`KvCacheManager::without_block_ids`]).
     pub fn block_table(&self, seq: u32) -> &[u32] {
         self.tables.get(seq as usize).map_or(&[], |t| t.as_slice())
     }
 
+    /// How many blocks hold `seq`'s KV.
+    #[inline]
+    pub fn blocks_of(&self, seq: u32) -> u32 {
+        match &self.counts {
+            Some(counts) => counts.get(seq as usize).copied().unwrap_or(0),
+            None => self.block_table(seq).len() as u32,
+        }
+    }
+
     /// Additional blocks `seq` needs so that `tokens_total` tokens fit.
     pub fn blocks_missing(&self, seq: u32, tokens_total: u32) -> u32 {
-        let held = self.block_table(seq).len() as u32;
+        let held = self.blocks_of(seq);
         self.blocks_for_tokens(tokens_total).saturating_sub(held)
     }
 
@@ -149,7 +180,7 @@ impl KvCacheManager {
     pub fn allocate(&mut self, seq: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
         // Most calls are a decode step inside a block it holds already: a multiplication
         // answers them, where counting the blocks needed takes a division per sequence per step.
-        let held = self.block_table(seq).len() as u64;
+        let held = u64::from(self.blocks_of(seq));
         if u64::from(tokens_total) <= held * u64::from(self.block_size) {
             return true;
         }
@@ -171,6 +202,18 @@ impl KvCacheManager {
 
     /// Moves `count` free blocks into `seq`'s table (made on first use), or none if fewer are free.
     fn grow_table(&mut self, seq: u32, count: u32) -> bool {
+        if let Some(counts) = self.counts.as_mut() {
+            if count > self.pool.blocks_free() {
+                return false;
+            }
+            let slot = seq as usize;
+            if counts.len() <= slot {
+                counts.resize(slot + 1, 0);
+            }
+            counts[slot] += count;
+            self.pool.counted += count;
+            return true;
+        }
         let table = self.table_mut(seq);
         let from = table.len();
         if !self.pool.allocate_into(count, &mut self.tables[seq as usize]) {
@@ -221,10 +264,8 @@ impl KvCacheManager {
     /// Records that block `index` of `seq`'s table now holds computed content `hash`, so later
     /// prompts may share it.
     pub fn cache_block(&mut self, seq: u32, index: usize, hash: BlockHash) {
-        let block = self.tables[seq as usize][index];
-        if let Some(prefix) = self.prefix.as_mut() {
-            prefix.insert(block, hash);
-        }
+        let Some(prefix) = self.prefix.as_mut() else { return };
+        prefix.insert(self.tables[seq as usize][index], hash);
     }
 
     /// Counts `count` more blocks as used, without ids, if that many are free.
@@ -251,6 +292,12 @@ impl KvCacheManager {
 
     /// Returns all of `seq`'s blocks to the pool.
     pub fn free(&mut self, seq: u32) {
+        if let Some(counts) = self.counts.as_mut() {
+            if let Some(count) = counts.get_mut(seq as usize) {
+                self.pool.counted -= std::mem::take(count);
+            }
+            return;
+        }
         let Some(table) = self.tables.get_mut(seq as usize) else { return };
         let (Some(prefix), Some(queue)) = (self.prefix.as_mut(), self.pool.queue.as_mut()) else {
             self.pool.release(table);
@@ -268,7 +315,10 @@ impl KvCacheManager {
     /// Blocks held by all tables; must equal the pool's used count without prefix caching
     /// (with it, a shared block is counted once per table).
     pub fn blocks_in_tables(&self) -> u64 {
-        self.tables.iter().map(|t| t.len() as u64).sum()
+        match &self.counts {
+            Some(counts) => counts.iter().map(|&c| u64::from(c)).sum(),
+            None => self.tables.iter().map(|t| t.len() as u64).sum(),
+        }
     }
 
     /// Blocks in use, each counted once: the used count when no block is shared.
@@ -340,6 +390,38 @@ mod tests {
         let mut huge = KvCacheManager::new(u32::MAX, 16);
         assert!(huge.allocate(0, 64, 0));
         assert_eq!((huge.block_table(0), huge.pool().blocks_used()), (&[0, 1, 2, 3][..], 4));
+    }
+
+    #[test]
+    fn without_ids_every_count_is_what_it_is_with_them() {
+        use proptest::prelude::*;
+        use proptest::test_runner::TestRunner;
+        // (sequence, tokens to hold, watermark), or a sequence to free.
+        let op = prop_oneof![(0u32..6, 0u32..90, 0u32..3).prop_map(Ok), (0u32..6).prop_map(Err)];
+        TestRunner::default()
+            .run(&prop::collection::vec(op, 1..60), |ops| {
+                let mut with_ids = KvCacheManager::new(20, 8);
+                let mut counts = KvCacheManager::new(20, 8).without_block_ids();
+                for op in ops {
+                    match op {
+                        Ok((seq, tokens, watermark)) => {
+                            prop_assert_eq!(with_ids.allocate(seq, tokens, watermark), counts.allocate(seq, tokens, watermark));
+                        }
+                        Err(seq) => {
+                            with_ids.free(seq);
+                            counts.free(seq);
+                        }
+                    }
+                    prop_assert_eq!(with_ids.pool().blocks_free(), counts.pool().blocks_free());
+                    prop_assert_eq!(with_ids.blocks_in_tables(), counts.blocks_in_tables());
+                    for seq in 0..6 {
+                        prop_assert_eq!(with_ids.blocks_of(seq), counts.blocks_of(seq));
+                        prop_assert!(counts.block_table(seq).is_empty());
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

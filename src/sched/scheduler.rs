@@ -57,6 +57,16 @@ impl Scheduler {
         self
     }
 
+    /// Keeps KV blocks as counts per sequence, without ids (see
+    /// [`KvCacheManager::without_block_ids`]): the simulator's, where nothing reads an id.
+    /// Ignored with prefix caching, which shares blocks by id; the engine keeps its ids.
+    pub fn without_block_ids(mut self) -> Scheduler {
+        if self.state.kv.prefix_cache().is_none() {
+            self.state.kv.keep_counts_only();
+        }
+        self
+    }
+
     pub fn config(&self) -> &SchedulerConfig {
         &self.state.config
     }
@@ -293,7 +303,7 @@ impl Scheduler {
             for work in self.batch.seqs.iter().filter(|w| w.samples_token) {
                 let seq = &seqs[work.seq as usize];
                 let live = seq.generated < seq.max_output_tokens;
-                if live && kv.block_table(work.seq).len() as u32 == kv.blocks_for_tokens(seq.computed) {
+                if live && kv.blocks_of(work.seq) == kv.blocks_for_tokens(seq.computed) {
                     cohort.join(seqs, work.seq);
                     joined = true;
                 }
@@ -361,7 +371,7 @@ impl Scheduler {
         assert_eq!(pool.blocks_free() + pool.blocks_used(), pool.blocks_total());
         // Only running sequences hold blocks (waiting ones were never admitted or were preempted,
         // which frees everything), so their tables must account for every used block.
-        let blocks_running: u64 = state.running.iter().map(|&s| state.kv.block_table(s).len() as u64).sum();
+        let blocks_running: u64 = state.running.iter().map(|&s| u64::from(state.kv.blocks_of(s))).sum();
         let mut blocks_cohort = 0u64;
         let mut grown = 0u64;
         if let Some(cohort) = &state.cohort {
@@ -371,7 +381,7 @@ impl Scheduler {
             for slot in cohort.slots() {
                 let (computed, _) = cohort.materialize(&state.seqs[slot as usize]);
                 let computed = computed + ahead;
-                let held = state.kv.block_table(slot).len() as u64;
+                let held = u64::from(state.kv.blocks_of(slot));
                 blocks_cohort += held;
                 grown += state.kv.blocks_for_tokens(computed) as u64 - held;
             }
@@ -398,7 +408,7 @@ impl Scheduler {
         let state = &self.state;
         for work in &self.batch.seqs {
             let s = &state.seqs[work.seq as usize];
-            assert!(state.kv.block_table(work.seq).len() as u32 >= state.kv.blocks_for_tokens(s.computed + work.new_tokens));
+            assert!(state.kv.blocks_of(work.seq) >= state.kv.blocks_for_tokens(s.computed + work.new_tokens));
         }
         // A member holds its table plus what it grew into (reserved), which covers its decode.
         if let Some(cohort) = state.cohort.as_ref().filter(|_| self.batch.cohort.seqs > 0) {
@@ -406,7 +416,7 @@ impl Scheduler {
                 .slots()
                 .map(|slot| {
                     let (computed, _) = cohort.materialize(&state.seqs[slot as usize]);
-                    (state.kv.blocks_for_tokens(computed + 1) - state.kv.block_table(slot).len() as u32) as u64
+                    (state.kv.blocks_for_tokens(computed + 1) - state.kv.blocks_of(slot)) as u64
                 })
                 .sum();
             assert_eq!(reserved, state.kv.pool().blocks_reserved() as u64, "the cohort's decodes have their blocks");

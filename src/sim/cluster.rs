@@ -53,7 +53,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// The pools' replicas, in order. `decode_cohort`: schedulers keep decoding sequences as
-    /// totals (see [`Scheduler::with_decode_cohort`]); false schedules every sequence one by one.
+    /// totals (see [`Scheduler::with_decode_cohort`]) and KV blocks as counts
+    /// ([`Scheduler::without_block_ids`]); false schedules every sequence one by one, with ids.
     pub fn new(pools: &[Pool], policy: Policy, router: Router, decode_cohort: bool) -> Cluster {
         assert!(pools.iter().any(|pool| pool.replicas > 0));
         let replicas: Vec<Replica> = pools
@@ -62,7 +63,8 @@ impl Cluster {
             .map(|&Pool { scheduler: config, weight, role, .. }| Replica {
                 scheduler: {
                     let scheduler = Scheduler::new(config.clone(), policy.build(config));
-                    if decode_cohort { scheduler.with_decode_cohort() } else { scheduler }
+                    // The fast path keeps no block ids either; the reference keeps both.
+                    if decode_cohort { scheduler.with_decode_cohort().without_block_ids() } else { scheduler }
                 },
                 busy: false,
                 start_queued: false,
