@@ -52,7 +52,7 @@ impl Scheduler {
         let multi_step = self.state.config.num_scheduler_steps > 1;
         let speculative = self.state.config.speculative.is_some();
         if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX && !multi_step && !speculative {
-            self.state.cohort = Some(Cohort::new(block_size));
+            self.state.cohort = Some(Box::new(Cohort::new(block_size)));
         }
         self
     }

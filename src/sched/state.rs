@@ -88,7 +88,8 @@ pub struct SchedulerState {
     pub(super) kv: KvCacheManager,
     /// The decoding sequences kept as totals (see [`Cohort`]); `None` where every sequence is
     /// scheduled one by one (the engine, TGI, the reference path of tests).
-    pub(super) cohort: Option<Cohort>,
+    /// Boxed: a step takes it out and puts it back, a move of its whole struct otherwise.
+    pub(super) cohort: Option<Box<Cohort>>,
     /// Request ids of members that left the cohort alive since the last step's end.
     pub(super) left_cohort: Vec<u32>,
     admitted_next: u64,
@@ -121,7 +122,7 @@ impl SchedulerState {
 
     /// Running sequences, the cohort's included.
     pub(super) fn num_running(&self) -> u32 {
-        self.running.len() as u32 + self.cohort.as_ref().map_or(0, Cohort::len)
+        self.running.len() as u32 + self.cohort.as_deref().map_or(0, Cohort::len)
     }
 
     /// Whether a prompt may be split across steps: with chunked prefill, except under multi-step
@@ -373,7 +374,7 @@ impl SchedulerState {
     /// dropped (the tokens it generated are kept and re-prefilled), and it goes to the front of
     /// the waiting queue. Returns the victim.
     pub(super) fn preempt_newest(&mut self) -> Option<u32> {
-        debug_assert!(self.cohort.as_ref().is_none_or(Cohort::is_empty), "preemption with a cohort");
+        debug_assert!(self.cohort.as_deref().is_none_or(Cohort::is_empty), "preemption with a cohort");
         let victim = self.running.pop()?;
         self.kv.free(victim);
         let s = &mut self.seqs[victim as usize];
