@@ -138,6 +138,17 @@ impl SamplingMethod {
         SamplingMethod::ALL.into_iter().find(|m| m.name() == name)
     }
 
+    /// What it does, for a reader: "greedy", "temperature 1", "top-p 0.9", "top-k 50".
+    pub fn label(self) -> String {
+        let p = self.params();
+        match self {
+            SamplingMethod::Greedy => "greedy".to_string(),
+            SamplingMethod::Temperature => format!("temperature {}", p.temperature),
+            SamplingMethod::TopP => format!("top-p {}", p.top_p),
+            SamplingMethod::TopK => format!("top-k {}", p.top_k),
+        }
+    }
+
     /// The request fields that make the engine sample this way.
     pub fn params(self) -> crate::engine::model::SamplingParams {
         use crate::engine::model::SamplingParams;

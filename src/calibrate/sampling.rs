@@ -84,6 +84,15 @@ mod tests {
     }
 
     #[test]
+    fn methods_name_their_parameters() {
+        let labels: Vec<String> = SamplingMethod::ALL.iter().map(|m| m.label()).collect();
+        assert_eq!(labels, ["greedy", "temperature 1", "top-p 0.9", "top-k 50"]);
+        for method in SamplingMethod::ALL {
+            assert_eq!(SamplingMethod::parse(method.name()), Some(method));
+        }
+    }
+
+    #[test]
     fn absurd_sizes_are_refused_before_allocating() {
         for (rows, vocab) in [(0, 1000), (4, 0), (1 << 16, 1 << 16), (u32::MAX, u32::MAX)] {
             let shape = SamplingShape { method: SamplingMethod::Greedy, rows, vocab };

@@ -281,7 +281,7 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
     let sampling = SamplingTimes::from_profile(&profile, base.model.vocab_size);
     log(&format!("    sampling, ns per logit of a sampled row, as calibration timed it: {}", sampling.describe()));
-    if sampling.greedy.is_none() {
+    if sampling.of(SamplingMethod::Greedy).is_none() {
         log("    (the profile did not time the sampler, so the twin leaves sampling unpriced: recalibrate to price it)");
     }
     // The bench asks for greedy tokens, and the calibrated model prices greedy sampling.
@@ -409,41 +409,27 @@ fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Ex
 }
 
 /// The engine's sampler as the profile timed it (calibration's sampling rows), per logit of a
-/// sampled row; `None` where the profile has no row of the method (one reused from before
-/// calibration timed the sampler).
+/// sampled row, for each [`SamplingMethod`] in order; `None` where the profile has no row of the
+/// method (one reused from before calibration timed the sampler).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SamplingTimes {
-    pub greedy: Option<SamplingCost>,
-    /// Temperature 1, every token kept.
-    pub temperature: Option<SamplingCost>,
-    /// Temperature 1, top-p 0.9.
-    pub top_p: Option<SamplingCost>,
-    /// Temperature 1, top-k 50.
-    pub top_k: Option<SamplingCost>,
-}
+pub struct SamplingTimes([Option<SamplingCost>; SamplingMethod::ALL.len()]);
 
 impl SamplingTimes {
     fn from_profile(profile: &Profile, vocab: u32) -> SamplingTimes {
         let index = ProfileIndex::new(profile);
-        let cost = |method| index.sampling_cost(method, vocab);
-        SamplingTimes {
-            greedy: cost(SamplingMethod::Greedy),
-            temperature: cost(SamplingMethod::Temperature),
-            top_p: cost(SamplingMethod::TopP),
-            top_k: cost(SamplingMethod::TopK),
-        }
+        SamplingTimes(SamplingMethod::ALL.map(|method| index.sampling_cost(method, vocab)))
+    }
+
+    /// What `method` costs, if the profile timed it.
+    pub fn of(&self, method: SamplingMethod) -> Option<SamplingCost> {
+        SamplingMethod::ALL.iter().zip(self.0).find_map(|(&m, cost)| (m == method).then_some(cost).flatten())
     }
 
     /// "greedy 0.599, temperature 1 0.516, …" in ns per logit, "—" for a method not timed.
     fn describe(&self) -> String {
         let figure = |cost: Option<SamplingCost>| cost.map_or("—".to_string(), |c| format!("{:.3}", c.ns_per_logit()));
-        format!(
-            "greedy {}, temperature 1 {}, top-p 0.9 {}, top-k 50 {}",
-            figure(self.greedy),
-            figure(self.temperature),
-            figure(self.top_p),
-            figure(self.top_k)
-        )
+        let parts: Vec<String> = SamplingMethod::ALL.iter().zip(self.0).map(|(m, cost)| format!("{} {}", m.label(), figure(cost))).collect();
+        parts.join(", ")
     }
 }
 
