@@ -32,7 +32,7 @@ use super::memo::ByRows;
 use super::moe::ExpertRouting;
 use super::roofline::{ALL_TO_ALLS_PER_LAYER, Roofline};
 use super::sampling::SamplingCost;
-use super::{CostModel, StepCost};
+use super::{CostModel, NS_PER_S, StepCost, to_ns};
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak, SamplingMethod};
 use crate::calibrate::grid::{
     GemmOp, HeadConfig, Shape, attention_totals, attention_work, attention_work_from_totals, gemm_dtype, gemm_work,
@@ -43,7 +43,6 @@ use crate::scenario::model::Dtype;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
 
-const NS_PER_S: f64 = 1e9;
 /// Share of the (n, k) combinations of its measured values that a profile's GEMMs must fill to
 /// be interpolated between (see [`ProfileIndex::gemm_curve`]).
 const GRID_DENSITY_MIN: f64 = 0.9;
@@ -1083,13 +1082,6 @@ fn resolve_attention(
     }
     let surface = |uneven| index.attention.get(&AttentionKey { phase, dtype, heads: nearest, uneven }).cloned();
     AttentionPredictor::Profiled { dtype, even: surface(false), uneven: surface(true) }
-}
-
-/// Seconds (non-negative, finite) to integer nanoseconds, rounded to nearest.
-#[inline]
-fn to_ns(seconds: f64) -> u64 {
-    debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
-    crate::rounding::round_to_u64(seconds * NS_PER_S)
 }
 
 const PREFILL: usize = 0;

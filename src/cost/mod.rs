@@ -16,6 +16,16 @@ pub mod speculative;
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;
 
+/// Seconds (non-negative, finite) to integer nanoseconds, rounded to nearest: how both cost
+/// models turn a part of a step into its price.
+#[inline]
+pub(crate) fn to_ns(seconds: f64) -> u64 {
+    debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
+    crate::rounding::round_to_u64(seconds * NS_PER_S)
+}
+
+pub(crate) const NS_PER_S: f64 = 1e9;
+
 /// Prices a batch. Must be deterministic and pure: the same batch always costs the same.
 pub trait CostModel {
     fn predict(&self, batch: &Batch) -> StepCost;

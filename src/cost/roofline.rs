@@ -29,7 +29,7 @@
 
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
-use super::{CostModel, StepCost};
+use super::{CostModel, StepCost, to_ns};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::scenario::model::Dtype;
 use crate::sched::batch::{Batch, SeqWork};
@@ -77,7 +77,6 @@ pub(crate) fn alltoall_send_bytes_per_token(moe: &crate::scenario::model::MoeSpe
 pub(crate) fn expert_ffn_per_gpu(moe: &crate::scenario::model::MoeSpec, tensor_parallel: u32) -> f64 {
     if moe.expert_parallel { moe.expert_ffn_size as f64 } else { (moe.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil() }
 }
-const NS_PER_S: f64 = 1e9;
 const S_PER_US: f64 = 1e-6;
 
 /// One GEMM `[m × k] · [k × n]` with a batch-dependent `m`, folded into per-row and fixed times.
@@ -459,13 +458,6 @@ impl Roofline {
     }
 }
 
-/// Seconds (non-negative, finite) to integer nanoseconds, rounded to nearest.
-#[inline]
-fn to_ns(seconds: f64) -> u64 {
-    debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
-    crate::rounding::round_to_u64(seconds * NS_PER_S)
-}
-
 impl CostModel for Roofline {
     fn predict(&self, batch: &Batch) -> StepCost {
         if batch.is_empty() {
@@ -567,6 +559,7 @@ impl CostModel for Roofline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::NS_PER_S;
 
     /// 2 layers, hidden 64, 4 heads, 2 KV heads, head_dim 16, ffn 128, vocab 256, bf16.
     /// Per layer (TP 1), GEMM k×n: QKV 64×128, O 64×64, gate+up 64×256, down 128×64;
