@@ -6,16 +6,22 @@ use common::*;
 
 use std::time::Duration;
 
+/// `servesim bench` against `base` with random prompts of 12 tokens.
+fn bench_random(base: &str, output_len: u32, num_prompts: u32, max_concurrency: u32) -> std::process::Output {
+    let (output_len, num_prompts, max_concurrency) = (output_len.to_string(), num_prompts.to_string(), max_concurrency.to_string());
+    servesim(&[
+        "bench", "--base-url", base, "--dataset-name", "random", "--random-input-len", "12",
+        "--random-output-len", &output_len, "--num-prompts", &num_prompts, "--max-concurrency", &max_concurrency,
+    ])
+}
+
 #[test]
 fn bench_measures_the_served_model_and_sigterm_stops_it() {
     let dir = tempfile::tempdir().unwrap();
     let timeline = dir.path().join("timeline.csv");
     let (mut server, base) =
         spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "4", "--timeline", timeline.to_str().unwrap()]);
-    let bench = servesim(&[
-        "bench", "--base-url", &base, "--dataset-name", "random", "--random-input-len", "12",
-        "--random-output-len", "6", "--num-prompts", "5", "--max-concurrency", "3",
-    ]);
+    let bench = bench_random(&base, 6, 5, 3);
     let text = stdout(&bench);
     assert!(bench.status.success(), "{}", stderr(&bench));
     assert!(text.contains("Successful requests:                     5         \n"), "{text}");
@@ -51,10 +57,7 @@ fn multi_step_and_speculation_serve_every_token() {
     for flags in [&["--num-scheduler-steps", "4"][..], &["--num-speculative-tokens", "3", "--prompt-lookup-max", "2"][..]] {
         let args = [&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "4"][..], flags].concat();
         let (mut server, base) = spawn_serve(&args);
-        let bench = servesim(&[
-            "bench", "--base-url", &base, "--dataset-name", "random", "--random-input-len", "12",
-            "--random-output-len", "9", "--num-prompts", "4", "--max-concurrency", "2",
-        ]);
+        let bench = bench_random(&base, 9, 4, 2);
         let text = stdout(&bench);
         assert!(bench.status.success(), "{flags:?}: {}", stderr(&bench));
         assert!(text.contains("Total generated tokens:                  36        \n"), "{flags:?}: {text}");
