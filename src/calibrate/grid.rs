@@ -35,8 +35,8 @@ use crate::scenario::model::Dtype;
 pub const CPU_DEFAULT_MODEL: &str = "Llama-3.2-1B";
 
 /// Most shapes in [`GridOptions::cpu_default`]'s grid: 260, or 311 with the AVX-512 few-row
-/// kernel's breakpoints (each with the sampler's 4). At the CPU's timing policy (at most 0.3 s a shape, 0.1–0.2 s typical
-/// on two cores) and three passes, 320 shapes is a few minutes.
+/// kernel's breakpoints (each with the sampler's 4). At the CPU's timing policy (at most 0.3 s
+/// a shape, 0.1–0.2 s typical on two cores) and three passes, 320 shapes is a few minutes.
 pub const CPU_DEFAULT_SHAPES_MAX: usize = 320;
 
 /// How dense the grid is and how much work one shape may take.

@@ -107,8 +107,9 @@ impl KvCacheManager {
 
     /// The same manager keeping only how many blocks each sequence holds, not which: for the
     /// simulator, which never reads a block's id without prefix caching. Admitting and
-    /// releasing a sequence is then O(1), not a push per block (5% of a 100k-request run,
-    /// issue 14); every count, and so every scheduling decision, is the same.
+    /// releasing a sequence is then O(1), not a push per block (the simulation of the 100k
+    /// bench went from 29 to 24 ms, issue 14); every count, and so every scheduling decision,
+    /// is the same.
     pub fn without_block_ids(mut self) -> KvCacheManager {
         self.keep_counts_only();
         self
