@@ -92,14 +92,46 @@ impl WeightedSamples {
     }
 
     /// Sorts and merges a copy of the runs once, for repeated order-statistic queries.
+    /// A multiset already [sorted in place](WeightedSamples::sort) is read as it is; any other
+    /// is copied first.
     pub fn sorted(&self) -> SortedSamples {
-        self.clone().into_sorted()
+        if self.is_sorted() {
+            SortedSamples::from_merged(self.runs.clone())
+        } else {
+            self.clone().into_sorted()
+        }
     }
 
     /// Like [`WeightedSamples::sorted`], but reuses this multiset's storage (no copy).
-    pub fn into_sorted(self) -> SortedSamples {
-        SortedSamples::from_runs(self.runs)
+    pub fn into_sorted(mut self) -> SortedSamples {
+        sort_and_merge(&mut self.runs);
+        SortedSamples::from_merged(self.runs)
     }
+
+    /// Sorts the runs by value and merges those of equal values, in place: the same samples,
+    /// which [`WeightedSamples::sorted`] then reads without sorting a copy (the simulator's
+    /// output, whose summary would otherwise hold the runs twice, and a scratch copy).
+    pub fn sort(&mut self) {
+        sort_and_merge(&mut self.runs);
+    }
+
+    /// Whether the runs are in ascending order of distinct values, none empty.
+    fn is_sorted(&self) -> bool {
+        self.runs.iter().all(|&(_, count)| count > 0) && self.runs.is_sorted_by(|a, b| a.0 < b.0)
+    }
+}
+
+/// Runs in ascending order of value, equal values merged and empty runs dropped.
+fn sort_and_merge(runs: &mut Vec<(u64, u64)>) {
+    runs.retain(|&(_, count)| count > 0);
+    super::radix::sort_by_key_u64(runs, |&(value_ns, _)| value_ns);
+    runs.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 += later.1;
+        }
+        same
+    });
 }
 
 /// A sorted, merged view of a [`WeightedSamples`], answering numpy-compatible queries.
@@ -114,29 +146,16 @@ pub struct SortedSamples {
 }
 
 impl SortedSamples {
-    fn from_runs(mut runs: Vec<(u64, u64)>) -> Self {
-        runs.retain(|&(_, count)| count > 0);
-        super::radix::sort_by_key_u64(&mut runs, |&(value_ns, _)| value_ns);
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
-        for (value_ns, count) in runs {
-            match merged.last_mut() {
-                Some((last_value_ns, last_count)) if *last_value_ns == value_ns => {
-                    *last_count += count;
-                }
-                _ => merged.push((value_ns, count)),
-            }
-        }
-        let (_, sum_ns) = sum_runs(&merged);
-        // Turn counts into cumulative ends in place, so lookups are a binary search.
+    /// From `(value, count)` runs in ascending order of distinct values.
+    fn from_merged(mut runs: Vec<(u64, u64)>) -> Self {
+        let (_, sum_ns) = sum_runs(&runs);
+        // Counts become cumulative ends in place, so lookups are a binary search.
         let mut end = 0u64;
-        for run in &mut merged {
+        for run in &mut runs {
             end += run.1;
             run.1 = end;
         }
-        SortedSamples {
-            runs: merged,
-            sum_ns,
-        }
+        SortedSamples { runs, sum_ns }
     }
 
     /// Number of samples.
@@ -329,6 +348,20 @@ mod tests {
             samples.push(v);
         }
         samples
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn sorting_in_place_keeps_the_samples(runs in proptest::collection::vec((0u64..50, 0u64..4), 0..400)) {
+            let samples = WeightedSamples { runs };
+            let mut in_place = samples.clone();
+            in_place.sort();
+            // Ascending distinct values, none empty, and the same statistics as a sorted copy.
+            proptest::prop_assert!(in_place.runs.windows(2).all(|w| w[0].0 < w[1].0));
+            proptest::prop_assert!(in_place.runs.iter().all(|&(_, count)| count > 0));
+            proptest::prop_assert_eq!(in_place.sorted(), samples.sorted());
+            proptest::prop_assert_eq!(in_place.len(), samples.len());
+        }
     }
 
     fn assert_close(actual: f64, expected: f64) {

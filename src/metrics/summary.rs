@@ -161,21 +161,48 @@ fn per_second(amount: u64, duration_ns: u64) -> f64 {
 /// request, the number of successful requests whose `[floor(send_s), floor(end_s)]` covers it
 /// (both ends inclusive, so a request counts in the second it ends); the maximum over buckets.
 ///
-/// vLLM loops over every second of every request; a sweep over the spans' ends, sorted, gives
-/// the same counts in O(requests log requests), whatever the seconds they span (a run at a tiny
-/// rate spans 10⁹ of them).
+/// vLLM loops over every second of every request. Counting where spans begin and end, per
+/// second, gives the same counts in O(requests + seconds); a run far longer in seconds than it
+/// has requests (a tiny rate spans 10⁹ of them) sweeps over the spans' ends, sorted, instead.
 fn peak_concurrent_requests(requests: &[RequestRecord]) -> u64 {
     let successful = || requests.iter().filter(|r| r.success);
     let Some(origin_ns) = successful().map(|r| r.send_ns).min() else {
         return 0;
     };
     let second = |time_ns: u64| (time_ns - origin_ns) / NS_PER_S;
+    // Each request's first and last second.
+    let spans = || successful().map(|r| (second(r.send_ns), second(r.end_ns.max(r.send_ns))));
+    let last_second = spans().map(|(_, last)| last).max().unwrap_or(0);
+    if last_second < (successful().count() as u64).saturating_add(SECONDS_COUNTED_MIN) {
+        peak_by_second(spans(), last_second)
+    } else {
+        peak_by_sorted_changes(spans())
+    }
+}
+
+/// The peak over `[first, last]` second spans by a count per second, up to `last_second`: no
+/// sort, and 8 bytes a second.
+fn peak_by_second(spans: impl Iterator<Item = (u64, u64)>, last_second: u64) -> u64 {
+    let mut change_at = vec![0i64; last_second as usize + 2];
+    for (first, last) in spans {
+        change_at[first as usize] += 1;
+        change_at[last as usize + 1] -= 1;
+    }
+    let mut active = 0i64;
+    let active_at = change_at.iter().map(|&change| {
+        active += change;
+        active
+    });
+    active_at.max().unwrap_or(0) as u64
+}
+
+/// The peak over `[first, last]` second spans by a sweep over their ends, sorted: for runs far
+/// longer in seconds than they have requests.
+fn peak_by_sorted_changes(spans: impl Iterator<Item = (u64, u64)>) -> u64 {
     // (second, change): +1 where a request's first second begins, −1 after its last one. At one
     // second the −1s sort first: a request that ended in the second before is gone.
     // Encoded as `second · 2 + (1 for a start)`, so one integer sort puts them in that order.
-    let mut changes: Vec<u64> = successful()
-        .flat_map(|r| [second(r.send_ns) * 2 + 1, (second(r.end_ns.max(r.send_ns)) + 1) * 2])
-        .collect();
+    let mut changes: Vec<u64> = spans.flat_map(|(first, last)| [first * 2 + 1, (last + 1) * 2]).collect();
     super::radix::sort_by_key_u64(&mut changes, |&c| c);
     let mut active = 0i64;
     let mut peak = 0i64;
@@ -185,6 +212,10 @@ fn peak_concurrent_requests(requests: &[RequestRecord]) -> u64 {
     }
     peak as u64
 }
+
+/// Runs up to this many seconds long count concurrency per second whatever their number of
+/// requests (32 KiB); longer ones only while they have more requests than seconds.
+const SECONDS_COUNTED_MIN: u64 = 4096;
 
 fn mean(values: &[f64]) -> f64 {
     if values.is_empty() {
@@ -410,6 +441,11 @@ mod tests {
         let expected = per_second.into_iter().max().unwrap();
         assert!(expected > 1);
         assert_eq!(peak_concurrent_requests(&requests), expected);
+        // Both ways of counting, whichever the run's length picks.
+        let spans = || successful.iter().map(|r| ((r.send_ns - origin_ns) / S, (r.end_ns - origin_ns) / S));
+        let last_second = spans().map(|(_, last)| last).max().unwrap();
+        assert_eq!(peak_by_second(spans(), last_second), expected);
+        assert_eq!(peak_by_sorted_changes(spans()), expected);
     }
 
     #[test]
