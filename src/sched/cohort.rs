@@ -50,6 +50,12 @@ const FINISH_RING: u64 = 1024;
 /// totals whatever the order. A step over it goes through the per-sequence path.
 pub(super) const EXACT_TOTAL_MAX: u128 = 1 << 52;
 
+/// Whether the entry `(serial, slot)` of a [`LazyMax`] or [`NewestMax`] is of a member still in.
+fn is_live(members: &[Member], seqs: &[Seq], serial: u64, slot: u32) -> bool {
+    let index = seqs[slot as usize].cohort_index;
+    members.get(index as usize).is_some_and(|m| m.slot == slot && m.serial == serial)
+}
+
 /// The largest key among the members, in a max-heap whose entries of members since gone are
 /// dropped when they reach the top.
 #[derive(Clone, Debug, Default)]
@@ -66,8 +72,7 @@ impl<K: Ord + Copy> LazyMax<K> {
     /// when stale entries outnumber live ones.
     fn max(&mut self, members: &[Member], seqs: &[Seq], key: impl Fn(&Member) -> K) -> Option<K> {
         while let Some(&(_, serial, slot)) = self.heap.peek() {
-            let index = seqs[slot as usize].cohort_index;
-            if members.get(index as usize).is_some_and(|m| m.slot == slot && m.serial == serial) {
+            if is_live(members, seqs, serial, slot) {
                 break;
             }
             self.heap.pop();
@@ -80,6 +85,45 @@ impl<K: Ord + Copy> LazyMax<K> {
 
     fn clear(&mut self) {
         self.heap.clear();
+    }
+}
+
+/// The latest admission among the members. Members join in about the order they were
+/// admitted, so the entries are kept in a vector in ascending order, where a join is nearly
+/// always a push at the end (in a heap it climbed to the root); entries of members since gone
+/// are dropped when they reach the end.
+#[derive(Clone, Debug, Default)]
+struct NewestMax {
+    ascending: Vec<(u64, u64, u32)>,
+}
+
+impl NewestMax {
+    fn push(&mut self, admitted: u64, member: &Member) {
+        let entry = (admitted, member.serial, member.slot);
+        match self.ascending.last() {
+            Some(&(last, _, _)) if last > admitted => {
+                let at = self.ascending.partition_point(|&(a, _, _)| a <= admitted);
+                self.ascending.insert(at, entry);
+            }
+            _ => self.ascending.push(entry),
+        }
+    }
+
+    fn max(&mut self, members: &[Member], seqs: &[Seq]) -> Option<u64> {
+        while let Some(&(_, serial, slot)) = self.ascending.last() {
+            if is_live(members, seqs, serial, slot) {
+                break;
+            }
+            self.ascending.pop();
+        }
+        if self.ascending.len() > 2 * members.len() + 64 {
+            self.ascending.retain(|&(_, serial, slot)| is_live(members, seqs, serial, slot));
+        }
+        self.ascending.last().map(|&(admitted, _, _)| admitted)
+    }
+
+    fn clear(&mut self) {
+        self.ascending.clear();
     }
 }
 
@@ -108,7 +152,7 @@ pub(super) struct Cohort {
     /// Members finishing at this epoch, not yet taken out.
     finishing: Vec<u32>,
     longest: LazyMax<i64>,
-    newest: LazyMax<u64>,
+    newest: NewestMax,
     serial_next: u64,
 }
 
@@ -133,7 +177,7 @@ impl Cohort {
             finish_later: BinaryHeap::new(),
             finishing: Vec::new(),
             longest: LazyMax::default(),
-            newest: LazyMax::default(),
+            newest: NewestMax::default(),
             serial_next: 1,
         }
     }
@@ -151,8 +195,15 @@ impl Cohort {
         self.members.iter().map(|m| m.slot)
     }
 
+    /// `value` mod the block size, for the counters by residue: a mask for the usual powers of
+    /// two (a division per join and per step, otherwise).
+    fn modulo_block(&self, value: i64) -> usize {
+        let block_size = self.block_size as i64;
+        if block_size.count_ones() == 1 { (value & (block_size - 1)) as usize } else { value.rem_euclid(block_size) as usize }
+    }
+
     fn residue(&self, offset: i64) -> usize {
-        (-offset).rem_euclid(self.block_size as i64) as usize
+        self.modulo_block(-offset)
     }
 
     /// Adds `seq` (in slot `slot`), which has just sampled a token and decodes next.
@@ -230,7 +281,7 @@ impl Cohort {
 
     /// Members that need a new KV block before this step's decode.
     pub(super) fn crossers(&self) -> u32 {
-        self.crossing[(self.epoch % self.block_size as u64) as usize]
+        self.crossing[self.modulo_block(self.epoch as i64)]
     }
 
     /// The members' contexts before this step's decode, as totals.
@@ -249,7 +300,7 @@ impl Cohort {
 
     /// When the member admitted last was admitted (`Seq::admitted`); `None` without members.
     pub(super) fn newest_admitted(&mut self, seqs: &[Seq]) -> Option<u64> {
-        self.newest.max(&self.members, seqs, |m| seqs[m.slot as usize].admitted)
+        self.newest.max(&self.members, seqs)
     }
 
     /// Every member decoded one token.

@@ -246,7 +246,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         },
     };
     if let Some(first) = requests.first() {
-        sim.events.push(first.arrival_ns, Event::Arrivals);
+        sim.events.push_single(first.arrival_ns, Event::Arrivals);
     }
     while let Some((time_ns, event)) = sim.events.pop() {
         debug_assert!(time_ns >= sim.now_ns, "time went backwards");
@@ -305,7 +305,7 @@ impl Simulation<'_> {
                 continue;
             }
             if r.arrival_ns > self.now_ns {
-                self.events.push(r.arrival_ns, Event::Arrivals);
+                self.events.push_single(r.arrival_ns, Event::Arrivals);
                 break;
             }
             self.gate_queue.push_back(self.arrivals_next as u32);
