@@ -7,12 +7,17 @@
 use std::io::{self, Write};
 
 /// One CSV line at a time: cells are appended with their separating commas, and
-/// [`CsvLine::finish`] writes the line and empties the buffer for the next.
+/// [`CsvLine::finish`] ends the line. Lines gather in the buffer and go to the writer some
+/// tens of kilobytes at a time (a write per line was a library copy each), so the last ones
+/// go only with [`CsvLine::flush`].
 #[derive(Default)]
 pub struct CsvLine {
     buf: Vec<u8>,
     cells: usize,
 }
+
+/// Lines are written once the buffer holds this much.
+const WRITE_BYTES: usize = 1 << 16;
 
 impl CsvLine {
     fn separate(&mut self) {
@@ -51,12 +56,22 @@ impl CsvLine {
         self
     }
 
-    /// Writes the line with its newline and starts the next.
+    /// Ends the line with its newline and starts the next; writes the lines so far once they
+    /// are many.
     pub fn finish(&mut self, w: &mut impl Write) -> io::Result<()> {
         self.buf.push(b'\n');
+        self.cells = 0;
+        if self.buf.len() >= WRITE_BYTES {
+            self.flush(w)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the lines not yet written. A CSV's writer calls it after its last line.
+    pub fn flush(&mut self, w: &mut impl Write) -> io::Result<()> {
+        debug_assert_eq!(self.cells, 0, "a line not finished");
         w.write_all(&self.buf)?;
         self.buf.clear();
-        self.cells = 0;
         Ok(())
     }
 }
@@ -67,12 +82,29 @@ pub fn push_uint(buf: &mut Vec<u8>, value: u64) {
     push_digits(buf, value, digits);
 }
 
-/// Appends the low `digits` decimal digits of `value`, zero-padded, written in place last
-/// first (a copy from a stack buffer was a library call per number).
+/// Appends the low `digits` decimal digits of `value`, zero-padded, written last first straight
+/// into the vector's spare capacity (a copy from a stack buffer was a library call per number,
+/// and resizing first zero-filled the digits' place). Splitting the value into independent
+/// chunks of eight digits was slower.
 fn push_digits(buf: &mut Vec<u8>, value: u64, digits: usize) {
+    buf.reserve(digits);
     let at = buf.len();
-    buf.resize(at + digits, b'0');
-    fill_digits(&mut buf[at..], value);
+    let spare = &mut buf.spare_capacity_mut()[..digits];
+    let mut value = value;
+    let mut end = digits;
+    while end >= 2 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        spare[end - 2].write(DIGIT_PAIRS[pair]);
+        spare[end - 1].write(DIGIT_PAIRS[pair + 1]);
+        end -= 2;
+    }
+    if end == 1 {
+        spare[0].write(b'0' + (value % 10) as u8);
+    }
+    // SAFETY: the loop wrote every one of the `digits` bytes past `at`, within the capacity
+    // reserved above.
+    unsafe { buf.set_len(at + digits) };
 }
 
 /// "00", "01", …, "99": two digits per division by a constant.
@@ -86,20 +118,6 @@ const DIGIT_PAIRS: [u8; 200] = {
     }
     pairs
 };
-
-/// Writes the low `digits.len()` decimal digits of `value` into `digits`, zero-padded.
-fn fill_digits(digits: &mut [u8], mut value: u64) {
-    let mut end = digits.len();
-    while end >= 2 {
-        let pair = (value % 100) as usize;
-        value /= 100;
-        digits[end - 2..end].copy_from_slice(&DIGIT_PAIRS[2 * pair..2 * pair + 2]);
-        end -= 2;
-    }
-    if end == 1 {
-        digits[0] = b'0' + (value % 10) as u8;
-    }
-}
 
 /// Appends `value / 10^decimals` with all `decimals` digits after the point (none and no point
 /// when `decimals` is 0).
@@ -148,6 +166,9 @@ mod tests {
         let mut line = CsvLine::default();
         line.uint(0).uint_or_empty(None).fixed(7_280_001, 6).text("x").finish(&mut out).unwrap();
         line.uint(u64::MAX).finish(&mut out).unwrap();
+        // Gathered until flushed.
+        assert!(out.is_empty());
+        line.flush(&mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "0,,7.280001,x\n18446744073709551615\n");
     }
 }

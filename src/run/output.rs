@@ -276,7 +276,7 @@ pub fn write_requests_rows<'a>(w: &mut impl Write, rows: impl IntoIterator<Item 
         line.uint_or_empty(row.preemptions.map(u64::from)).text(if r.success { "true" } else { "false" });
         line.text(&csv_text(row.error.unwrap_or_default())).finish(w)?;
     }
-    Ok(())
+    line.flush(w)
 }
 
 /// A CSV cell holding free text: quoted, with quotes doubled, when it has a comma, quote or
@@ -329,7 +329,7 @@ fn write_timeline_rows_with<'a>(
         }
         line.finish(w)?;
     }
-    Ok(())
+    line.flush(w)
 }
 
 /// Writes `timeline.csv` rows to `path` (see [`write_timeline_rows`]).
@@ -352,7 +352,7 @@ fn write_itl_csv(w: &mut impl Write, points: &[PointResult]) -> io::Result<()> {
             line.finish(w)?;
         }
     }
-    Ok(())
+    line.flush(w)
 }
 
 #[cfg(test)]
