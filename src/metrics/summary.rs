@@ -48,9 +48,22 @@ impl Stat {
         }
     }
 
+    /// Statistics of whole nanoseconds, one per request: sorted as integers, whose keys have
+    /// fewer significant bits (fewer radix passes) than their floats', in the same order.
+    fn of_whole_ns(mut values_ns: Vec<u64>, percentiles: &[f64]) -> Stat {
+        super::radix::sort_by_key_u64(&mut values_ns, |&v| v);
+        // u64 → f64 never reverses an order, so the floats are sorted too.
+        Stat::of_sorted(values_ns.into_iter().map(|v| v as f64).collect(), percentiles)
+    }
+
     /// Statistics of one value per request, in ns (TPOT is not a whole number of ns).
     fn of_values(mut values_ns: Vec<f64>, percentiles: &[f64]) -> Stat {
         super::radix::sort_non_negative(&mut values_ns);
+        Stat::of_sorted(values_ns, percentiles)
+    }
+
+    fn of_sorted(values_ns: Vec<f64>, percentiles: &[f64]) -> Stat {
+        debug_assert!(values_ns.is_sorted_by(|a, b| a <= b));
         let n = values_ns.len() as u64;
         let nth = |k: u64| values_ns[k as usize];
         let mean_ns = mean(&values_ns);
@@ -125,16 +138,10 @@ impl Summary {
             total_token_throughput: per_second(total_input_tokens + total_output_tokens),
             max_output_tokens_per_s: records.tokens_per_second.peak() as f64,
             max_concurrent_requests: peak_concurrent_requests(&records.requests),
-            ttft: Stat::of_values(
-                successful().map(|r| r.ttft_ns() as f64).collect(),
-                percentiles,
-            ),
+            ttft: Stat::of_whole_ns(successful().map(RequestRecord::ttft_ns).collect(), percentiles),
             tpot: Stat::of_values(successful().filter_map(RequestRecord::tpot_ns).collect(), percentiles),
             itl: Stat::of_samples(&records.itl_ns, percentiles),
-            e2el: Stat::of_values(
-                successful().map(|r| r.e2el_ns() as f64).collect(),
-                percentiles,
-            ),
+            e2el: Stat::of_whole_ns(successful().map(RequestRecord::e2el_ns).collect(), percentiles),
         }
     }
 
