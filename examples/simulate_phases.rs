@@ -27,12 +27,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = sim_config(&scenario);
     let point = &scenario.workload.points()[0];
     let mut best = [Duration::MAX; 3];
+    let mut counts = (0, 0);
     for _ in 0..RUNS {
         let start = Instant::now();
         let requests = servesim::workload::generate_point(&scenario.workload, point);
         let generated = Instant::now();
         let output = servesim::sim::simulate(&requests, &config, &*cost);
         let simulated = Instant::now();
+        counts = (output.steps, output.events);
         std::hint::black_box(Summary::from_records(&output.records, &[99.0]));
         let summarised = Instant::now();
         for (b, phase) in best.iter_mut().zip([generated - start, simulated - generated, summarised - simulated]) {
@@ -40,12 +42,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (steps, events) = counts;
+    let per_request = |count: u64| count as f64 / f64::from(num_prompts);
+    let total = best[0] + best[1] + best[2];
+    println!(
+        "{steps} engine steps ({:.2} per request), {events} events ({:.2} per request), {:.0} ns per request",
+        per_request(steps),
+        per_request(events),
+        total.as_secs_f64() * 1e9 / f64::from(num_prompts)
+    );
     println!(
         "{num_prompts} requests, best of {RUNS}: generation {:.2} ms, simulation {:.2} ms, summary {:.2} ms, together {:.2} ms",
         ms(best[0]),
         ms(best[1]),
         ms(best[2]),
-        ms(best[0] + best[1] + best[2])
+        ms(total)
     );
     Ok(())
 }

@@ -97,6 +97,9 @@ pub struct SimOutput {
     pub timeline: Vec<StepRow>,
     /// Engine steps, over all replicas.
     pub steps: u64,
+    /// Events the simulation processed (arrivals, steps' starts and ends, admissions, …): its
+    /// unit of work, for docs/speed.md.
+    pub events: u64,
     /// Requests that could never fit in the KV cache and were failed at once.
     pub rejected: u32,
     /// Prompt tokens found in the replicas' prefix caches, over all replicas (zero with caching
@@ -140,7 +143,8 @@ struct Simulation<'a> {
     cluster: Cluster,
     last_token_ns: Vec<u64>,
     done: Vec<bool>,
-    /// The chat turn each request's end sends (a think time later), or [`NO_TURN`].
+    /// The chat turn each request's end sends (a think time later), or [`NO_TURN`] (see
+    /// [`next_turns`]).
     next_turn: Vec<u32>,
     /// By replica: caching is on but simulated off (nothing shared), so its prompt tokens looked
     /// up are counted here.
@@ -240,6 +244,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
             extras: vec![RequestExtra::default(); requests.len()],
             timeline: Vec::new(),
             steps: 0,
+            events: 0,
             rejected: 0,
             prefix: PrefixStats::default(),
             spec: SpecStats::default(),
@@ -251,6 +256,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
     while let Some((time_ns, event)) = sim.events.pop() {
         debug_assert!(time_ns >= sim.now_ns, "time went backwards");
         sim.now_ns = time_ns;
+        sim.out.events += 1;
         match event {
             Event::Arrivals => sim.on_arrivals(),
             Event::Admit { request, replica } => {
@@ -285,8 +291,12 @@ fn prompt_hashes(spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
 /// No chat turn follows the request.
 const NO_TURN: u32 = u32::MAX;
 
-/// For each request, the chat turn that follows it ([`RequestSpec::follows`]), or [`NO_TURN`].
+/// For each request, the chat turn that follows it ([`RequestSpec::follows`]), or [`NO_TURN`];
+/// empty, and so [`NO_TURN`] for all, without chat sessions (4 bytes a request spared).
 fn next_turns(requests: &[RequestSpec]) -> Vec<u32> {
+    if requests.iter().all(|r| r.follows.is_none()) {
+        return Vec::new();
+    }
     let mut next = vec![NO_TURN; requests.len()];
     for (i, r) in requests.iter().enumerate() {
         if let Some(previous) = r.follows.and_then(|f| next.get_mut(f.request as usize)) {
@@ -456,7 +466,7 @@ impl Simulation<'_> {
         record.success = success;
         record.end_ns = self.now_ns;
         self.in_flight -= 1;
-        let next = self.next_turn[id as usize];
+        let next = self.next_turn.get(id as usize).copied().unwrap_or(NO_TURN);
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {
             self.events.push(self.now_ns.saturating_add(follows.think_ns), Event::NextTurn { request: next });
         }
