@@ -17,6 +17,12 @@ const DIGITS: usize = 64usize.div_ceil(DIGIT_BITS as usize);
 
 /// Sorts `values` ascending by `key`. Elements with equal keys may end up in any order.
 pub fn sort_by_key_u64<T: Copy>(values: &mut Vec<T>, key: impl Fn(&T) -> u64) {
+    sort_by_key_u64_with(values, &mut Vec::new(), key);
+}
+
+/// [`sort_by_key_u64`] with the scratch space the passes alternate with: a caller sorting
+/// several lists passes the same one (`values` and `scratch` may trade their buffers).
+pub fn sort_by_key_u64_with<T: Copy>(values: &mut Vec<T>, scratch: &mut Vec<T>, key: impl Fn(&T) -> u64) {
     if values.len() < RADIX_MIN_LEN {
         values.sort_unstable_by_key(|v| key(v));
         return;
@@ -31,7 +37,6 @@ pub fn sort_by_key_u64<T: Copy>(values: &mut Vec<T>, key: impl Fn(&T) -> u64) {
             count[digit(k, d)] += 1;
         }
     }
-    let mut scratch: Vec<T> = Vec::with_capacity(values.len());
     for (d, count) in counts.iter_mut().enumerate() {
         if count.contains(&values.len()) {
             continue;
@@ -50,15 +55,8 @@ pub fn sort_by_key_u64<T: Copy>(values: &mut Vec<T>, key: impl Fn(&T) -> u64) {
             scratch[count[bucket]] = *v;
             count[bucket] += 1;
         }
-        std::mem::swap(values, &mut scratch);
+        std::mem::swap(values, scratch);
     }
-}
-
-/// Sorts non-negative finite floats ascending (as `f64::total_cmp` would): for them the IEEE
-/// bit patterns order as the numbers do.
-pub fn sort_non_negative(values: &mut Vec<f64>) {
-    debug_assert!(values.iter().all(|v| v.is_sign_positive() && !v.is_nan()), "negative or NaN");
-    sort_by_key_u64(values, |v| v.to_bits());
 }
 
 #[cfg(test)]
@@ -84,8 +82,9 @@ mod tests {
         fn floats_sort_as_total_cmp(values in prop::collection::vec(0.0f64..1e15, 0..2000)) {
             let mut expected = values.clone();
             expected.sort_unstable_by(f64::total_cmp);
+            // Non-negative floats' IEEE bits order as the numbers do.
             let mut sorted = values;
-            sort_non_negative(&mut sorted);
+            sort_by_key_u64(&mut sorted, |v| v.to_bits());
             prop_assert_eq!(sorted, expected);
         }
     }

@@ -48,34 +48,52 @@ impl Stat {
         }
     }
 
-    /// Statistics of whole nanoseconds, one per request: sorted as integers, whose keys have
-    /// fewer significant bits (fewer radix passes) than their floats', in the same order.
-    fn of_whole_ns(mut values_ns: Vec<u64>, percentiles: &[f64]) -> Stat {
-        super::radix::sort_by_key_u64(&mut values_ns, |&v| v);
-        // u64 → f64 never reverses an order, so the floats are sorted too.
-        Stat::of_sorted(values_ns.into_iter().map(|v| v as f64).collect(), percentiles)
-    }
-
-    /// Statistics of one value per request, in ns (TPOT is not a whole number of ns).
-    fn of_values(mut values_ns: Vec<f64>, percentiles: &[f64]) -> Stat {
-        super::radix::sort_non_negative(&mut values_ns);
-        Stat::of_sorted(values_ns, percentiles)
-    }
-
-    fn of_sorted(values_ns: Vec<f64>, percentiles: &[f64]) -> Stat {
-        debug_assert!(values_ns.is_sorted_by(|a, b| a <= b));
-        let n = values_ns.len() as u64;
-        let nth = |k: u64| values_ns[k as usize];
-        let mean_ns = mean(&values_ns);
+    /// Statistics of `n` values in ascending order, the `k`-th read by `nth(k)`, in ns.
+    fn of_sorted(n: usize, nth: impl Fn(usize) -> f64, percentiles: &[f64]) -> Stat {
+        debug_assert!((1..n).all(|k| nth(k - 1) <= nth(k)));
+        let mean_ns = mean((0..n).map(&nth), n);
+        let nth_u64 = |k: u64| nth(k as usize);
         Stat {
             mean_ms: mean_ns / NS_PER_MS,
-            median_ms: numpy_median(n, nth) / NS_PER_MS,
-            std_ms: population_std(&values_ns, mean_ns) / NS_PER_MS,
-            percentiles_ms: percentiles
-                .iter()
-                .map(|&p| (p, numpy_percentile(n, p, nth) / NS_PER_MS))
-                .collect(),
+            median_ms: numpy_median(n as u64, nth_u64) / NS_PER_MS,
+            std_ms: population_std((0..n).map(&nth), n, mean_ns) / NS_PER_MS,
+            percentiles_ms: percentiles.iter().map(|&p| (p, numpy_percentile(n as u64, p, nth_u64) / NS_PER_MS)).collect(),
         }
+    }
+}
+
+/// The per-request lists (TTFT, TPOT, E2EL) are sorted one after another in the same two
+/// buffers: each fresh one is memory the kernel zeroes first, a fifth of a 1M-request summary
+/// (issue 14). Each list is kept as 64-bit keys that sort as its values do.
+#[derive(Default)]
+struct RequestLists {
+    keys: Vec<u64>,
+    scratch: Vec<u64>,
+}
+
+impl RequestLists {
+    /// Statistics of whole nanoseconds, one per request: sorted as integers, whose keys have
+    /// fewer significant bits (fewer radix passes) than their floats', in the same order (u64 →
+    /// f64 never reverses an order).
+    fn of_whole_ns(&mut self, values_ns: impl Iterator<Item = u64>, percentiles: &[f64]) -> Stat {
+        self.sort(values_ns);
+        Stat::of_sorted(self.keys.len(), |k| self.keys[k] as f64, percentiles)
+    }
+
+    /// Statistics of non-negative floats, in ns (TPOT is not a whole number of ns): their IEEE
+    /// bits order as the numbers do.
+    fn of_floats(&mut self, values_ns: impl Iterator<Item = f64>, percentiles: &[f64]) -> Stat {
+        self.sort(values_ns.map(|v| {
+            debug_assert!(v.is_sign_positive() && !v.is_nan(), "negative or NaN");
+            v.to_bits()
+        }));
+        Stat::of_sorted(self.keys.len(), |k| f64::from_bits(self.keys[k]), percentiles)
+    }
+
+    fn sort(&mut self, keys: impl Iterator<Item = u64>) {
+        self.keys.clear();
+        self.keys.extend(keys);
+        super::radix::sort_by_key_u64_with(&mut self.keys, &mut self.scratch, |&k| k);
     }
 }
 
@@ -126,6 +144,7 @@ impl Summary {
         let total_input_tokens: u64 = successful().map(|r| u64::from(r.input_tokens)).sum();
         let total_output_tokens: u64 = successful().map(|r| u64::from(r.output_tokens)).sum();
         let per_second = |amount: u64| per_second(amount, records.duration_ns);
+        let mut lists = RequestLists::default();
 
         Summary {
             completed,
@@ -138,10 +157,10 @@ impl Summary {
             total_token_throughput: per_second(total_input_tokens + total_output_tokens),
             max_output_tokens_per_s: records.tokens_per_second.peak() as f64,
             max_concurrent_requests: peak_concurrent_requests(&records.requests),
-            ttft: Stat::of_whole_ns(successful().map(RequestRecord::ttft_ns).collect(), percentiles),
-            tpot: Stat::of_values(successful().filter_map(RequestRecord::tpot_ns).collect(), percentiles),
+            ttft: lists.of_whole_ns(successful().map(RequestRecord::ttft_ns), percentiles),
+            tpot: lists.of_floats(successful().filter_map(RequestRecord::tpot_ns), percentiles),
             itl: Stat::of_samples(&records.itl_ns, percentiles),
-            e2el: Stat::of_whole_ns(successful().map(RequestRecord::e2el_ns).collect(), percentiles),
+            e2el: lists.of_whole_ns(successful().map(RequestRecord::e2el_ns), percentiles),
         }
     }
 
@@ -224,21 +243,22 @@ fn peak_by_sorted_changes(spans: impl Iterator<Item = (u64, u64)>) -> u64 {
 /// requests (32 KiB); longer ones only while they have more requests than seconds.
 const SECONDS_COUNTED_MIN: u64 = 4096;
 
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
+/// The mean of `n` values, summed in the order given.
+fn mean(values: impl Iterator<Item = f64>, n: usize) -> f64 {
+    if n == 0 {
         0.0
     } else {
-        values.iter().sum::<f64>() / values.len() as f64
+        values.sum::<f64>() / n as f64
     }
 }
 
-/// Population (ddof=0) standard deviation around `mean`; 0 when empty.
-fn population_std(values: &[f64], mean: f64) -> f64 {
-    if values.is_empty() {
+/// Population (ddof=0) standard deviation of `n` values around `mean`; 0 when empty.
+fn population_std(values: impl Iterator<Item = f64>, n: usize, mean: f64) -> f64 {
+    if n == 0 {
         return 0.0;
     }
-    let squares: f64 = values.iter().map(|v| (v - mean) * (v - mean)).sum();
-    (squares / values.len() as f64).sqrt()
+    let squares: f64 = values.map(|v| (v - mean) * (v - mean)).sum();
+    (squares / n as f64).sqrt()
 }
 
 #[cfg(test)]

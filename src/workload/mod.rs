@@ -67,14 +67,15 @@ pub fn generate(cfg: &WorkloadConfig, num_prompts: u32) -> Vec<RequestSpec> {
 pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSpec> {
     let num_prompts = point.num_prompts;
     let mut lengths = datasets::sample_lengths(&cfg.dataset, num_prompts, cfg.seed);
-    let prefixes = match &cfg.system_prompts {
-        Some(prompts) => {
-            let drawn = prefixes::draw_system_prompts(prompts, num_prompts, cfg.seed);
-            lengths.iter_mut().for_each(|l| l.0 = l.0.saturating_add(prompts.tokens));
-            drawn
-        }
-        None => vec![prefixes::dataset_prefix(&cfg.dataset); num_prompts as usize],
-    };
+    // Each request's system prompt, if any; else all share the dataset's prefix (not copied per
+    // request: 16 bytes of fresh memory each, issue 14).
+    let system_prompts = cfg.system_prompts.as_ref().map(|prompts| {
+        let drawn = prefixes::draw_system_prompts(prompts, num_prompts, cfg.seed);
+        lengths.iter_mut().for_each(|l| l.0 = l.0.saturating_add(prompts.tokens));
+        drawn
+    });
+    let dataset_prefix = prefixes::dataset_prefix(&cfg.dataset);
+    let prefix_of = |i: usize| system_prompts.as_ref().map_or(dataset_prefix, |drawn| drawn[i]);
     let max_tokens = cfg.dataset.max_tokens();
     if let Some(total) = point.input_tokens_total {
         let mut inputs: Vec<u32> = lengths.iter().map(|l| l.0).collect();
@@ -95,15 +96,18 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
     let mut requests: Vec<RequestSpec> = lengths
         .into_iter()
         .zip(arrivals_ns)
-        .zip(prefixes)
-        .map(|(((input_tokens, output_tokens), arrival_ns), prefix)| RequestSpec {
-            arrival_ns,
-            input_tokens,
-            output_tokens,
-            max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
-            // Scaled to a recorded total, a prompt may be shorter than its prefix.
-            prefix: SharedPrefix { tokens: prefix.tokens.min(input_tokens), ..prefix },
-            follows: None,
+        .enumerate()
+        .map(|(i, ((input_tokens, output_tokens), arrival_ns))| {
+            let prefix = prefix_of(i);
+            RequestSpec {
+                arrival_ns,
+                input_tokens,
+                output_tokens,
+                max_tokens: max_tokens.unwrap_or(output_tokens).max(output_tokens),
+                // Scaled to a recorded total, a prompt may be shorter than its prefix.
+                prefix: SharedPrefix { tokens: prefix.tokens.min(input_tokens), ..prefix },
+                follows: None,
+            }
         })
         .collect();
     // Arrivals are non-decreasing by construction (gaps are ≥ 0; trace files are validated as
