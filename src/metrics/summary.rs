@@ -65,13 +65,17 @@ impl Stat {
 /// The per-request lists (TTFT, TPOT, E2EL) are sorted one after another in the same two
 /// buffers: each fresh one is memory the kernel zeroes first, a fifth of a 1M-request summary
 /// (issue 14). Each list is kept as 64-bit keys that sort as its values do.
-#[derive(Default)]
 struct RequestLists {
     keys: Vec<u64>,
     scratch: Vec<u64>,
 }
 
 impl RequestLists {
+    /// Room for lists of up to `requests` values, so that none grows by copying.
+    fn for_requests(requests: usize) -> RequestLists {
+        RequestLists { keys: Vec::with_capacity(requests), scratch: Vec::with_capacity(requests) }
+    }
+
     /// Statistics of whole nanoseconds, one per request: sorted as integers, whose keys have
     /// fewer significant bits (fewer radix passes) than their floats', in the same order (u64 →
     /// f64 never reverses an order).
@@ -144,7 +148,10 @@ impl Summary {
         let total_input_tokens: u64 = successful().map(|r| u64::from(r.input_tokens)).sum();
         let total_output_tokens: u64 = successful().map(|r| u64::from(r.output_tokens)).sum();
         let per_second = |amount: u64| per_second(amount, records.duration_ns);
-        let mut lists = RequestLists::default();
+        // The ITL's copy is gone before the lists' buffers are made: the summary's memory peak
+        // is the larger of the two, not their sum.
+        let itl = Stat::of_samples(&records.itl_ns, percentiles);
+        let mut lists = RequestLists::for_requests(completed as usize);
 
         Summary {
             completed,
@@ -159,7 +166,7 @@ impl Summary {
             max_concurrent_requests: peak_concurrent_requests(&records.requests),
             ttft: lists.of_whole_ns(successful().map(RequestRecord::ttft_ns), percentiles),
             tpot: lists.of_floats(successful().filter_map(RequestRecord::tpot_ns), percentiles),
-            itl: Stat::of_samples(&records.itl_ns, percentiles),
+            itl,
             e2el: lists.of_whole_ns(successful().map(RequestRecord::e2el_ns), percentiles),
         }
     }
