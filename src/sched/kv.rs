@@ -28,7 +28,7 @@ pub struct BlockPool {
     /// Blocks counted as used but given no id yet: those the decode cohort's sequences grew
     /// into (see `sched::cohort`). They get ids only if their sequence leaves the cohort alive.
     reserved: u32,
-    /// Blocks held by tables kept as counts, without ids ([`KvCacheManager::without_block_ids`]).
+    /// Blocks held by tables kept as counts, without ids ([`KvCacheManager::keep_counts_only`]).
     counted: u32,
 }
 
@@ -91,7 +91,7 @@ impl BlockPool {
 pub struct KvCacheManager {
     pool: BlockPool,
     tables: Vec<Vec<u32>>,
-    /// Without block ids ([`KvCacheManager::without_block_ids`]): the blocks each slot holds,
+    /// Without block ids ([`KvCacheManager::keep_counts_only`]): the blocks each slot holds,
     /// and `tables` stay empty.
     counts: Option<Vec<u32>>,
     block_size: u32,
@@ -105,17 +105,11 @@ impl KvCacheManager {
         KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), counts: None, block_size, prefix: None }
     }
 
-    /// The same manager keeping only how many blocks each sequence holds, not which: for the
-    /// simulator, which never reads a block's id without prefix caching. Admitting and
-    /// releasing a sequence is then O(1), not a push per block (the simulation of the 100k
-    /// bench went from 29 to 24 ms, issue 14); every count, and so every scheduling decision,
-    /// is the same.
-    pub fn without_block_ids(mut self) -> KvCacheManager {
-        self.keep_counts_only();
-        self
-    }
-
-    /// [`KvCacheManager::without_block_ids`] in place.
+    /// Keeps only how many blocks each sequence holds, not which: for the simulator, which never
+    /// reads a block's id without prefix caching. Admitting and releasing a sequence is then
+    /// O(1), not a push per block (the simulation of the 100k bench went from 29 to 24 ms,
+    /// issue 14); every count, and so every scheduling decision, is the same. Switched on
+    /// before any allocation, through [`super::Scheduler::without_block_ids`].
     pub(super) fn keep_counts_only(&mut self) {
         debug_assert!(self.prefix.is_none(), "prefix caching shares blocks by id");
         debug_assert_eq!(self.pool.blocks_used(), 0, "switched off before any allocation");
@@ -155,7 +149,7 @@ impl KvCacheManager {
     }
 
     /// The block ids holding `seq`'s KV, in token order (none kept
-    /// [`KvCacheManager::without_block_ids`]).
+    /// [`KvCacheManager::keep_counts_only`]).
     pub fn block_table(&self, seq: u32) -> &[u32] {
         self.tables.get(seq as usize).map_or(&[], |t| t.as_slice())
     }
@@ -402,7 +396,8 @@ mod tests {
         TestRunner::default()
             .run(&prop::collection::vec(op, 1..60), |ops| {
                 let mut with_ids = KvCacheManager::new(20, 8);
-                let mut counts = KvCacheManager::new(20, 8).without_block_ids();
+                let mut counts = KvCacheManager::new(20, 8);
+                counts.keep_counts_only();
                 for op in ops {
                     match op {
                         Ok((seq, tokens, watermark)) => {

@@ -58,7 +58,7 @@ impl Scheduler {
     }
 
     /// Keeps KV blocks as counts per sequence, without ids (see
-    /// [`KvCacheManager::without_block_ids`]): the simulator's, where nothing reads an id.
+    /// [`KvCacheManager::keep_counts_only`]): the simulator's, where nothing reads an id.
     /// Ignored with prefix caching, which shares blocks by id; the engine keeps its ids.
     pub fn without_block_ids(mut self) -> Scheduler {
         if self.state.kv.prefix_cache().is_none() {
