@@ -811,7 +811,13 @@ impl Calibrated {
         tensor_parallel: u32,
         params: &CostParams,
     ) -> Calibrated {
-        Self::build(ProfileIndex::new(profile), model, gpu, tensor_parallel, params, Vec::new())
+        Self::from_index(ProfileIndex::new(profile), model, gpu, tensor_parallel, params)
+    }
+
+    /// [`Calibrated::new`] from a profile already indexed, for a caller that reads the index
+    /// too (`validate --engine`'s sampler figures): one index, not two.
+    pub fn from_index(index: ProfileIndex, model: &ModelSpec, gpu: &GpuSpec, tensor_parallel: u32, params: &CostParams) -> Calibrated {
+        Self::build(index, model, gpu, tensor_parallel, params, Vec::new())
     }
 
     /// The cost model of `gpu`, which no profile measured, from `profile` of another GPU: each

@@ -279,13 +279,14 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
     ));
     let scenario_text = scenario_toml(setup, sweep, &profile.provenance.device.name, peak, host)?;
     let base = Scenario::from_toml_str(&scenario_text, "engine.toml".as_ref(), &[])?;
-    let sampling = SamplingTimes::from_profile(&profile, base.model.vocab_size);
+    let index = ProfileIndex::new(&profile);
+    let sampling = SamplingTimes::from_index(&index, base.model.vocab_size);
     log(&format!("    sampling, ns per logit of a sampled row, as calibration timed it: {}", sampling.describe()));
     if sampling.of(SamplingMethod::Greedy).is_none() {
         log("    (the profile did not time the sampler, so the twin leaves sampling unpriced: recalibrate to price it)");
     }
     // The bench asks for greedy tokens, and the calibrated model prices greedy sampling.
-    let cost = Calibrated::new(&profile, &base.model, &base.hardware.gpu, 1, &base.cost);
+    let cost = Calibrated::from_index(index, &base.model, &base.hardware.gpu, 1, &base.cost);
 
     log(&format!("2/4 starting the engine: random-{} weights on {}", setup.size, setup.device_label()));
     let k = &setup.knobs;
@@ -415,8 +416,7 @@ fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Ex
 pub struct SamplingTimes([Option<SamplingCost>; SamplingMethod::ALL.len()]);
 
 impl SamplingTimes {
-    fn from_profile(profile: &Profile, vocab: u32) -> SamplingTimes {
-        let index = ProfileIndex::new(profile);
+    fn from_index(index: &ProfileIndex, vocab: u32) -> SamplingTimes {
         SamplingTimes(SamplingMethod::ALL.map(|method| index.sampling_cost(method, vocab)))
     }
 
