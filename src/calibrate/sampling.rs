@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use super::backend::{DeviceError, PreparedOp, SamplingShape};
-use crate::engine::model::SamplingParams;
+use crate::engine::model::{SamplingParams, lm_like_logits};
 use crate::engine::server::sample_rows;
 
 /// Most logits one shape may hold (rows × vocab): 64 Mi floats, 256 MiB.
@@ -31,7 +31,7 @@ impl<'a> SamplingOp<'a> {
             return Err(DeviceError::Unsupported(format!("sampling {rows} rows of {vocab} logits (at most {LOGITS_MAX} logits)")));
         }
         Ok(SamplingOp {
-            logits: model_like_logits((rows * vocab) as usize),
+            logits: lm_like_logits((rows * vocab) as usize, 0),
             vocab: vocab as usize,
             params: vec![shape.method.params(); rows as usize],
             seeds: (0..rows).collect(),
@@ -53,20 +53,6 @@ impl PreparedOp for SamplingOp<'_> {
             None => run(),
         })
     }
-}
-
-/// `len` logits in [0, 14): most small, a few large, as a trained model's are.
-fn model_like_logits(len: usize) -> Vec<f32> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let r = (state >> 40) as f32 / (1u64 << 24) as f32;
-            12.0 * r.powi(8) + 2.0 * r
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -98,13 +84,5 @@ mod tests {
             let shape = SamplingShape { method: SamplingMethod::Greedy, rows, vocab };
             assert!(SamplingOp::new(&shape, None).is_err(), "{rows} × {vocab}");
         }
-    }
-
-    #[test]
-    fn logits_have_a_long_tail() {
-        let logits = model_like_logits(100_000);
-        let large = logits.iter().filter(|&&x| x > 7.0).count();
-        assert!(logits.iter().all(|&x| (0.0..14.0).contains(&x)));
-        assert!(large > 0 && large < 10_000, "{large} of 100,000 above 7");
     }
 }

@@ -258,5 +258,20 @@ impl Sampler {
     }
 }
 
+/// `len` logits shaped like a trained language model's: most near 0, a few up to ~14, a long
+/// tail, which is what top-k and top-p selection work through. Deterministic in `salt`. For
+/// timing the sampler (calibration, benches) and for tests: a row's cost depends on its logits'
+/// shape, not on which model made them.
+pub fn lm_like_logits(len: usize, salt: u64) -> Vec<f32> {
+    let mut x = salt.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let r = (x >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+            12.0 * r.powi(8) + 2.0 * r
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

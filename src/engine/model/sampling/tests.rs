@@ -47,19 +47,6 @@ fn reference(logits: &[f32], p: &SamplingParams, u: f32) -> u32 {
     last as u32
 }
 
-/// Logits shaped like a language model's: a few large, a long tail (deterministic).
-fn lm_like_logits(vocab: usize, salt: u64) -> Vec<f32> {
-    let mut x = salt.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..vocab)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let r = (x >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
-            // A skewed distribution: most logits near 0, a few up to ~12.
-            12.0 * r.powi(8) + 2.0 * r
-        })
-        .collect()
-}
-
 fn params(temperature: f32, top_p: f32, top_k: u32) -> SamplingParams {
     SamplingParams { temperature, top_p, top_k, seed: None }
 }
@@ -213,4 +200,12 @@ fn a_sampler_is_reproducible_from_its_seed() {
     };
     assert_eq!(draw(1), draw(1));
     assert_ne!(draw(1), draw(2));
+}
+
+#[test]
+fn lm_like_logits_have_a_long_tail() {
+    let logits = lm_like_logits(100_000, 0);
+    let large = logits.iter().filter(|&&x| x > 7.0).count();
+    assert!(logits.iter().all(|&x| (0.0..14.0).contains(&x)));
+    assert!(large > 0 && large < 10_000, "{large} of 100,000 above 7");
 }
