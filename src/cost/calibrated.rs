@@ -796,12 +796,6 @@ pub struct Calibrated {
 }
 
 impl Calibrated {
-    /// Prices each step's sampling at `sampling` (elementwise time, as the roofline prices it).
-    pub fn with_sampling(mut self, sampling: SamplingCost) -> Calibrated {
-        self.roofline = self.roofline.with_sampling(sampling);
-        self
-    }
-
     /// Resolves, for every op of `model` at `tensor_parallel`, the profile's interpolation table
     /// or the roofline fallback. Panics where [`Roofline::new`] does.
     pub fn new(
