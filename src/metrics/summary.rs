@@ -143,10 +143,10 @@ impl Summary {
     /// Python would raise), and inconsistent times saturate at 0 instead of underflowing.
     pub fn from_records(records: &RunRecords, percentiles: &[f64]) -> Summary {
         let successful = || records.requests.iter().filter(|r| r.success);
-        let completed = successful().count() as u64;
+        let totals = Totals::of(&records.requests);
+        let completed = totals.completed;
         let failed = records.requests.len() as u64 - completed;
-        let total_input_tokens: u64 = successful().map(|r| u64::from(r.input_tokens)).sum();
-        let total_output_tokens: u64 = successful().map(|r| u64::from(r.output_tokens)).sum();
+        let (total_input_tokens, total_output_tokens) = (totals.input_tokens, totals.output_tokens);
         let per_second = |amount: u64| per_second(amount, records.duration_ns);
         // The ITL's copy is gone before the lists' buffers are made: the summary's memory peak
         // is the larger of the two, not their sum.
@@ -163,7 +163,7 @@ impl Summary {
             output_throughput: per_second(total_output_tokens),
             total_token_throughput: per_second(total_input_tokens + total_output_tokens),
             max_output_tokens_per_s: records.tokens_per_second.peak() as f64,
-            max_concurrent_requests: peak_concurrent_requests(&records.requests),
+            max_concurrent_requests: peak_concurrent_requests(&records.requests, &totals),
             ttft: lists.of_whole_ns(successful().map(RequestRecord::ttft_ns), percentiles),
             tpot: lists.of_floats(successful().filter_map(RequestRecord::tpot_ns), percentiles),
             itl,
@@ -190,6 +190,33 @@ fn per_second(amount: u64, duration_ns: u64) -> f64 {
     amount as f64 / (duration_ns as f64 / NS_PER_S as f64)
 }
 
+/// What one pass over the records gives: the successful requests' count, token totals and
+/// time span. A 100k-request summary read the records once for each of these (issue 14).
+struct Totals {
+    completed: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    /// The earliest send and the latest end (or send, if later) of a successful request.
+    span_ns: Option<(u64, u64)>,
+}
+
+impl Totals {
+    fn of(requests: &[RequestRecord]) -> Totals {
+        let mut totals = Totals { completed: 0, input_tokens: 0, output_tokens: 0, span_ns: None };
+        for r in requests.iter().filter(|r| r.success) {
+            totals.completed += 1;
+            totals.input_tokens += u64::from(r.input_tokens);
+            totals.output_tokens += u64::from(r.output_tokens);
+            let end_ns = r.end_ns.max(r.send_ns);
+            totals.span_ns = Some(match totals.span_ns {
+                None => (r.send_ns, end_ns),
+                Some((first_ns, last_ns)) => (first_ns.min(r.send_ns), last_ns.max(end_ns)),
+            });
+        }
+        totals
+    }
+}
+
 /// vLLM's peak concurrency: for every 1-second bucket since the earliest send of a successful
 /// request, the number of successful requests whose `[floor(send_s), floor(end_s)]` covers it
 /// (both ends inclusive, so a request counts in the second it ends); the maximum over buckets.
@@ -197,16 +224,16 @@ fn per_second(amount: u64, duration_ns: u64) -> f64 {
 /// vLLM loops over every second of every request. Counting where spans begin and end, per
 /// second, gives the same counts in O(requests + seconds); a run far longer in seconds than it
 /// has requests (a tiny rate spans 10⁹ of them) sweeps over the spans' ends, sorted, instead.
-fn peak_concurrent_requests(requests: &[RequestRecord]) -> u64 {
-    let successful = || requests.iter().filter(|r| r.success);
-    let Some(origin_ns) = successful().map(|r| r.send_ns).min() else {
+fn peak_concurrent_requests(requests: &[RequestRecord], totals: &Totals) -> u64 {
+    let Some((origin_ns, last_ns)) = totals.span_ns else {
         return 0;
     };
     let second = |time_ns: u64| (time_ns - origin_ns) / NS_PER_S;
     // Each request's first and last second.
-    let spans = || successful().map(|r| (second(r.send_ns), second(r.end_ns.max(r.send_ns))));
-    let last_second = spans().map(|(_, last)| last).max().unwrap_or(0);
-    if last_second < (successful().count() as u64).saturating_add(SECONDS_COUNTED_MIN) {
+    let spans = || requests.iter().filter(|r| r.success).map(|r| (second(r.send_ns), second(r.end_ns.max(r.send_ns))));
+    // The latest second of any span: `second` never decreases.
+    let last_second = second(last_ns);
+    if last_second < totals.completed.saturating_add(SECONDS_COUNTED_MIN) {
         peak_by_second(spans(), last_second)
     } else {
         peak_by_sorted_changes(spans())
@@ -474,7 +501,7 @@ mod tests {
         }
         let expected = per_second.into_iter().max().unwrap();
         assert!(expected > 1);
-        assert_eq!(peak_concurrent_requests(&requests), expected);
+        assert_eq!(peak_concurrent_requests(&requests, &Totals::of(&requests)), expected);
         // Both ways of counting, whichever the run's length picks.
         let spans = || successful.iter().map(|r| ((r.send_ns - origin_ns) / S, (r.end_ns - origin_ns) / S));
         let last_second = spans().map(|(_, last)| last).max().unwrap();

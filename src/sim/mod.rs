@@ -142,6 +142,10 @@ struct Simulation<'a> {
     keep_timeline: bool,
     cluster: Cluster,
     last_token_ns: Vec<u64>,
+    /// Requests completed: all of them, at the end, or one was lost.
+    completed: usize,
+    /// By request, whether it completed, to catch a second completion: debug builds only (a
+    /// byte a request spared).
     done: Vec<bool>,
     /// The chat turn each request's end sends (a think time later), or [`NO_TURN`] (see
     /// [`next_turns`]).
@@ -217,7 +221,8 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         links,
         cluster,
         last_token_ns: vec![0; requests.len()],
-        done: vec![false; requests.len()],
+        completed: 0,
+        done: if cfg!(debug_assertions) { vec![false; requests.len()] } else { Vec::new() },
         next_turn: next_turns(requests),
         prompts_looked_up: counted,
         finished_buffer: Vec::new(),
@@ -460,11 +465,20 @@ impl Simulation<'_> {
     /// starts the think time before its session's next turn (sent whether or not this one
     /// succeeded: the client's script goes on).
     fn complete(&mut self, id: u32, success: bool) {
-        debug_assert!(!self.done[id as usize], "request {id} completed twice");
-        self.done[id as usize] = true;
+        if let Some(done) = self.done.get_mut(id as usize) {
+            assert!(!*done, "request {id} completed twice");
+            *done = true;
+        }
+        self.completed += 1;
         let record = &mut self.out.records.requests[id as usize];
         record.success = success;
         record.end_ns = self.now_ns;
+        // Time only moves forward: the last completion is the latest.
+        self.out.records.duration_ns = self.now_ns;
+        // A cache looks up every prompt it schedules, once: the requests that succeeded.
+        if success && self.prompts_looked_up[self.out.extras[id as usize].replica as usize] {
+            self.out.prefix.prompt_tokens += u64::from(self.requests[id as usize].input_tokens);
+        }
         self.in_flight -= 1;
         let next = self.next_turn.get(id as usize).copied().unwrap_or(NO_TURN);
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {
@@ -542,18 +556,11 @@ impl Simulation<'_> {
     }
 
     fn finish(mut self) -> SimOutput {
-        assert!(self.done.iter().all(|&d| d), "a request never completed");
+        assert_eq!(self.completed, self.requests.len(), "a request never completed");
         for replica in &self.cluster.replicas {
             self.out.prefix.add(replica.scheduler.prefix_stats());
             self.out.spec.add(replica.scheduler.spec_stats());
         }
-        // A cache looks up every prompt it schedules, once: the requests that succeeded.
-        for ((spec, record), extra) in self.requests.iter().zip(&self.out.records.requests).zip(&self.out.extras) {
-            if record.success && self.prompts_looked_up[extra.replica as usize] {
-                self.out.prefix.prompt_tokens += u64::from(spec.input_tokens);
-            }
-        }
-        self.out.records.duration_ns = self.out.records.requests.iter().map(|r| r.end_ns).max().unwrap_or(0);
         // Every reader of the ITL samples sorts them: sorted here once, in place, after the
         // per-request state is gone, they need no copy of their own (issue 14's memory target).
         drop((self.last_token_ns, self.done, self.next_turn));
