@@ -181,14 +181,13 @@ pub fn simulate_per_sequence(requests: &[RequestSpec], config: &SimConfig, cost:
 }
 
 fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[Pool<'a>], decode_cohort: bool) -> SimOutput {
-    let mut starts = requests.iter().filter(|r| r.follows.is_none());
-    let mut last_ns = 0;
-    assert!(starts.all(|r| std::mem::replace(&mut last_ns, r.arrival_ns) <= r.arrival_ns), "requests must be sorted by arrival");
+    let facts = RequestFacts::of(requests);
+    assert!(facts.sorted, "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
     // The simulator hashes only the text prompts share, so when none does nothing is ever cached,
     // and caching changes no step: only the count of prompt tokens looked up. Such a run is
     // simulated without it (its free queue costs per block) and counts them at the end.
-    let nothing_shared = requests.iter().all(|r| r.prefix.tokens == 0);
+    let nothing_shared = !facts.any_shared;
     let counted: Vec<bool> =
         pools.iter().flat_map(|p| (0..p.replicas).map(|_| nothing_shared && p.scheduler.enable_prefix_caching)).collect();
     let uncached: Vec<SchedulerConfig> = pools
@@ -197,7 +196,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         .collect();
     let pools: Vec<Pool> = pools.iter().zip(&uncached).map(|(p, scheduler)| Pool { scheduler, ..*p }).collect();
     let pools = &pools[..];
-    let cluster = Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(requests, pools));
+    let cluster = Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(&facts, pools));
     let links: Vec<Option<SharedLink<u32>>> = cluster
         .replicas
         .iter()
@@ -223,7 +222,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         last_token_ns: vec![0; requests.len()],
         completed: 0,
         done: if cfg!(debug_assertions) { vec![false; requests.len()] } else { Vec::new() },
-        next_turn: next_turns(requests),
+        next_turn: if facts.any_follow_up { next_turns(requests) } else { Vec::new() },
         prompts_looked_up: counted,
         finished_buffer: Vec::new(),
         out: SimOutput {
@@ -283,8 +282,36 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
 /// without ids, so which freed blocks are evicted first, and so which cached prefixes survive,
 /// would differ from the per-sequence path. Only when some prompt shares text is anything cached
 /// at all; then the cohort is bypassed, exact but slower (docs/prefix-caching.md).
-fn cohort_breaks_caching(requests: &[RequestSpec], pools: &[Pool]) -> bool {
-    pools.iter().any(|p| p.scheduler.enable_prefix_caching) && requests.iter().any(|r| r.prefix.tokens > 0)
+fn cohort_breaks_caching(facts: &RequestFacts, pools: &[Pool]) -> bool {
+    pools.iter().any(|p| p.scheduler.enable_prefix_caching) && facts.any_shared
+}
+
+/// What the simulation needs to know of the requests as a whole, from one pass over them: a
+/// million specs are 64 MB, and each pass of its own cost a few milliseconds (issue 14).
+struct RequestFacts {
+    /// The requests the arrival process sends (not chat follow-ups) are in arrival order.
+    sorted: bool,
+    /// Some prompt shares text with others ([`RequestSpec::prefix`]).
+    any_shared: bool,
+    /// Some request is a chat session's later turn.
+    any_follow_up: bool,
+}
+
+impl RequestFacts {
+    fn of(requests: &[RequestSpec]) -> RequestFacts {
+        let mut facts = RequestFacts { sorted: true, any_shared: false, any_follow_up: false };
+        let mut last_ns = 0;
+        for r in requests {
+            facts.any_shared |= r.prefix.tokens > 0;
+            if r.follows.is_some() {
+                facts.any_follow_up = true;
+            } else {
+                facts.sorted &= last_ns <= r.arrival_ns;
+                last_ns = r.arrival_ns;
+            }
+        }
+        facts
+    }
 }
 
 /// The hashes of the prompt blocks `spec` shares with other prompts (only those: its own
@@ -296,12 +323,9 @@ fn prompt_hashes(spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
 /// No chat turn follows the request.
 const NO_TURN: u32 = u32::MAX;
 
-/// For each request, the chat turn that follows it ([`RequestSpec::follows`]), or [`NO_TURN`];
-/// empty, and so [`NO_TURN`] for all, without chat sessions (4 bytes a request spared).
+/// For each request, the chat turn that follows it ([`RequestSpec::follows`]), or [`NO_TURN`].
+/// Without chat sessions the simulation keeps none (4 bytes a request spared): [`NO_TURN`] for all.
 fn next_turns(requests: &[RequestSpec]) -> Vec<u32> {
-    if requests.iter().all(|r| r.follows.is_none()) {
-        return Vec::new();
-    }
     let mut next = vec![NO_TURN; requests.len()];
     for (i, r) in requests.iter().enumerate() {
         if let Some(previous) = r.follows.and_then(|f| next.get_mut(f.request as usize)) {
