@@ -148,8 +148,8 @@ impl Summary {
         let failed = records.requests.len() as u64 - completed;
         let (total_input_tokens, total_output_tokens) = (totals.input_tokens, totals.output_tokens);
         let per_second = |amount: u64| per_second(amount, records.duration_ns);
-        // The ITL's copy is gone before the lists' buffers are made: the summary's memory peak
-        // is the larger of the two, not their sum.
+        // The ITL samples are read where they are (sorted by the simulator; a sorted copy
+        // otherwise, gone before the lists' buffers are made).
         let itl = Stat::of_samples(&records.itl_ns, percentiles);
         let mut lists = RequestLists::for_requests(completed as usize);
 
