@@ -45,6 +45,9 @@ impl CostModel for ContextCost {
     fn source(&self) -> &'static str {
         "context test model"
     }
+    fn reads_max_context(&self) -> bool {
+        true
+    }
 }
 
 /// Everything a simulation outputs, compared field by field.

@@ -31,6 +31,11 @@ pub trait CostModel {
     fn predict(&self, batch: &Batch) -> StepCost;
     /// Where the prediction comes from (e.g. "roofline"), for reports.
     fn source(&self) -> &'static str;
+    /// Whether `predict` reads [`Batch::max_context_tokens`]: only then does the simulator's
+    /// decode cohort keep its longest context (see [`crate::sched::MAX_CONTEXT_UNTRACKED`]).
+    fn reads_max_context(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed cost model is one: scenarios choose theirs at run time.
@@ -40,5 +45,8 @@ impl<T: CostModel + ?Sized> CostModel for Box<T> {
     }
     fn source(&self) -> &'static str {
         (**self).source()
+    }
+    fn reads_max_context(&self) -> bool {
+        (**self).reads_max_context()
     }
 }

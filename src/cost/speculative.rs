@@ -66,6 +66,10 @@ impl CostModel for SpeculativeCost {
     fn source(&self) -> &'static str {
         self.target.source()
     }
+
+    fn reads_max_context(&self) -> bool {
+        self.target.reads_max_context() || self.draft.reads_max_context()
+    }
 }
 
 #[cfg(test)]

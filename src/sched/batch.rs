@@ -45,9 +45,16 @@ pub struct CohortWork {
     /// Σ of the squares of the sequences' `context_tokens`. The scheduler keeps it below 2⁵²,
     /// so a sum of the per-sequence squares in f64 is exact and equals this.
     pub context_token_squares: u64,
-    /// The longest context any of them attends to after this step (`context_tokens + 1`).
+    /// The longest context any of them attends to after this step (`context_tokens + 1`), or
+    /// [`MAX_CONTEXT_UNTRACKED`] where nothing reads it.
     pub max_context_tokens: u32,
 }
+
+/// [`CohortWork::max_context_tokens`] of a cohort that does not keep its longest context: its
+/// scheduler's policy and cost model do not read [`Batch::max_context_tokens`]
+/// ([`crate::cost::CostModel::reads_max_context`]), and keeping it costs a heap push per member
+/// and a check per step (issue 14).
+pub const MAX_CONTEXT_UNTRACKED: u32 = u32::MAX;
 
 /// A step's batch. Built by a scheduler policy, priced by a cost model.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -134,7 +141,14 @@ impl Batch {
     }
 
     /// The longest context any sequence of the batch attends to after this step.
+    ///
+    /// Panics where the cohort does not keep it: a cost model that reads it must say so
+    /// ([`crate::cost::CostModel::reads_max_context`]).
     pub fn max_context_tokens(&self) -> u32 {
+        assert_ne!(
+            self.cohort.max_context_tokens, MAX_CONTEXT_UNTRACKED,
+            "the decode cohort keeps its longest context only for a reader (CostModel::reads_max_context)"
+        );
         let explicit = self.seqs.iter().map(|s| s.context_tokens + s.new_tokens).max().unwrap_or(0);
         explicit.max(self.cohort.max_context_tokens)
     }

@@ -14,8 +14,8 @@
 //!                         (they need a block this step): r = −o mod block_size
 //!   finishes              the epoch at which each member's last token is out: buckets for
 //!                         the next FINISH_RING epochs, a min-heap beyond
-//!   longest               the member with the largest o (the V0 graph check asks for the
-//!                         longest context)
+//!   longest               the member with the largest o, where anything reads the longest
+//!                         context (V0's graph check, a cost model that says it does)
 //!   newest                the member admitted last (whether running sequences outside the
 //!                         cohort come after every member in the running order)
 //! ```
@@ -151,7 +151,8 @@ pub(super) struct Cohort {
     finish_later: BinaryHeap<Reverse<(u64, u32)>>,
     /// Members finishing at this epoch, not yet taken out.
     finishing: Vec<u32>,
-    longest: LazyMax<i64>,
+    /// Kept only where something reads it ([`Cohort::new`]).
+    longest: Option<LazyMax<i64>>,
     newest: NewestMax,
     serial_next: u64,
 }
@@ -160,11 +161,14 @@ pub(super) struct Cohort {
 pub(super) struct Totals {
     pub context_tokens: u128,
     pub context_token_squares: u128,
-    pub max_context_tokens: u32,
+    /// `None` where the cohort does not keep it.
+    pub max_context_tokens: Option<u32>,
 }
 
 impl Cohort {
-    pub(super) fn new(block_size: u32) -> Cohort {
+    /// `keep_longest`: whether anything reads the members' longest context (V0's graph check, a
+    /// cost model that says so); kept, it costs a heap push per join and a check per step.
+    pub(super) fn new(block_size: u32, keep_longest: bool) -> Cohort {
         debug_assert!(block_size > 0 && block_size <= BLOCK_SIZE_MAX);
         Cohort {
             epoch: 0,
@@ -176,7 +180,7 @@ impl Cohort {
             finish_ring: vec![Vec::new(); FINISH_RING as usize],
             finish_later: BinaryHeap::new(),
             finishing: Vec::new(),
-            longest: LazyMax::default(),
+            longest: keep_longest.then(LazyMax::default),
             newest: NewestMax::default(),
             serial_next: 1,
         }
@@ -217,7 +221,9 @@ impl Cohort {
         seq.cohort_index = self.members.len() as u32;
         let member = Member { slot, offset, serial };
         self.members.push(member);
-        self.longest.push(offset, &member);
+        if let Some(longest) = &mut self.longest {
+            longest.push(offset, &member);
+        }
         self.newest.push(seq.admitted, &member);
         self.offset_sum += offset as i128;
         self.offset_squares += offset as i128 * offset as i128;
@@ -274,7 +280,9 @@ impl Cohort {
         self.finish_ring.iter_mut().for_each(Vec::clear);
         self.finish_later.clear();
         self.finishing.clear();
-        self.longest.clear();
+        if let Some(longest) = &mut self.longest {
+            longest.clear();
+        }
         self.newest.clear();
         slots
     }
@@ -289,8 +297,11 @@ impl Cohort {
         let (n, epoch) = (self.members.len() as i128, self.epoch as i128);
         let context_tokens = self.offset_sum + n * epoch;
         let context_token_squares = self.offset_squares + 2 * epoch * self.offset_sum + n * epoch * epoch;
-        let longest = self.longest.max(&self.members, seqs, |m| m.offset);
-        let max_context_tokens = longest.map_or(0, |offset| (offset + self.epoch as i64) as u32);
+        let epoch = self.epoch as i64;
+        let max_context_tokens = self.longest.as_mut().map(|longest| {
+            let offset = longest.max(&self.members, seqs, |m| m.offset);
+            offset.map_or(0, |offset| (offset + epoch) as u32)
+        });
         Totals {
             context_tokens: context_tokens as u128,
             context_token_squares: context_token_squares as u128,

@@ -40,7 +40,7 @@ mod state;
 mod tgi;
 mod window;
 
-pub use batch::{Batch, CohortWork, SeqWork};
+pub use batch::{Batch, CohortWork, MAX_CONTEXT_UNTRACKED, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
 pub use config::{SchedulerConfig, TgiConfig};
 pub use outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcome};

@@ -32,6 +32,11 @@ pub trait SchedulingPolicy {
     fn decodes_in_cohort(&self) -> bool {
         false
     }
+    /// Whether [`SchedulingPolicy::graph_size`] reads [`Batch::max_context_tokens`] (see
+    /// [`crate::cost::CostModel::reads_max_context`]). Default: no.
+    fn reads_max_context(&self) -> bool {
+        false
+    }
     /// Whether the engine advances a multi-step window's later steps on the device, without the
     /// host work of a step (vLLM 0.6's `advance_step`), so cost models charge that work once per
     /// window ([`Batch::window_step`]). Default: no, every step prepares its inputs anew.
@@ -127,6 +132,11 @@ impl SchedulingPolicy for VllmV0 {
     }
 
     fn advances_windows_on_device(&self) -> bool {
+        true
+    }
+
+    /// Its graph check asks for the longest context.
+    fn reads_max_context(&self) -> bool {
         true
     }
 

@@ -44,7 +44,9 @@ impl Scheduler {
     /// Keeps decoding sequences as a cohort of totals (see `sched::cohort`) where the policy
     /// allows it: the simulator's speed, with the same steps, tokens and finishes as without.
     /// Outcomes then report the cohort's tokens as a count ([`StepOutcome::cohort_tokens`]).
-    pub fn with_decode_cohort(mut self) -> Scheduler {
+    /// `cost_reads_max_context`: the cost model pricing its steps reads
+    /// [`Batch::max_context_tokens`] ([`crate::cost::CostModel::reads_max_context`]).
+    pub fn with_decode_cohort(mut self, cost_reads_max_context: bool) -> Scheduler {
         let block_size = self.state.config.block_size;
         // A window's steps hand out several tokens per decision, which the cohort's totals do not
         // follow: multi-step runs sequence by sequence.
@@ -52,7 +54,8 @@ impl Scheduler {
         let multi_step = self.state.config.num_scheduler_steps > 1;
         let speculative = self.state.config.speculative.is_some();
         if self.policy.decodes_in_cohort() && block_size <= BLOCK_SIZE_MAX && !multi_step && !speculative {
-            self.state.cohort = Some(Box::new(Cohort::new(block_size)));
+            let keep_longest = cost_reads_max_context || self.policy.reads_max_context();
+            self.state.cohort = Some(Box::new(Cohort::new(block_size, keep_longest)));
         }
         self
     }

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use super::batch::{Batch, CohortWork, SeqWork};
+use super::batch::{Batch, CohortWork, MAX_CONTEXT_UNTRACKED, SeqWork};
 use super::cohort::{Cohort, EXACT_TOTAL_MAX, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
@@ -254,7 +254,7 @@ impl SchedulerState {
             seqs: members,
             context_tokens: totals.context_tokens as u64,
             context_token_squares: totals.context_token_squares as u64,
-            max_context_tokens: totals.max_context_tokens + 1,
+            max_context_tokens: totals.max_context_tokens.map_or(MAX_CONTEXT_UNTRACKED, |longest| longest + 1),
         });
         *budget = late_budget - late_tokens;
         true

@@ -60,11 +60,15 @@ impl Cluster {
         let replicas: Vec<Replica> = pools
             .iter()
             .flat_map(|pool| (0..pool.replicas).map(move |_| pool))
-            .map(|&Pool { scheduler: config, weight, role, .. }| Replica {
+            .map(|&Pool { scheduler: config, weight, role, cost, .. }| Replica {
                 scheduler: {
                     let scheduler = Scheduler::new(config.clone(), policy.build(config));
                     // The fast path keeps no block ids either; the reference keeps both.
-                    if decode_cohort { scheduler.with_decode_cohort().without_block_ids() } else { scheduler }
+                    if decode_cohort {
+                        scheduler.with_decode_cohort(cost.reads_max_context()).without_block_ids()
+                    } else {
+                        scheduler
+                    }
                 },
                 busy: false,
                 start_queued: false,
