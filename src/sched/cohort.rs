@@ -116,10 +116,19 @@ impl NewestMax {
             }
             self.ascending.pop();
         }
+        self.bound(members, seqs);
+        self.ascending.last().map(|&(admitted, _, _)| admitted)
+    }
+
+    /// Drops the entries of members since gone once they outnumber the live ones: [`max`] is
+    /// not asked every step (only when sequences run beside the cohort), so joins call this too,
+    /// and the entries stay within a constant factor of the members.
+    ///
+    /// [`max`]: NewestMax::max
+    fn bound(&mut self, members: &[Member], seqs: &[Seq]) {
         if self.ascending.len() > 2 * members.len() + 64 {
             self.ascending.retain(|&(_, serial, slot)| is_live(members, seqs, serial, slot));
         }
-        self.ascending.last().map(|&(admitted, _, _)| admitted)
     }
 
     fn clear(&mut self) {
@@ -225,11 +234,12 @@ impl Cohort {
             longest.push(offset, &member);
         }
         self.newest.push(seq.admitted, &member);
+        let finish_epoch = self.epoch + u64::from(seq.max_output_tokens - seq.generated);
+        self.newest.bound(&self.members, seqs);
         self.offset_sum += offset as i128;
         self.offset_squares += offset as i128 * offset as i128;
         let residue = self.residue(offset);
         self.crossing[residue] += 1;
-        let finish_epoch = self.epoch + u64::from(seq.max_output_tokens - seq.generated);
         if finish_epoch - self.epoch < FINISH_RING {
             self.finish_ring[(finish_epoch % FINISH_RING) as usize].push(slot);
         } else {

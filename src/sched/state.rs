@@ -203,7 +203,17 @@ impl SchedulerState {
     /// returns false. `chunked` is as in `schedule_running`.
     pub(super) fn schedule_cohort_step(&mut self, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
         let Some(cohort) = self.cohort.as_mut() else { return false };
-        let Some(newest) = cohort.newest_admitted(&self.seqs) else { return false };
+        if cohort.is_empty() {
+            return false;
+        }
+        // Only the sequences beside the cohort are compared with its newest member: with none
+        // (the usual step) it is not looked up.
+        let newest = if self.running.is_empty() {
+            u64::MAX
+        } else {
+            let Some(newest) = cohort.newest_admitted(&self.seqs) else { return false };
+            newest
+        };
         let (members, crossers) = (cohort.len(), cohort.crossers());
         // Sequences admitted before the newest member must run in full beside the cohort; the
         // later ones, after every member in the order, share what is left.
