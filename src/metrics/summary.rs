@@ -207,7 +207,7 @@ impl Totals {
             totals.completed += 1;
             totals.input_tokens += u64::from(r.input_tokens);
             totals.output_tokens += u64::from(r.output_tokens);
-            let end_ns = r.end_ns.max(r.send_ns);
+            let end_ns = span_end_ns(r);
             totals.span_ns = Some(match totals.span_ns {
                 None => (r.send_ns, end_ns),
                 Some((first_ns, last_ns)) => (first_ns.min(r.send_ns), last_ns.max(end_ns)),
@@ -215,6 +215,12 @@ impl Totals {
         }
         totals
     }
+}
+
+/// Where a request's span ends for the peak concurrency: its end, or its send if inconsistent
+/// times put the end first.
+fn span_end_ns(r: &RequestRecord) -> u64 {
+    r.end_ns.max(r.send_ns)
 }
 
 /// vLLM's peak concurrency: for every 1-second bucket since the earliest send of a successful
@@ -230,7 +236,7 @@ fn peak_concurrent_requests(requests: &[RequestRecord], totals: &Totals) -> u64 
     };
     let second = |time_ns: u64| (time_ns - origin_ns) / NS_PER_S;
     // Each request's first and last second.
-    let spans = || requests.iter().filter(|r| r.success).map(|r| (second(r.send_ns), second(r.end_ns.max(r.send_ns))));
+    let spans = || requests.iter().filter(|r| r.success).map(|r| (second(r.send_ns), second(span_end_ns(r))));
     // The latest second of any span: `second` never decreases.
     let last_second = second(last_ns);
     if last_second < totals.completed.saturating_add(SECONDS_COUNTED_MIN) {

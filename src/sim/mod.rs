@@ -186,7 +186,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
     assert!(requests.len() < u32::MAX as usize);
     // The simulator hashes only the text prompts share, so when none does nothing is ever cached,
     // and caching changes no step: only the count of prompt tokens looked up. Such a run is
-    // simulated without it (its free queue costs per block) and counts them at the end.
+    // simulated without it (its free queue costs per block) and counts them as requests complete.
     let nothing_shared = !facts.any_shared;
     let counted: Vec<bool> =
         pools.iter().flat_map(|p| (0..p.replicas).map(|_| nothing_shared && p.scheduler.enable_prefix_caching)).collect();
