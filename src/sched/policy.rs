@@ -220,7 +220,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
 /// starts from its cached prompt blocks and computes only the rest (vLLM V1's
 /// `get_computed_blocks` before `allocate_slots`).
 fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
-    let watermark_blocks = s.config.watermark_blocks();
+    let watermark_blocks = s.watermark_blocks;
     while let Some(&seq) = s.waiting.front() {
         if *budget == 0 || s.num_running() >= s.config.max_num_seqs {
             break;

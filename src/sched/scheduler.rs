@@ -157,7 +157,7 @@ impl Scheduler {
             return Admission::Rejected(Rejection::StepBudget { total_tokens, max_num_batched_tokens });
         }
         let blocks_needed = state.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1);
-        let blocks_usable = state.config.num_gpu_blocks - state.config.watermark_blocks();
+        let blocks_usable = state.config.num_gpu_blocks - state.watermark_blocks;
         if blocks_needed > blocks_usable {
             return Admission::Rejected(Rejection::KvCapacity { blocks_needed, blocks_usable });
         }
@@ -236,8 +236,11 @@ impl Scheduler {
         outcome.finished.clear();
         outcome.left_cohort.clear();
         outcome.chunks.clear();
-        outcome.chunks.append(&mut self.carried.chunks);
-        outcome.finished.append(&mut self.carried.finished);
+        // Only a multi-step window leaves deliveries between steps: most steps have none to append.
+        if !self.carried.chunks.is_empty() || !self.carried.finished.is_empty() {
+            outcome.chunks.append(&mut self.carried.chunks);
+            outcome.finished.append(&mut self.carried.finished);
+        }
         outcome.cohort_tokens = self.batch.cohort.seqs;
         let state = &mut self.state;
         std::mem::swap(&mut outcome.left_cohort, &mut state.left_cohort);

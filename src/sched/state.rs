@@ -78,6 +78,9 @@ impl Seq {
 /// The queues, the sequences and their KV blocks.
 pub struct SchedulerState {
     pub(super) config: SchedulerConfig,
+    /// `config.watermark_blocks()`, asked at every admission and every step: its float floor
+    /// is a libm call on baseline x86-64.
+    pub(super) watermark_blocks: u32,
     pub(super) seqs: Vec<Seq>,
     free_slots: Vec<u32>,
     /// FCFS; preempted sequences go back to the front.
@@ -105,6 +108,7 @@ impl SchedulerState {
         let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size);
         let kv = if config.enable_prefix_caching { kv.with_prefix_caching() } else { kv };
         SchedulerState {
+            watermark_blocks: config.watermark_blocks(),
             config,
             seqs: Vec::new(),
             free_slots: Vec::new(),

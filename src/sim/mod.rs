@@ -337,25 +337,42 @@ fn next_turns(requests: &[RequestSpec]) -> Vec<u32> {
 
 impl Simulation<'_> {
     fn on_arrivals(&mut self) {
+        let due = self.arrivals_next;
         while let Some(r) = self.requests.get(self.arrivals_next) {
-            if r.follows.is_some() {
-                // Sent when the turn before it ends, not by the arrival process.
-                self.arrivals_next += 1;
-                continue;
-            }
-            if r.arrival_ns > self.now_ns {
+            // A chat session's later turn is sent when the turn before it ends, not by the
+            // arrival process.
+            if r.follows.is_none() && r.arrival_ns > self.now_ns {
                 self.events.push_single(r.arrival_ns, Event::Arrivals);
                 break;
             }
-            self.gate_queue.push_back(self.arrivals_next as u32);
             self.arrivals_next += 1;
+        }
+        // Each due request joins the gate's queue, as the semaphore's waiters; while nobody is
+        // queued ahead and permits are free, it goes out at once, as the queue would send it.
+        for id in due..self.arrivals_next {
+            if self.requests[id].follows.is_some() {
+                continue;
+            }
+            if self.gate_queue.is_empty() && self.in_flight < self.max_concurrency {
+                self.send(id as u32);
+            } else {
+                self.gate_queue.push_back(id as u32);
+            }
         }
         self.open_gate();
     }
 
     /// vLLM's client gates sends with a semaphore of `max_concurrency` permits: waiting requests
     /// go out in arrival order as soon as permits are free.
+    #[inline]
     fn open_gate(&mut self) {
+        // Asked after every step: mostly nobody waits.
+        if !self.gate_queue.is_empty() {
+            self.send_waiting();
+        }
+    }
+
+    fn send_waiting(&mut self) {
         while self.in_flight < self.max_concurrency {
             let Some(id) = self.gate_queue.pop_front() else { break };
             self.send(id);
@@ -462,21 +479,24 @@ impl Simulation<'_> {
         }
         // vLLM buckets tokens by whole seconds since the earliest send, which is the first arrival.
         records.tokens_per_second.add(now_ns - self.requests[0].arrival_ns, outcome.num_tokens());
-        replica.outstanding -= outcome.finished.len() as u32;
-        let mut finished = std::mem::take(&mut self.finished_buffer);
-        finished.clear();
-        finished.extend_from_slice(&outcome.finished);
-        let prefill = self.cluster.replicas[replica_index as usize].role == Role::Prefill;
-        for f in &finished {
-            self.out.extras[f.request_id as usize].preemptions += f.preemptions;
-            self.out.records.requests[f.request_id as usize].output_tokens = f.output_tokens;
-            if prefill && self.requests[f.request_id as usize].output_tokens > f.output_tokens {
-                self.send_kv(f.request_id);
-            } else {
-                self.complete(f.request_id, true);
+        // About half the steps finish nobody: they skip the copy.
+        if !outcome.finished.is_empty() {
+            replica.outstanding -= outcome.finished.len() as u32;
+            let mut finished = std::mem::take(&mut self.finished_buffer);
+            finished.clear();
+            finished.extend_from_slice(&outcome.finished);
+            let prefill = self.cluster.replicas[replica_index as usize].role == Role::Prefill;
+            for f in &finished {
+                self.out.extras[f.request_id as usize].preemptions += f.preemptions;
+                self.out.records.requests[f.request_id as usize].output_tokens = f.output_tokens;
+                if prefill && self.requests[f.request_id as usize].output_tokens > f.output_tokens {
+                    self.send_kv(f.request_id);
+                } else {
+                    self.complete(f.request_id, true);
+                }
             }
+            self.finished_buffer = finished;
         }
-        self.finished_buffer = finished;
         self.open_gate();
         // The engine loop goes straight on to the next step.
         let replica = &mut self.cluster.replicas[replica_index as usize];
