@@ -115,7 +115,7 @@ impl GemmOp {
         }
         let compute_s = rows * self.flop_s_per_row;
         let memory_s = self.weight_s + rows * self.activation_s_per_row;
-        compute_s.max(memory_s)
+        larger(compute_s, memory_s)
     }
 }
 
@@ -497,8 +497,8 @@ impl CostModel for Roofline {
         sampled += cohort_seqs;
         keys += cohort.context_tokens + cohort_seqs;
         kv_tokens_read += cohort.context_tokens + cohort_seqs;
-        let tokens = count_to_f64(tokens);
-        let sampled = count_to_f64(sampled);
+        let tokens = tokens as f64;
+        let sampled = sampled as f64;
 
         // A graph replays kernels shaped for its padded size.
         let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
@@ -507,11 +507,11 @@ impl CostModel for Roofline {
         let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
         let attention_compute_s =
-            count_to_f64(keys) * self.attention_s_per_key + count_to_f64(prefix_keys) * self.prefix_attention_s_per_key;
+            keys as f64 * self.attention_s_per_key + prefix_keys as f64 * self.prefix_attention_s_per_key;
         let attention_memory_s =
-            count_to_f64(kv_tokens_read) * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
+            kv_tokens_read as f64 * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
         let attention_s = if tokens > 0.0 {
-            self.num_layers * attention_compute_s.max(attention_memory_s)
+            self.num_layers * larger(attention_compute_s, attention_memory_s)
         } else {
             0.0
         };
@@ -524,7 +524,7 @@ impl CostModel for Roofline {
         let step_overhead_s =
             if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
         let prefill_s = if prefill_seqs > 0 {
-            self.prefill_step_overhead_s + self.prefill_seq_overhead_s * count_to_f64(prefill_seqs)
+            self.prefill_step_overhead_s + self.prefill_seq_overhead_s * prefill_seqs as f64
         } else {
             0.0
         };
@@ -556,12 +556,11 @@ impl CostModel for Roofline {
     }
 }
 
-/// `x as f64`, the same value (both round the integer to nearest), by way of `i64` where it
-/// fits: one instruction on baseline x86-64, where `u64`'s conversion takes several, and a step
-/// converts half a dozen counts (issue 14).
+/// `a.max(b)` for the finite times a step is priced from (every parameter is validated finite
+/// and non-negative): a compare, without `f64::max`'s handling of NaN, six instructions a call.
 #[inline]
-fn count_to_f64(x: u64) -> f64 {
-    if x <= i64::MAX as u64 { x as i64 as f64 } else { x as f64 }
+fn larger(a: f64, b: f64) -> f64 {
+    if a >= b { a } else { b }
 }
 
 #[cfg(test)]
