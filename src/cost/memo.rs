@@ -60,9 +60,89 @@ impl PartialEq for ByRows {
     }
 }
 
+/// Decode batches remembered by size: up to the largest `max_num_seqs` in common use.
+const BATCHES_REMEMBERED: usize = 1024;
+
+/// A price's parts that depend only on a decode batch's size and its graph (every sequence
+/// decoding one token, no prefill): the roofline's GEMMs, elementwise work, communication and
+/// overheads, everything but attention, which reads the contexts. A simulated run is about half
+/// such steps, and their sizes repeat (issue 14). One graph variant is kept per size (a run
+/// has one); another is computed each time. Shared between threads as [`ByRows`] is.
+pub struct ByDecodeBatch<T> {
+    values: Box<[OnceLock<(Option<u32>, T)>]>,
+}
+
+impl<T: Copy> ByDecodeBatch<T> {
+    pub fn new() -> ByDecodeBatch<T> {
+        ByDecodeBatch { values: (0..BATCHES_REMEMBERED).map(|_| OnceLock::new()).collect() }
+    }
+
+    /// `compute()`, which must be `f(seqs, graph_size)` for the one `f` this memo serves.
+    #[inline]
+    pub fn get(&self, seqs: u64, graph_size: Option<u32>, compute: impl FnOnce() -> T) -> T {
+        let Some(slot) = self.values.get(seqs as usize) else { return compute() };
+        match slot.get() {
+            Some(&(graph, value)) if graph == graph_size => value,
+            Some(_) => compute(),
+            None => {
+                let value = compute();
+                // Another thread may have set it meanwhile, to the same value.
+                let _ = slot.set((graph_size, value));
+                value
+            }
+        }
+    }
+}
+
+impl<T: Copy> Default for ByDecodeBatch<T> {
+    fn default() -> ByDecodeBatch<T> {
+        ByDecodeBatch::new()
+    }
+}
+
+/// A copy starts empty, as [`ByRows`]'s does.
+impl<T: Copy> Clone for ByDecodeBatch<T> {
+    fn clone(&self) -> ByDecodeBatch<T> {
+        ByDecodeBatch::new()
+    }
+}
+
+impl<T> std::fmt::Debug for ByDecodeBatch<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ByDecodeBatch({} remembered)", self.values.iter().filter(|v| v.get().is_some()).count())
+    }
+}
+
+/// Two models are equal whatever their caches hold.
+impl<T> PartialEq for ByDecodeBatch<T> {
+    fn eq(&self, _: &ByDecodeBatch<T>) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembers_decode_batches_by_size_and_graph() {
+        let memo = ByDecodeBatch::new();
+        let calls = std::cell::Cell::new(0);
+        let f = |seqs: u64, graph: Option<u32>| {
+            calls.set(calls.get() + 1);
+            seqs * 10 + u64::from(graph.unwrap_or(0))
+        };
+        assert_eq!(memo.get(3, Some(4), || f(3, Some(4))), 34);
+        assert_eq!(memo.get(3, Some(4), || f(3, Some(4))), 34);
+        assert_eq!(calls.get(), 1, "the second ask is remembered");
+        assert_eq!(memo.get(3, None, || f(3, None)), 30, "another graph variant of the size is its own");
+        assert_eq!(memo.get(3, None, || f(3, None)), 30);
+        assert_eq!(memo.get(5_000, None, || f(5_000, None)), 50_000);
+        assert_eq!(memo.get(5_000, None, || f(5_000, None)), 50_000);
+        assert_eq!(calls.get(), 5, "the second variant and large batches are computed each time");
+        assert_eq!(memo.clone().get(3, Some(4), || f(3, Some(4))), 34);
+        assert_eq!(calls.get(), 6, "a copy starts empty");
+    }
 
     #[test]
     fn remembers_whole_row_counts_and_computes_the_rest() {

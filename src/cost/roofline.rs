@@ -27,6 +27,7 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
+use super::memo::ByDecodeBatch;
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
 use super::{CostModel, StepCost, to_ns};
@@ -185,6 +186,9 @@ pub struct Roofline {
     vocab_size: f64,
     /// Per sampled row and logit; zero unless [`Roofline::with_sampling`] set it.
     sampling: SamplingCost,
+    /// Decode-only steps' prices but attention (`[gemm, elementwise, communication, overhead]`
+    /// ns), by batch size.
+    decode_parts: ByDecodeBatch<[u64; 4]>,
 }
 
 /// A mixture-of-experts layer's GEMMs on one GPU: the router, and one expert's gate+up and
@@ -408,12 +412,15 @@ impl Roofline {
             weight_bytes_read_per_step,
             vocab_size: model.vocab_size as f64,
             sampling: SamplingCost::default(),
+            decode_parts: ByDecodeBatch::new(),
         }
     }
 
     /// Prices each step's sampling at `sampling` (elementwise time; see [`SamplingCost`]).
     pub fn with_sampling(mut self, sampling: SamplingCost) -> Roofline {
         self.sampling = sampling;
+        // Prices remembered under the old sampling cost are stale.
+        self.decode_parts = ByDecodeBatch::new();
         self
     }
 
@@ -497,14 +504,12 @@ impl CostModel for Roofline {
         sampled += cohort_seqs;
         keys += cohort.context_tokens + cohort_seqs;
         kv_tokens_read += cohort.context_tokens + cohort_seqs;
+        // Every sequence decodes one token, in a step that prepares its own inputs: everything
+        // but attention depends on the batch's size and graph alone.
+        let decode_only = prefill_seqs == 0 && batch.window_step == 0 && tokens == sampled && tokens == u64::from(batch.num_seqs());
+        let tokens_count = tokens;
         let tokens = tokens as f64;
         let sampled = sampled as f64;
-
-        // A graph replays kernels shaped for its padded size.
-        let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
-        let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum::<f64>()
-            + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows));
-        let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
         let attention_compute_s =
             keys as f64 * self.attention_s_per_key + prefix_keys as f64 * self.prefix_attention_s_per_key;
@@ -516,31 +521,38 @@ impl CostModel for Roofline {
             0.0
         };
 
-        let elementwise_s = tokens * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token)
-            + self.sampling.step_s(sampled, self.vocab_size);
+        let the_rest = || {
+            // A graph replays kernels shaped for its padded size.
+            let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
+            let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum::<f64>()
+                + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows));
+            let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
-        let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
+            let elementwise_s = tokens
+                * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token)
+                + self.sampling.step_s(sampled, self.vocab_size);
 
-        let step_overhead_s =
-            if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
-        let prefill_s = if prefill_seqs > 0 {
-            self.prefill_step_overhead_s + self.prefill_seq_overhead_s * prefill_seqs as f64
-        } else {
-            0.0
+            let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
+
+            let step_overhead_s =
+                if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
+            let prefill_s = if prefill_seqs > 0 {
+                self.prefill_step_overhead_s + self.prefill_seq_overhead_s * prefill_seqs as f64
+            } else {
+                0.0
+            };
+            // A multi-step window's later steps only advance the batch on the GPU: the scheduling
+            // and input preparation these overheads stand for ran once, in its first step.
+            let overhead_s = if batch.window_step > 0 {
+                0.0
+            } else {
+                step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64
+            };
+            [to_ns(gemm_s), to_ns(elementwise_s), to_ns(communication_s), to_ns(overhead_s)]
         };
-        // A multi-step window's later steps only advance the batch on the GPU: the scheduling and
-        // input preparation these overheads stand for ran once, in its first step.
-        let overhead_s = if batch.window_step > 0 {
-            0.0
-        } else {
-            step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64
-        };
-
-        let gemm_ns = to_ns(gemm_s);
+        let [gemm_ns, elementwise_ns, communication_ns, overhead_ns] =
+            if decode_only { self.decode_parts.get(tokens_count, batch.graph_size, the_rest) } else { the_rest() };
         let attention_ns = to_ns(attention_s);
-        let elementwise_ns = to_ns(elementwise_s);
-        let communication_ns = to_ns(communication_s);
-        let overhead_ns = to_ns(overhead_s);
         StepCost {
             total_ns: gemm_ns + attention_ns + elementwise_ns + communication_ns + overhead_ns,
             gemm_ns,
