@@ -48,8 +48,12 @@ pub fn sort_by_key_u64_with<T: Copy>(values: &mut Vec<T>, scratch: &mut Vec<T>, 
             *c = total;
             total += n;
         }
-        scratch.clear();
-        scratch.resize(values.len(), values[0]);
+        // Every place is written below: the scratch only needs the length, which after a first
+        // pass it has (the lists trade buffers).
+        if scratch.len() != values.len() {
+            scratch.clear();
+            scratch.resize(values.len(), values[0]);
+        }
         for v in values.iter() {
             let bucket = digit(key(v), d);
             scratch[count[bucket]] = *v;
