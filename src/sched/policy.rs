@@ -181,6 +181,7 @@ enum AdmitBlocks {
 ///
 /// With a decode cohort, a step in which everything runs in full is scheduled from its totals;
 /// any other step dissolves the cohort and is scheduled here one sequence at a time.
+#[inline(always)]
 fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
     if s.schedule_cohort_step(batch, budget, chunked) {
         return false;
@@ -219,6 +220,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
 /// that does not fit (head-of-line, as both vLLM engines do). With prefix caching, a sequence
 /// starts from its cached prompt blocks and computes only the rest (vLLM V1's
 /// `get_computed_blocks` before `allocate_slots`).
+#[inline(always)]
 fn admit_waiting(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool, blocks: AdmitBlocks) {
     let watermark_blocks = s.watermark_blocks;
     while let Some(&seq) = s.waiting.front() {

@@ -186,6 +186,7 @@ impl Scheduler {
     /// empty batch means there is nothing to run now, unless [`Scheduler::step_in_flight`] says
     /// otherwise: then the step only delivers what a window that ended early held, and its
     /// [`Scheduler::finish_step`] is due at once.
+    #[inline(always)]
     pub fn schedule(&mut self) -> &Batch {
         assert!(!self.step_in_flight, "schedule() called twice without finish_step()");
         self.batch.clear();

@@ -205,6 +205,7 @@ impl SchedulerState {
     /// this fits in the free KV blocks (no preemption), this schedules exactly what the walk
     /// would, from the cohort's totals, and returns true. Otherwise it changes nothing and
     /// returns false. `chunked` is as in `schedule_running`.
+    #[inline(always)]
     pub(super) fn schedule_cohort_step(&mut self, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
         let Some(cohort) = self.cohort.as_mut() else { return false };
         if cohort.is_empty() {
@@ -330,6 +331,7 @@ impl SchedulerState {
 
     /// The cached blocks a waiting `seq` with nothing computed may start from: how many of its
     /// prompt hashes, from the first, hit (0 without prefix caching).
+    #[inline(always)]
     pub(super) fn prefix_hit_blocks(&self, seq: u32) -> usize {
         let s = &self.seqs[seq as usize];
         let (Some(prefix), Some(hashes)) = (self.kv.prefix_cache(), self.prompt_hashes.get(seq as usize)) else {

@@ -97,6 +97,7 @@ impl Cluster {
     /// Picks the replica of `group` for the next request. Deterministic: ties go to the lowest
     /// index. `hashes` gives the request's prompt block hashes for a block size (the
     /// prefix-aware router's only input beyond the loads).
+    #[inline(always)]
     pub fn route(&mut self, group: usize, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
         let g = &mut self.groups[group];
         let members = &g.members;

@@ -381,6 +381,7 @@ impl Simulation<'_> {
 
     /// The client issues request `id` now: it is timed from here, routed, and passes through
     /// the replica's front end to its scheduler.
+    #[inline(always)]
     fn send(&mut self, id: u32) {
         self.in_flight += 1;
         self.out.records.requests[id as usize].send_ns = self.now_ns;
@@ -399,6 +400,7 @@ impl Simulation<'_> {
     }
 
     /// Request `id` reaches replica `replica_index`'s scheduler now.
+    #[inline(always)]
     fn admit(&mut self, id: u32, replica_index: u32) {
         let spec = self.requests[id as usize];
         let replica = &mut self.cluster.replicas[replica_index as usize];
@@ -419,6 +421,7 @@ impl Simulation<'_> {
         self.start_step(replica_index);
     }
 
+    #[inline(always)]
     fn start_step(&mut self, replica_index: u32) {
         let replica = &mut self.cluster.replicas[replica_index as usize];
         debug_assert!(!replica.busy);
@@ -508,6 +511,7 @@ impl Simulation<'_> {
     /// The request ended (successfully or not), which frees a permit of the client's gate, and
     /// starts the think time before its session's next turn (sent whether or not this one
     /// succeeded: the client's script goes on).
+    #[inline(always)]
     fn complete(&mut self, id: u32, success: bool) {
         if let Some(done) = self.done.get_mut(id as usize) {
             assert!(!*done, "request {id} completed twice");
@@ -575,6 +579,7 @@ impl Simulation<'_> {
     /// `id` was offered to a replica's scheduler: queued, it wakes the replica if idle; refused
     /// (it can never fit there), it fails, and a first token it had from a prefill pool counts
     /// for nothing, as for any failed request.
+    #[inline(always)]
     fn after_admission(&mut self, admission: Admission, id: u32, replica_index: u32) {
         let replica = &mut self.cluster.replicas[replica_index as usize];
         match admission {

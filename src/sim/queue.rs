@@ -41,6 +41,7 @@ impl<E> Default for EventQueue<E> {
 }
 
 impl<E> EventQueue<E> {
+    #[inline(always)]
     pub fn push(&mut self, time_ns: u64, event: E) {
         let entry = self.entry(time_ns, event);
         self.heap.push(entry);
