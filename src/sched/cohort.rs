@@ -9,7 +9,8 @@
 //! ```text
 //!   epoch                 steps the cohort has decoded together
 //!   member offset o       context (computed tokens) − epoch, fixed while it is a member
-//!   Σo, Σo²               → Σ context = Σo + n·epoch,  Σ context² = Σo² + 2·epoch·Σo + n·epoch²
+//!   Σc, Σc²               the members' contexts, summed: a step adds n and 2·Σc + n, a join
+//!                         or a leave its member's c and c²
 //!   crossing[r]           members whose context is a multiple of block_size when epoch ≡ r
 //!                         (they need a block this step): r = −o mod block_size
 //!   finishes              the epoch at which each member's last token is out: buckets for
@@ -138,8 +139,9 @@ pub(super) struct Cohort {
     /// as a population count is a dozen instructions on baseline x86-64.
     block_mask: Option<i64>,
     members: Vec<Member>,
-    offset_sum: i128,
-    offset_squares: i128,
+    /// Σ context and Σ context² over the members, now.
+    context_sum: u128,
+    context_squares: u128,
     crossing: Vec<u32>,
     /// `finish_ring[e % FINISH_RING]`: members finishing at epoch `e`, for `e` within
     /// FINISH_RING of the epoch.
@@ -172,8 +174,8 @@ impl Cohort {
             block_size,
             block_mask: block_size.is_power_of_two().then(|| i64::from(block_size) - 1),
             members: Vec::new(),
-            offset_sum: 0,
-            offset_squares: 0,
+            context_sum: 0,
+            context_squares: 0,
             crossing: vec![0; block_size as usize],
             finish_ring: vec![Vec::new(); FINISH_RING as usize],
             finish_later: BinaryHeap::new(),
@@ -226,8 +228,9 @@ impl Cohort {
         }
         self.newest.push(seq.admitted, &member);
         let finish_epoch = self.epoch + u64::from(seq.max_output_tokens - seq.generated);
-        self.offset_sum += offset as i128;
-        self.offset_squares += offset as i128 * offset as i128;
+        let context = u64::from(seq.computed);
+        self.context_sum += u128::from(context);
+        self.context_squares += u128::from(context * context);
         let residue = self.residue(offset);
         self.crossing[residue] += 1;
         if finish_epoch - self.epoch < FINISH_RING {
@@ -257,8 +260,9 @@ impl Cohort {
         seq.computed = computed;
         seq.generated = generated;
         seq.cohort_index = NOT_MEMBER;
-        self.offset_sum -= member.offset as i128;
-        self.offset_squares -= member.offset as i128 * member.offset as i128;
+        let context = u64::from(computed);
+        self.context_sum -= u128::from(context);
+        self.context_squares -= u128::from(context * context);
         let residue = self.residue(member.offset);
         self.crossing[residue] -= 1;
     }
@@ -274,8 +278,8 @@ impl Cohort {
             seq.cohort_index = NOT_MEMBER;
         }
         self.members.clear();
-        self.offset_sum = 0;
-        self.offset_squares = 0;
+        self.context_sum = 0;
+        self.context_squares = 0;
         self.crossing.fill(0);
         self.finish_ring.iter_mut().for_each(Vec::clear);
         self.finish_later.clear();
@@ -294,19 +298,12 @@ impl Cohort {
 
     /// The members' contexts before this step's decode, as totals.
     pub(super) fn totals(&mut self, seqs: &[Seq]) -> Totals {
-        let (n, epoch) = (self.members.len() as i128, self.epoch as i128);
-        let context_tokens = self.offset_sum + n * epoch;
-        let context_token_squares = self.offset_squares + 2 * epoch * self.offset_sum + n * epoch * epoch;
         let epoch = self.epoch as i64;
         let max_context_tokens = self.longest.as_mut().map(|longest| {
             let offset = longest.max(&self.members, seqs, |m| m.offset);
             offset.map_or(0, |offset| (offset + epoch) as u32)
         });
-        Totals {
-            context_tokens: context_tokens as u128,
-            context_token_squares: context_token_squares as u128,
-            max_context_tokens,
-        }
+        Totals { context_tokens: self.context_sum, context_token_squares: self.context_squares, max_context_tokens }
     }
 
     /// When the member admitted last was admitted (`Seq::admitted`); `None` without members.
@@ -317,6 +314,10 @@ impl Cohort {
     /// Every member decoded one token.
     pub(super) fn advance(&mut self) {
         self.epoch += 1;
+        // Every context c became c + 1: Σc grows by n, and Σc² by 2·Σc + n.
+        let n = self.members.len() as u128;
+        self.context_squares += 2 * self.context_sum + n;
+        self.context_sum += n;
         while let Some(&Reverse((epoch, slot))) = self.finish_later.peek() {
             if epoch - self.epoch >= FINISH_RING {
                 break;
@@ -338,8 +339,9 @@ impl Cohort {
     /// Debug check: the totals are those of the members.
     #[cfg(debug_assertions)]
     pub(super) fn check(&self, seqs: &[Seq]) {
-        let offsets: i128 = self.members.iter().map(|m| m.offset as i128).sum();
-        assert_eq!(offsets, self.offset_sum, "cohort offset sum");
+        let contexts = self.members.iter().map(|m| (m.offset + self.epoch as i64) as u128);
+        assert_eq!(contexts.clone().sum::<u128>(), self.context_sum, "cohort context sum");
+        assert_eq!(contexts.map(|c| c * c).sum::<u128>(), self.context_squares, "cohort context squares");
         let crossing: u64 = self.crossing.iter().map(|&c| c as u64).sum();
         assert_eq!(crossing, self.members.len() as u64, "cohort crossing counters");
         for (i, m) in self.members.iter().enumerate() {
