@@ -15,6 +15,16 @@ pub fn round_to_u64(x: f64) -> u64 {
     (x + JUST_BELOW_HALF) as u64
 }
 
+/// [`round_to_u64`] for values that fit an i64 (below 2⁶³, about 292 years in ns: every price a
+/// cost model gives): the same result there, and `i64::MAX` past it. The signed conversion is
+/// one instruction on baseline x86-64 where the unsigned one takes a dozen, and a step rounds
+/// five prices (issue 14).
+#[inline]
+pub fn round_to_i64_range(x: f64) -> u64 {
+    // Negative sums and NaN convert to at most 0 (NaN to 0), as they saturate to 0 above.
+    ((x + JUST_BELOW_HALF) as i64).max(0) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +67,14 @@ mod tests {
         fn matches_std_near_ties(whole in 0u64..1 << 53, fraction in prop::sample::select(vec![0.0, 0.25, 0.5, 0.75, JUST_BELOW_HALF])) {
             let x = whole as f64 + fraction;
             prop_assert_eq!(round_to_u64(x), x.round() as u64, "{}", x);
+        }
+
+        /// Below 2⁶³ it is the unsigned rounding; at and past it, `i64::MAX`.
+        #[test]
+        fn the_i64_range_rounding_matches_below_two_to_the_63(bits in any::<u64>()) {
+            let x = f64::from_bits(bits);
+            let expected = if x.round() < 9_223_372_036_854_775_808.0 || x.is_nan() { x.round() as u64 } else { i64::MAX as u64 };
+            prop_assert_eq!(round_to_i64_range(x), expected, "{}", x);
         }
 
         #[test]

@@ -21,7 +21,7 @@ pub use crate::timeline::StepCost;
 #[inline]
 pub(crate) fn to_ns(seconds: f64) -> u64 {
     debug_assert!(seconds.is_finite() && seconds >= 0.0, "bad duration {seconds}");
-    crate::rounding::round_to_u64(seconds * NS_PER_S)
+    crate::rounding::round_to_i64_range(seconds * NS_PER_S)
 }
 
 pub(crate) const NS_PER_S: f64 = 1e9;
