@@ -193,11 +193,11 @@ impl LengthSampler {
 
     #[inline]
     fn round_and_clamp(&self, x: f64) -> u32 {
-        // Rounding saturates a negative or NaN draw to 0, and one past 2⁶⁴ to u64::MAX, which the
+        // Rounding saturates a negative or NaN draw to 0, and one past 2⁶³ to i64::MAX, which the
         // bounds then clamp, as they clamp `x.round()`. Clamped as integers: the bounds are exact
         // in f64 and u64 → f64 keeps the order, so this is the value a clamp of floats gave,
-        // without float max/min and a saturating cast (two per request, issue 14).
-        crate::rounding::round_to_u64(x).clamp(u64::from(self.low), u64::from(self.high)) as u32
+        // without float max/min and saturating casts (two per request, issue 14).
+        crate::rounding::round_to_i64_range(x).clamp(u64::from(self.low), u64::from(self.high)) as u32
     }
 }
 
