@@ -521,7 +521,7 @@ impl CostModel for Roofline {
             0.0
         };
 
-        let the_rest = || {
+        let parts_but_attention = || {
             // A graph replays kernels shaped for its padded size.
             let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
             let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum::<f64>()
@@ -551,7 +551,7 @@ impl CostModel for Roofline {
             [to_ns(gemm_s), to_ns(elementwise_s), to_ns(communication_s), to_ns(overhead_s)]
         };
         let [gemm_ns, elementwise_ns, communication_ns, overhead_ns] =
-            if decode_only { self.decode_parts.get(tokens_count, batch.graph_size, the_rest) } else { the_rest() };
+            if decode_only { self.decode_parts.get(tokens_count, batch.graph_size, parts_but_attention) } else { parts_but_attention() };
         let attention_ns = to_ns(attention_s);
         StepCost {
             total_ns: gemm_ns + attention_ns + elementwise_ns + communication_ns + overhead_ns,

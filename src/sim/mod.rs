@@ -347,19 +347,22 @@ impl Simulation<'_> {
             }
             self.arrivals_next += 1;
         }
-        // Each due request joins the gate's queue, as the semaphore's waiters; while nobody is
-        // queued ahead and permits are free, it goes out at once, as the queue would send it.
         for id in due..self.arrivals_next {
-            if self.requests[id].follows.is_some() {
-                continue;
-            }
-            if self.gate_queue.is_empty() && self.in_flight < self.max_concurrency {
-                self.send(id as u32);
-            } else {
-                self.gate_queue.push_back(id as u32);
+            if self.requests[id].follows.is_none() {
+                self.wait_at_gate(id as u32);
             }
         }
         self.open_gate();
+    }
+
+    /// Request `id` joins the gate's waiters, behind any already there. With nobody ahead and a
+    /// permit free it goes out at once, as the queue would send it, without passing through it.
+    fn wait_at_gate(&mut self, id: u32) {
+        if self.gate_queue.is_empty() && self.in_flight < self.max_concurrency {
+            self.send(id);
+        } else {
+            self.gate_queue.push_back(id);
+        }
     }
 
     /// vLLM's client gates sends with a semaphore of `max_concurrency` permits: waiting requests
@@ -600,7 +603,7 @@ impl Simulation<'_> {
 
     /// A session's next turn is due: it joins the client's queue like an arrival.
     fn on_next_turn(&mut self, request: u32) {
-        self.gate_queue.push_back(request);
+        self.wait_at_gate(request);
         self.open_gate();
     }
 
