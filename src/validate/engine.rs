@@ -772,22 +772,28 @@ pub fn render(v: &EngineValidation) -> String {
     let _ = writeln!(
         t,
         "\nMean step time by kind, engine / simulated: the engine's step trace (its forward pass timed kernel by \
-         kernel) against the simulator's step costs. Host is the engine's time outside the forward pass, and \
-         the cost model's overhead term.\n"
+         kernel on a CPU; on a GPU timed whole, its parts shown as —) against the simulator's step costs. Host is \
+         the engine's time outside the forward pass, and the cost model's overhead term.\n"
     );
+    // The CPU executor times each kernel as it returns; the CUDA executor's kernels run
+    // asynchronously, and only the whole forward pass (to the logits' copy) is timed.
+    let engine_parts_timed = s.device.is_none();
     let _ = writeln!(t, "| step kind | steps | step (ms) | error | GEMM (ms) | attention (ms) | elementwise (ms) | host (ms) |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for g in step_comparison(v) {
-        let _ = writeln!(t, "{}", step_row(&g.kind.describe(), &g.engine, &g.simulated));
+        let _ = writeln!(t, "{}", step_row(&g.kind.describe(), &g.engine, &g.simulated, engine_parts_timed));
     }
     t
 }
 
 /// One row of the step table. A kind that only one side ran has no mean on the other side and
-/// no error: those cells are "—", not NaN.
-fn step_row(kind: &str, e: &StepMeans, s: &StepMeans) -> String {
+/// no error: those cells are "—", not NaN. So are the engine's GEMM, attention and elementwise
+/// parts where it did not time them (`engine_parts_timed` false): its trace holds zeros there,
+/// which are no measurement.
+fn step_row(kind: &str, e: &StepMeans, s: &StepMeans, engine_parts_timed: bool) -> String {
     let mean = |m: &StepMeans, v: f64| if m.steps == 0 { "—".to_string() } else { format!("{v:.3}") };
     let pair = |a: f64, b: f64| format!("{} / {}", mean(e, a), mean(s, b));
+    let part = |a: f64, b: f64| if engine_parts_timed { pair(a, b) } else { format!("— / {}", mean(s, b)) };
     let error = if e.steps == 0 || s.steps == 0 {
         "—".to_string()
     } else {
@@ -798,9 +804,9 @@ fn step_row(kind: &str, e: &StepMeans, s: &StepMeans) -> String {
         e.steps,
         s.steps,
         pair(e.total_ms, s.total_ms),
-        pair(e.gemm_ms, s.gemm_ms),
-        pair(e.attention_ms, s.attention_ms),
-        pair(e.elementwise_ms, s.elementwise_ms),
+        part(e.gemm_ms, s.gemm_ms),
+        part(e.attention_ms, s.attention_ms),
+        part(e.elementwise_ms, s.elementwise_ms),
         pair(e.overhead_ms, s.overhead_ms),
     )
 }
@@ -847,6 +853,7 @@ mod tests {
     use super::*;
     use crate::run::scheduler_config;
     use crate::scenario::Policy;
+    use crate::cost::StepCost;
 
     fn setup() -> (EngineSetup, SweepSetup) {
         let engine = EngineSetup {
@@ -864,9 +871,20 @@ mod tests {
     fn a_step_kind_one_side_never_ran_prints_dashes_not_nan() {
         let ran = StepMeans::of([StepRow::default()].iter());
         let never = StepMeans::of(std::iter::empty());
-        let row = step_row("decode, 1 seq", &ran, &never);
+        let row = step_row("decode, 1 seq", &ran, &never, true);
         assert!(!row.contains("NaN") && row.contains("0.000 / —") && row.contains("| — |"), "{row}");
         assert_eq!(row.matches('—').count(), 6, "{row}");
+    }
+
+    #[test]
+    fn engine_parts_not_timed_print_dashes_not_zeros() {
+        let step = |total_ns, gemm_ns| StepRow { cost: StepCost { total_ns, gemm_ns, overhead_ns: 2_000, ..Default::default() }, ..Default::default() };
+        let (engine, simulated) = (StepMeans::of([step(500_000, 0)].iter()), StepMeans::of([step(177_000, 106_000)].iter()));
+        let untimed = step_row("decode, 1 seqs", &engine, &simulated, false);
+        assert!(untimed.contains("| — / 0.106 | — / 0.000 | — / 0.000 | 0.002 / 0.002 |"), "{untimed}");
+        assert!(untimed.contains("| 0.500 / 0.177 |"), "the whole step is still compared: {untimed}");
+        let timed = step_row("decode, 1 seqs", &engine, &simulated, true);
+        assert!(timed.contains("| 0.000 / 0.106 |") && !timed.contains('—'), "{timed}");
     }
 
     #[test]
