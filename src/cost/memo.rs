@@ -34,6 +34,17 @@ impl ByRows {
     }
 }
 
+impl ByRows {
+    /// [`ByRows::get`] for a row count that is a whole number already: no check of the float.
+    #[inline]
+    pub fn get_whole(&self, rows: u64, compute: impl FnOnce() -> f64) -> f64 {
+        match usize::try_from(rows).ok().and_then(|index| self.values.get(index)) {
+            Some(slot) => *slot.get_or_init(compute),
+            None => compute(),
+        }
+    }
+}
+
 impl Default for ByRows {
     fn default() -> ByRows {
         ByRows::new()

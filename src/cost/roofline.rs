@@ -27,10 +27,11 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
-use super::memo::ByDecodeBatch;
+use super::memo::{ByDecodeBatch, ByRows};
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
 use super::{CostModel, StepCost, to_ns};
+use crate::rounding::count_to_f64;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::scenario::model::Dtype;
 use crate::sched::batch::{Batch, SeqWork};
@@ -189,6 +190,9 @@ pub struct Roofline {
     /// Decode-only steps' prices but attention (`[gemm, elementwise, communication, overhead]`
     /// ns), by batch size.
     decode_parts: ByDecodeBatch<[u64; 4]>,
+    /// One layer's GEMM time (the MoE's included), seconds, by GEMM rows: a mixed step's token
+    /// count varies, but over a run it takes a few thousand values (issue 14).
+    layer_gemm_s_by_rows: ByRows,
 }
 
 /// A mixture-of-experts layer's GEMMs on one GPU: the router, and one expert's gate+up and
@@ -413,6 +417,7 @@ impl Roofline {
             vocab_size: model.vocab_size as f64,
             sampling: SamplingCost::default(),
             decode_parts: ByDecodeBatch::new(),
+            layer_gemm_s_by_rows: ByRows::new(),
         }
     }
 
@@ -508,13 +513,13 @@ impl CostModel for Roofline {
         // but attention depends on the batch's size and graph alone.
         let decode_only = prefill_seqs == 0 && batch.window_step == 0 && tokens == sampled && tokens == u64::from(batch.num_seqs());
         let tokens_count = tokens;
-        let tokens = tokens as f64;
-        let sampled = sampled as f64;
+        let tokens = count_to_f64(tokens);
+        let sampled = count_to_f64(sampled);
 
         let attention_compute_s =
-            keys as f64 * self.attention_s_per_key + prefix_keys as f64 * self.prefix_attention_s_per_key;
+            count_to_f64(keys) * self.attention_s_per_key + count_to_f64(prefix_keys) * self.prefix_attention_s_per_key;
         let attention_memory_s =
-            kv_tokens_read as f64 * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
+            count_to_f64(kv_tokens_read) * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
         let attention_s = if tokens > 0.0 {
             self.num_layers * larger(attention_compute_s, attention_memory_s)
         } else {
@@ -523,9 +528,11 @@ impl CostModel for Roofline {
 
         let parts_but_attention = || {
             // A graph replays kernels shaped for its padded size.
-            let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
-            let layer_gemm_s: f64 = self.layer_gemms.iter().map(|op| op.time_s(gemm_rows)).sum::<f64>()
-                + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows));
+            let gemm_rows = batch.graph_size.map_or(tokens_count, u64::from);
+            let layer_gemm_s = self.layer_gemm_s_by_rows.get_whole(gemm_rows, || {
+                let rows = count_to_f64(gemm_rows);
+                self.layer_gemms.iter().map(|op| op.time_s(rows)).sum::<f64>() + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(rows))
+            });
             let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
 
             let elementwise_s = tokens
@@ -537,7 +544,7 @@ impl CostModel for Roofline {
             let step_overhead_s =
                 if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
             let prefill_s = if prefill_seqs > 0 {
-                self.prefill_step_overhead_s + self.prefill_seq_overhead_s * prefill_seqs as f64
+                self.prefill_step_overhead_s + self.prefill_seq_overhead_s * count_to_f64(prefill_seqs)
             } else {
                 0.0
             };
