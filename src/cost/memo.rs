@@ -27,14 +27,12 @@ impl ByRows {
     #[inline]
     pub fn get(&self, rows: f64, compute: impl FnOnce() -> f64) -> f64 {
         if rows >= 0.0 && rows.fract() == 0.0 && rows < ROWS_REMEMBERED as f64 {
-            *self.values[rows as usize].get_or_init(compute)
+            self.get_whole(rows as u64, compute)
         } else {
             compute()
         }
     }
-}
 
-impl ByRows {
     /// [`ByRows::get`] for a row count that is a whole number already: no check of the float.
     #[inline]
     pub fn get_whole(&self, rows: u64, compute: impl FnOnce() -> f64) -> f64 {
