@@ -8,11 +8,9 @@ use common::*;
 fn a_cpu_profile_measured_here_drives_simulate() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("cpu.csv");
-    // A small budget: a run cut short keeps what it measured, coarse to fine over every op.
-    // How much that is depends on the machine's load (9 s measured 28 shapes on an idle 2-core
-    // machine, and none of the attention ones when it was busy), so only what load cannot change
-    // is asserted: the run ends, writes a profile, and the profile drives `simulate`. Which op
-    // kinds a cut run covers is checked on a test clock (`calibrate::run`'s unit tests).
+    // A run cut short by a shape limit keeps what it measured, coarse to fine over every op: the
+    // same shapes on every machine, idle or busy, whatever its cache (a time budget cuts where
+    // the load says; that is checked on a test clock in `calibrate::run`'s unit tests).
     let out = servesim(&[
         "calibrate",
         "--device",
@@ -23,8 +21,12 @@ fn a_cpu_profile_measured_here_drives_simulate() {
         "1",
         "--threads",
         "2",
-        "--budget-minutes",
-        "0.3",
+        "--passes",
+        "1",
+        "--memory-gib",
+        "2",
+        "--max-shapes",
+        "24",
         "--out",
         profile.to_str().unwrap(),
     ]);
@@ -33,8 +35,12 @@ fn a_cpu_profile_measured_here_drives_simulate() {
     assert!(err.contains("leave-one-out interpolation error"), "{err}");
     let csv = std::fs::read_to_string(&profile).unwrap();
     assert!(csv.starts_with("op,phase,dtype,m,n,k,"), "{csv}");
-    // 18 s is a generous deadline for the first shape, whatever else was measured.
-    assert!(csv.lines().count() >= 2, "no measured row:\n{err}");
+    // The sampler's 4 shapes, then the next 20 of the grid: a 1B model's largest GEMM (its
+    // LM head, 1 GiB of f32 weights) fits the 2 GiB cap, so none is refused.
+    assert_eq!(csv.lines().count(), 1 + 24, "{csv}\n{err}");
+    for kind in ["gemm,", "attention,prefill,", "attention,decode,", "attention,mixed,", "sampling,"] {
+        assert!(csv.lines().any(|l| l.starts_with(kind)), "no {kind} row:\n{csv}");
+    }
     let provenance = std::fs::read_to_string(dir.path().join("cpu.provenance.toml")).unwrap();
     assert!(provenance.contains("device") && provenance.contains("engine/cpu/"), "{provenance}");
 
@@ -57,20 +63,21 @@ fn a_cpu_profile_measured_here_drives_simulate() {
     assert!(stderr(&refused).contains("the scenario runs on H100-SXM"), "{}", stderr(&refused));
     let summary = std::fs::read_to_string(run_dir.join("summary.json")).unwrap();
     assert!(summary.contains("\"cost_model\": \"calibrated profile ("), "{summary}");
-    // The rows measured price the run: its figures are printed and finite. (That they are the
-    // CPU's rather than the roofline's depends on which rows the budget reached.)
+    // The rows measured price the run: its figures are printed and finite.
     let tpot_ms = stdout(&sim).lines().find_map(|l| l.strip_prefix("Mean TPOT (ms):")?.trim().parse::<f64>().ok());
     assert!(tpot_ms.is_some_and(|t| t.is_finite() && t > 0.0), "{}", stdout(&sim));
 }
 
-/// The default CPU run as a new user starts it, cut short by a tiny budget: a bounded grid,
-/// progress lines on a stderr that is not a terminal, what was measured written with the cut
-/// and the reference timings in its provenance, and no NaN.
+/// The default CPU run as a new user starts it, cut short by a shape limit (the same cut on
+/// every machine): a bounded grid, progress lines on a stderr that is not a terminal, what was
+/// measured written with the cut and the reference timings in its provenance, and no NaN.
 #[test]
 fn the_default_cpu_run_is_bounded_shows_progress_and_writes_what_it_measured() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("default.csv");
-    let out = servesim(&["calibrate", "--device", "cpu", "--budget-minutes", "0.05", "--out", profile.to_str().unwrap()]);
+    // The memory cap is given too: by default it is a quarter of the memory available (at most
+    // 4 GiB), and which shapes fit must not depend on what else the machine holds.
+    let out = servesim(&["calibrate", "--device", "cpu", "--max-shapes", "12", "--memory-gib", "2", "--out", profile.to_str().unwrap()]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let planned: usize = err
@@ -84,10 +91,10 @@ fn the_default_cpu_run_is_bounded_shows_progress_and_writes_what_it_measured() {
     assert!(err.contains("calibrating: 0/") && err.contains(" elapsed, "), "{err}");
     assert!(!err.contains("NaN"), "{err}");
     assert!(err.contains("leave-one-out interpolation error: GEMM "), "{err}");
-    assert!(err.contains("the budget ran out: the profile holds what was measured"), "{err}");
+    assert!(err.contains("--max-shapes 12 was reached: the profile holds what was measured (12 of "), "{err}");
     assert!(profile.exists(), "nothing written:\n{err}");
     let provenance = std::fs::read_to_string(dir.path().join("default.provenance.toml")).unwrap();
-    assert!(provenance.contains("cut_short = true"), "{provenance}");
+    assert!(provenance.contains("cut_short = true") && provenance.contains("shapes_max = 12"), "{provenance}");
     assert!(provenance.contains("[run.reference]") && provenance.contains("kernel = \"gemm 256×1024×1024 fp32\""), "{provenance}");
 }
 
@@ -103,6 +110,7 @@ fn bad_calibrate_flags_exit_2() {
         ["--memory-gib", "0"],
         ["--memory-gib", "NaN"],
         ["--memory-gib", "1e300"],
+        ["--max-shapes", "0"],
     ] {
         let out = servesim(&["calibrate", args[0], args[1], "--out", out_csv.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));

@@ -18,6 +18,9 @@
 //! ~1% RMS do not; closer calls may legitimately flip and are only reported. The CPU's token is
 //! fed to both executors so they stay on one sequence.
 
+mod common;
+use common::required;
+
 use servesim::engine::cuda::CudaModelExecutor;
 use servesim::engine::cuda::device::{check_cublaslt, check_nvrtc, device_count};
 use servesim::engine::cuda::forward::round_weights_to_bf16;
@@ -28,10 +31,6 @@ const REL_L2_MAX: f64 = 0.05;
 const MAX_ABS_OF_RMS: f64 = 0.25;
 const GREEDY_MARGIN_OF_RMS: f64 = 0.1;
 
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-}
-
 /// Why the GPU tests cannot run here, or `None` when they can.
 fn unavailable() -> Option<String> {
     let reason = match device_count() {
@@ -40,7 +39,7 @@ fn unavailable() -> Option<String> {
         Ok(_) => check_nvrtc().err().or_else(|| check_cublaslt().err()).map(|e| e.to_string()),
     };
     if let Some(r) = &reason {
-        assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but the GPU tests cannot run: {r}");
+        assert!(!required("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but the GPU tests cannot run: {r}");
     }
     reason
 }

@@ -10,6 +10,9 @@
 //! reference computes in f64 from the rounded values, and the kernels accumulate in f32, so the
 //! error is dominated by rounding the output (2⁻⁹ relative for bf16, 2⁻¹² for fp16).
 
+mod common;
+use common::required;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -24,17 +27,13 @@ use servesim::engine::cuda::kernels::{DecodeParams, PagedKvCache, PrefillParams,
 use servesim::engine::cuda::{CublasLt, CudaDevice, CudaKernels, GemmDtype, KernelFloat};
 use servesim::scenario::Dtype;
 
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-}
-
 // ---------------------------------------------------------------------------------------------
 // NVRTC: no GPU needed.
 
 #[test]
 fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
     if let Err(e) = check_nvrtc() {
-        assert!(!env_flag("SERVESIM_REQUIRE_NVRTC"), "SERVESIM_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}");
+        assert!(!required("SERVESIM_REQUIRE_NVRTC"), "SERVESIM_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}");
         println!("SKIPPED every_kernel_compiles_to_ptx_for_sm80_and_sm90: {e}");
         return;
     }
@@ -74,7 +73,7 @@ fn every_cu_file_in_kernels_is_compiled() {
 #[test]
 fn a_compile_error_carries_the_nvrtc_log() {
     if let Err(e) = check_nvrtc() {
-        assert!(!env_flag("SERVESIM_REQUIRE_NVRTC"), "SERVESIM_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}");
+        assert!(!required("SERVESIM_REQUIRE_NVRTC"), "SERVESIM_REQUIRE_NVRTC=1 but NVRTC is unavailable: {e}");
         println!("SKIPPED a_compile_error_carries_the_nvrtc_log: {e}");
         return;
     }
@@ -120,7 +119,7 @@ fn gpu(test: &str) -> Option<Gpu> {
         }
         Err(e) => {
             assert!(
-                !env_flag("SERVESIM_REQUIRE_GPU") || !matches!(e, DeviceError::Unavailable(_)),
+                !required("SERVESIM_REQUIRE_GPU") || !matches!(e, DeviceError::Unavailable(_)),
                 "SERVESIM_REQUIRE_GPU=1 but no GPU: {e}"
             );
             assert!(matches!(e, DeviceError::Unavailable(_)), "{test}: the GPU is there but failed: {e}");
@@ -663,7 +662,7 @@ fn cublaslt_gemm_matches_reference() {
     let blas = match CublasLt::new(&g.device) {
         Ok(b) => b,
         Err(e) => {
-            assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but cuBLASLt is unavailable: {e}");
+            assert!(!required("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but cuBLASLt is unavailable: {e}");
             println!("SKIPPED cublaslt_gemm_matches_reference: {e}");
             return;
         }
@@ -699,7 +698,7 @@ fn tiny_calibration_runs_end_to_end() {
     let mut backend = match CudaBackend::new(0) {
         Ok(b) => b,
         Err(e) => {
-            assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but the CUDA backend is unavailable: {e}");
+            assert!(!required("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but the CUDA backend is unavailable: {e}");
             assert!(matches!(e, DeviceError::Unavailable(_)), "expected Unavailable without a GPU: {e}");
             println!("SKIPPED tiny_calibration_runs_end_to_end: {e}");
             return;

@@ -8,11 +8,9 @@ use common::*;
 
 #[test]
 fn shards_on_ray_merge_into_the_unsharded_plan() {
-    let require = std::env::var("SERVESIM_REQUIRE_RAY").as_deref() == Ok("1");
-    let probe = std::process::Command::new("python3").args(["-c", "import ray"]).current_dir(std::env::temp_dir()).output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        assert!(!require, "SERVESIM_REQUIRE_RAY=1 but python3 cannot import ray");
-        eprintln!("skipping: python3 with the ray package is not available");
+    if let Err(why) = python_modules(&["ray"]) {
+        assert!(!required("SERVESIM_REQUIRE_RAY"), "SERVESIM_REQUIRE_RAY=1 but {why}");
+        eprintln!("skipping: {why} (pip install ray)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -115,17 +115,11 @@ fn bench_tokenizer_counts_agree_with_the_server() {
 /// makes its absence a failure); else prints why and passes.
 #[test]
 fn shipped_tokenizers_match_their_generator() {
-    let require = std::env::var("SERVESIM_REQUIRE_VLLM_CLIENT").as_deref() == Ok("1");
-    // Probed for the class, from the temporary directory: run from the repository, a bare
-    // `import tokenizers` finds the repository's own `tokenizers/` folder as a namespace package
-    // and succeeds without the real one.
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "from tokenizers import Tokenizer"])
-        .current_dir(std::env::temp_dir())
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        assert!(!require, "SERVESIM_REQUIRE_VLLM_CLIENT=1 but python3 cannot import tokenizers");
-        eprintln!("skipping: python3 with the tokenizers package is not available");
+    // Run from the repository, a bare `import tokenizers` finds its own `tokenizers/` folder
+    // as a namespace package: the probe runs elsewhere and wants the package's file.
+    if let Err(why) = python_modules(&["tokenizers"]) {
+        assert!(!required("SERVESIM_REQUIRE_VLLM_CLIENT"), "SERVESIM_REQUIRE_VLLM_CLIENT=1 but {why}");
+        eprintln!("skipping: {why} (pip install tokenizers)");
         return;
     }
     let out = std::process::Command::new("python3").arg(repo().join("tokenizers/generate.py")).arg("--check").output().unwrap();

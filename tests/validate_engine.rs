@@ -101,10 +101,6 @@ fn bad_engine_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-}
-
 /// `--device cuda:N`: the CUDA engine, calibrated on its GPU in bf16. Without a GPU (CI) it is a
 /// usage error naming the device and the reason; with one it runs the whole loop, as the CPU
 /// test above does, and writes `gpu.csv`. `SERVESIM_REQUIRE_GPU=1` makes a missing GPU fail.
@@ -114,7 +110,7 @@ fn the_engine_loop_on_a_gpu() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--device: \"cuda:4096\""), "{}", stderr(&out));
     if let Err(reason) = servesim::engine::cuda::device::check_driver() {
-        assert!(!env_flag("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but {reason}");
+        assert!(!required("SERVESIM_REQUIRE_GPU"), "SERVESIM_REQUIRE_GPU=1 but {reason}");
         println!("skipped the GPU run: {reason}");
         let out = servesim(&["validate", "--engine", "--random-weights", "tiny", "--device", "cuda:0"]);
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 /// The benchmarks directory, or `None` (after saying why) when this machine cannot run it.
 fn vllm_benchmarks() -> Option<PathBuf> {
-    let require = std::env::var("SERVESIM_REQUIRE_VLLM_CLIENT").as_deref() == Ok("1");
+    let require = required("SERVESIM_REQUIRE_VLLM_CLIENT");
     let skip = |why: String| {
         assert!(!require, "SERVESIM_REQUIRE_VLLM_CLIENT=1 but {why}");
         eprintln!("skipping the vLLM client test: {why}");
@@ -32,11 +32,9 @@ fn vllm_benchmarks() -> Option<PathBuf> {
             return skip(format!("{} is missing", dir.join(file).display()));
         }
     }
-    let imports = Command::new("python3").args(["-c", "import aiohttp, numpy, tqdm, transformers, datasets, PIL"]).output();
-    match imports {
-        Ok(out) if out.status.success() => Some(dir),
-        Ok(out) => skip(format!("python3 lacks the client's packages: {}", stderr(&out).trim())),
-        Err(e) => skip(format!("cannot run python3: {e}")),
+    match python_modules(&["aiohttp", "numpy", "tqdm", "transformers", "datasets", "PIL"]) {
+        Ok(_) => Some(dir),
+        Err(why) => skip(format!("{why}, one of the client's packages")),
     }
 }
 

@@ -76,13 +76,22 @@ pub fn memory_cap_default_bytes() -> u64 {
 /// Assumed last-level cache when sysfs does not say (a common server L3 slice).
 const LLC_BYTES_DEFAULT: usize = 32 << 20;
 
+/// The environment variable that sets the last-level cache a CPU calibration assumes, in MiB,
+/// instead of what sysfs reports: the cache sizes the flush buffer and how many copies of small
+/// weights a GEMM streams, so a test or CI run can pin it (a VM may report its host's 300 MiB).
+pub const LLC_MIB_VAR: &str = "SERVESIM_LLC_MIB";
+
+/// Largest last-level cache [`LLC_MIB_VAR`] accepts: beyond any CPU made, and the flush buffer is
+/// capped at 512 MiB anyway.
+const LLC_MIB_MAX: u64 = 1 << 16;
+
 /// Calibrates this machine's CPU with the engine's f32 kernels on `threads` threads.
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
     threads: usize,
     peak: Peak,
     name: String,
-    /// Read between repeats to evict the caches: 2 × the last-level cache (see [`llc_bytes`]).
+    /// Read between repeats to evict the caches: 2 × the last-level cache (see [`host_llc_bytes`]).
     flush: Vec<f32>,
     /// Most bytes of operands held at once: kept weights, KV-cache copies and the shape being
     /// prepared (see [`memory_cap_default_bytes`]).
@@ -114,10 +123,17 @@ impl SequenceWeights {
 const WEIGHTS_KEPT: usize = 2;
 
 impl CpuBackend {
-    /// Builds a pool of `threads` workers and measures [`Peak`] on it (about 0.1–0.5 s).
+    /// Builds a pool of `threads` workers and measures [`Peak`] on it (about 0.1–0.5 s), for the
+    /// host's last-level cache ([`host_llc_bytes`]).
     ///
-    /// Errors: `Failed` when `threads` is 0 or the pool cannot be built.
+    /// Errors: `Failed` when `threads` is 0, the pool cannot be built or [`LLC_MIB_VAR`] is
+    /// malformed.
     pub fn new(threads: usize) -> Result<CpuBackend, DeviceError> {
+        CpuBackend::with_llc_bytes(threads, host_llc_bytes()?)
+    }
+
+    /// [`CpuBackend::new`] for a last-level cache of `llc_bytes`, whatever the host has.
+    pub fn with_llc_bytes(threads: usize, llc_bytes: usize) -> Result<CpuBackend, DeviceError> {
         if threads == 0 {
             return Err(DeviceError::Failed("the CPU backend needs at least 1 thread".to_string()));
         }
@@ -126,7 +142,7 @@ impl CpuBackend {
             .thread_name(|i| format!("servesim-cpu-{i}"))
             .build()
             .map_err(|e| DeviceError::Failed(format!("building a pool of {threads} threads: {e}")))?;
-        let llc = llc_bytes();
+        let llc = llc_bytes;
         let bytes_max = memory_cap_default_bytes();
         let mut backend = CpuBackend {
             pool,
@@ -480,8 +496,13 @@ impl CpuBackend {
         let weights_bytes = gemms.iter().map(|g| g.k * g.n * 4).sum::<usize>();
         let stream_bytes = self.flush.len() * 4; // the flush buffer: 2 × the last-level cache
         let placements = placements.min(PLACEMENTS_BYTES_MAX / weights_bytes);
-        let copies = stream_bytes.div_ceil(weights_bytes).max(placements).clamp(1, B_COPIES_MAX);
         let (k_max, n_max) = (gemms.iter().map(|g| g.k).max().unwrap_or(0), gemms.iter().map(|g| g.n).max().unwrap_or(0));
+        // Copies beyond the first are a refinement, never a reason to refuse: they stop at what
+        // the memory cap holds beside the shape's own operands, so whether a shape runs does
+        // not depend on the host's cache size (a 300 MiB L3 asks for 512 MiB of copies).
+        let operands_bytes = (m * k_max + m * n_max) as u64 * 4;
+        let copies_in_cap = (self.bytes_max.saturating_sub(operands_bytes) / weights_bytes as u64) as usize;
+        let copies = stream_bytes.div_ceil(weights_bytes).max(placements).min(copies_in_cap).clamp(1, B_COPIES_MAX);
         let what = format!("GEMM {}×{}×{} in a step of {} GEMMs", m, shape.n, shape.k, gemms.len());
         // The set this shape reads is taken out of the kept ones, so that making room does not
         // free it, and counted with the shape's own operands. A set with more copies serves
@@ -758,9 +779,29 @@ fn cpu_model_name() -> Option<String> {
         .filter(|name| !name.is_empty())
 }
 
+/// The last-level cache a calibration on this host assumes: [`LLC_MIB_VAR`] when set, else what
+/// sysfs reports ([`sysfs_llc_bytes`]).
+///
+/// Errors: `Failed`, naming the variable and its value, when it is not a whole number of MiB in
+/// 1..=65536.
+pub fn host_llc_bytes() -> Result<usize, DeviceError> {
+    match std::env::var_os(LLC_MIB_VAR) {
+        None => Ok(sysfs_llc_bytes()),
+        Some(value) => llc_bytes_from_var(&value),
+    }
+}
+
+/// [`LLC_MIB_VAR`]'s value in bytes.
+fn llc_bytes_from_var(value: &std::ffi::OsStr) -> Result<usize, DeviceError> {
+    match value.to_str().map(|v| v.trim().parse::<u64>()) {
+        Some(Ok(mib)) if (1..=LLC_MIB_MAX).contains(&mib) => Ok((mib << 20) as usize),
+        _ => Err(DeviceError::Failed(format!("{LLC_MIB_VAR}={value:?}: expected a whole number of MiB from 1 to {LLC_MIB_MAX}"))),
+    }
+}
+
 /// Total last-level cache: the size of the highest cache level times the number of distinct
 /// instances (one per CCX on an EPYC), from sysfs; [`LLC_BYTES_DEFAULT`] if unreadable.
-fn llc_bytes() -> usize {
+fn sysfs_llc_bytes() -> usize {
     let base = std::path::Path::new("/sys/devices/system/cpu");
     let Ok(entries) = std::fs::read_dir(base) else { return LLC_BYTES_DEFAULT };
     // (level, size, shared_cpu_list) of every cache of every CPU; keep the highest level.
@@ -817,8 +858,10 @@ pub fn mem_available_bytes() -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// Two threads and a 32 MiB last-level cache, whatever the host's: no verdict below may
+    /// depend on the machine's cache.
     fn backend() -> CpuBackend {
-        CpuBackend::new(2).expect("CPU backend")
+        CpuBackend::with_llc_bytes(2, 32 << 20).expect("CPU backend")
     }
 
     fn attention(phase: AttentionPhase, batch: u32, query_len: u32, context_len: u32, heads: (u32, u32, u32)) -> AttentionShape {
@@ -999,25 +1042,57 @@ mod tests {
 
     #[test]
     fn operands_held_stay_within_the_memory_cap() {
-        let mut b = backend();
-        // Room for every shape below on any machine (copies of small weights grow with the
-        // last-level cache, up to 64), not for all of them kept at once.
-        let cap = 320u64 << 20;
-        b.set_memory_cap(cap);
-        let step = StepGemms { sequence: vec![(1024, 512), (512, 1024)], timed: 0 };
-        for m in [1, 2, 64] {
-            drop(b.prepare_gemm_in_step(&GemmShape { m, n: 1024, k: 512, dtype: Dtype::Fp32 }, &step).expect("fits"));
-            assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
+        // A small last-level cache and a VM's reported 300 MiB one: the copies of small weights
+        // grow with the cache (2 × 300 MiB is 512 MiB after the flush buffer's cap), and must
+        // stop at the memory cap rather than get a small shape refused.
+        for llc_mib in [8, 300] {
+            let mut b = CpuBackend::with_llc_bytes(1, llc_mib << 20).expect("CPU backend");
+            let cap = 320u64 << 20;
+            b.set_memory_cap(cap);
+            let step = StepGemms { sequence: vec![(1024, 512), (512, 1024)], timed: 0 };
+            for m in [1, 2, 64] {
+                drop(b.prepare_gemm_in_step(&GemmShape { m, n: 1024, k: 512, dtype: Dtype::Fp32 }, &step).expect("fits"));
+                assert!(b.held_bytes() <= cap, "LLC {llc_mib} MiB: {} > {cap}", b.held_bytes());
+            }
+            drop(b.prepare_attention(&attention(AttentionPhase::Decode, 8, 1, 1000, (8, 8, 64))).expect("fits"));
+            assert!(b.held_bytes() <= cap, "LLC {llc_mib} MiB: {} > {cap}", b.held_bytes());
+            drop(b.prepare_gemm(&GemmShape { m: 4, n: 2048, k: 4096, dtype: Dtype::Fp32 }).expect("fits"));
+            assert!(b.held_bytes() <= cap, "LLC {llc_mib} MiB: {} > {cap}", b.held_bytes());
+            // One shape over the cap by itself is refused, saying what it needs; what is kept
+            // stays usable.
+            let e = b.prepare_gemm(&GemmShape { m: 1, n: 65536, k: 2048, dtype: Dtype::Fp32 }).err().expect("over the cap");
+            assert!(matches!(e, DeviceError::Unsupported(ref r) if r.contains("needs 0.50 GiB") && r.contains("at most 0.31 GiB")), "{e}");
+            assert!(b.held_bytes() <= cap);
+            assert!(b.prepare_gemm(&GemmShape { m: 1, n: 1024, k: 512, dtype: Dtype::Fp32 }).is_ok());
         }
-        drop(b.prepare_attention(&attention(AttentionPhase::Decode, 8, 1, 1000, (8, 8, 64))).expect("fits"));
-        assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
-        drop(b.prepare_gemm(&GemmShape { m: 4, n: 2048, k: 4096, dtype: Dtype::Fp32 }).expect("fits"));
-        assert!(b.held_bytes() <= cap, "{} > {cap}", b.held_bytes());
-        // One shape over the cap is refused, saying what it needs; what is kept stays usable.
-        let e = b.prepare_gemm(&GemmShape { m: 1, n: 65536, k: 2048, dtype: Dtype::Fp32 }).err().expect("over the cap");
-        assert!(matches!(e, DeviceError::Unsupported(ref r) if r.contains("needs 0.50 GiB") && r.contains("at most 0.31 GiB")), "{e}");
-        assert!(b.held_bytes() <= cap);
-        assert!(b.prepare_gemm(&GemmShape { m: 1, n: 1024, k: 512, dtype: Dtype::Fp32 }).is_ok());
+    }
+
+    #[test]
+    fn a_small_cap_still_runs_a_shape_whose_one_copy_fits_whatever_the_cache() {
+        // 24 MiB of weights a copy: a 300 MiB cache asks for 21 copies (512 MiB), the cap holds 2.
+        for llc_mib in [8, 300] {
+            let mut b = CpuBackend::with_llc_bytes(1, llc_mib << 20).expect("CPU backend");
+            b.set_memory_cap(64 << 20);
+            let step = StepGemms { sequence: vec![(3072, 1024), (1024, 3072)], timed: 1 };
+            let op = b.prepare_gemm_in_step(&GemmShape { m: 2, n: 1024, k: 3072, dtype: Dtype::Fp32 }, &step);
+            assert!(op.is_ok(), "LLC {llc_mib} MiB: {:?}", op.err());
+            drop(op);
+            assert!(b.held_bytes() <= 64 << 20, "LLC {llc_mib} MiB: {}", b.held_bytes());
+        }
+    }
+
+    #[test]
+    fn the_cache_size_variable_is_checked() {
+        use std::ffi::OsStr;
+        assert_eq!(llc_bytes_from_var(OsStr::new("300")).ok(), Some(300 << 20));
+        assert_eq!(llc_bytes_from_var(OsStr::new(" 8 ")).ok(), Some(8 << 20));
+        for bad in ["0", "65537", "12MB", "", "-3", "1e3"] {
+            let got = llc_bytes_from_var(OsStr::new(bad));
+            assert!(
+                matches!(got, Err(DeviceError::Failed(ref m)) if m.contains(LLC_MIB_VAR) && m.contains(&format!("{bad:?}"))),
+                "{bad}: {got:?}"
+            );
+        }
     }
 
     #[test]

@@ -642,7 +642,8 @@ impl Grid {
     /// still covers every op end to end and only lacks resolution. Within a level the kinds
     /// ([`OpKind`]) take turns in proportion to their shapes in the level (each shape is keyed by
     /// its position within its kind's share of the level), so a budget is spent on every kind
-    /// in proportion to the grid, not on GEMMs first; each kind's shapes keep sorted order.
+    /// in proportion to the grid, not on GEMMs first; each kind's shapes keep sorted order. The
+    /// host sampler's shapes, if any, come before all.
     pub fn shapes_in_run_order(&self) -> Vec<Shape> {
         let mut leveled = self.leveled();
         // Stable sort by (level, kind) keeps each kind's sorted order within a level.
@@ -669,7 +670,12 @@ impl Grid {
                 .then_with(|| (a.1 as u128 * b.2 as u128).cmp(&(b.1 as u128 * a.2 as u128)))
                 .then_with(|| a.3.cmp(&b.3))
         });
-        keyed.into_iter().map(|k| k.4).collect()
+        // The host sampler's few shapes first: the engine's twin needs them, and a run never
+        // cuts them (`calibrate::run`).
+        let (mut order, rest): (Vec<Shape>, Vec<Shape>) =
+            keyed.into_iter().map(|k| k.4).partition(|s| s.kind() == OpKind::Sampling);
+        order.extend(rest);
+        order
     }
 
     /// Every shape with its subdivision level ([`level_of`]): GEMMs on the m axis, attention
@@ -887,15 +893,17 @@ mod tests {
         for kind in OpKind::ALL {
             assert!(order[..level0].iter().any(|s| s.kind() == kind), "{kind:?} in level 0");
         }
-        // Along each level, a kind's shapes done stay within 3 (half a shape, plus half a shape
-        // per kind of the others) of its share of the shapes done.
-        let mut start = 0;
+        // The sampler's shapes lead; then along each level, a kind's shapes done stay within 3
+        // (half a shape, plus half a shape per kind of the others) of its share of the shapes
+        // done.
+        let mut start = grid.sampling.len();
+        assert!(order[..start].iter().all(|s| s.kind() == OpKind::Sampling) && start > 0);
         while start < order.len() {
             let l = level[&order[start]];
             let end = start + order[start..].iter().take_while(|s| level[*s] == l).count();
             let total = |kind: OpKind| order[start..end].iter().filter(|s| s.kind() == kind).count() as f64;
             for p in 1..=end - start {
-                for kind in OpKind::ALL {
+                for kind in OpKind::ALL.into_iter().filter(|&k| k != OpKind::Sampling) {
                     let done = order[start..start + p].iter().filter(|s| s.kind() == kind).count() as f64;
                     let share = p as f64 * total(kind) / (end - start) as f64;
                     assert!((done - share).abs() <= 3.0, "level {l}, {p} done: {kind:?} {done} vs {share:.1}");
@@ -926,8 +934,8 @@ mod tests {
         let methods: Vec<SamplingMethod> = grid.sampling.iter().map(|s| s.method).collect();
         assert_eq!(methods, SamplingMethod::ALL);
         assert!(grid.sampling.iter().all(|s| s.vocab == vocab && s.rows == SAMPLING_ROWS), "{:?}", grid.sampling);
-        let first: Vec<Shape> = grid.shapes_in_run_order().into_iter().take(40).collect();
-        assert!(grid.sampling.iter().all(|s| first.contains(&Shape::Sampling(*s))), "sampling among the first shapes");
+        let first: Vec<Shape> = grid.shapes_in_run_order().into_iter().take(grid.sampling.len()).collect();
+        assert!(grid.sampling.iter().all(|s| first.contains(&Shape::Sampling(*s))), "sampling first: {first:?}");
         // A GPU profile prices vLLM too, which samples on the GPU inside what it leaves out.
         assert!(Grid::new(GridOptions::all_presets(GridScale::Tiny)).sampling.is_empty());
         assert!(Grid::new(GridOptions::for_model(llama_1b(), vec![1], vec![Dtype::Bf16], GridScale::Tiny)).sampling.is_empty());

@@ -213,6 +213,9 @@ pub struct RunSummary {
     pub failed: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_s: Option<f64>,
+    /// Most shapes the run would time (`RunOptions::shapes_max`), when limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shapes_max: Option<u64>,
     /// Passes over the grid that started (see `RunOptions::passes`); a pass the budget cut
     /// short counts. Profiles written before passes existed made one.
     #[serde(default = "one_pass")]
@@ -699,6 +702,7 @@ mod tests {
                     skipped_budget: 5,
                     failed: 0,
                     budget_s: Some(60.0),
+                    shapes_max: Some(40),
                     passes: 2,
                     failures: vec![],
                     cut_short: true,

@@ -14,7 +14,7 @@ use super::backend::{
     AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingMethod,
     SamplingShape,
 };
-use super::grid::{Grid, Shape, Work, attention_work, gemm_work};
+use super::grid::{Grid, OpKind, Shape, Work, attention_work, gemm_work};
 use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
 use super::progress::Progress;
@@ -31,6 +31,10 @@ const FAILURES_KEPT: usize = 10;
 pub struct RunOptions {
     /// Stop starting new shapes once this much wall time has passed; what was measured is kept.
     pub budget: Option<Duration>,
+    /// Stop starting new shapes once this many have been timed, over all passes: a cut that
+    /// lands on the same shape on every machine, however busy or fast. With a budget, whichever
+    /// comes first.
+    pub shapes_max: Option<u64>,
     /// Report progress on standard error ([`Progress`]): a bar on a terminal, else a line
     /// every few seconds.
     pub progress: bool,
@@ -49,7 +53,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { budget: None, progress: false, timing: TimingOptions::default(), passes: 1, noise_check: false }
+        RunOptions { budget: None, shapes_max: None, progress: false, timing: TimingOptions::default(), passes: 1, noise_check: false }
     }
 }
 
@@ -103,22 +107,31 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
     };
     time_reference_now(backend, &progress)?;
 
-    let spent = || options.budget.is_some_and(|budget| elapsed() >= budget);
+    // The host sampler's few shapes (a few milliseconds each) run first and are never cut: the
+    // engine's twin prices every step's sampling from them, and a run cut before them would
+    // leave it nothing to price with.
+    let mut timed: u64 = 0;
+    let spent = |shape: &Shape, pass: u32, timed: u64| {
+        let required = pass == 1 && shape.kind() == OpKind::Sampling;
+        !required
+            && (options.budget.is_some_and(|budget| elapsed() >= budget) || options.shapes_max.is_some_and(|max| timed >= max))
+    };
     let mut outcomes: Vec<ShapeOutcome> = shapes.iter().map(|_| ShapeOutcome::default()).collect();
     let mut passes_run = 0;
     let mut passes_done = 0;
     let mut reasons_unsupported: Vec<String> = Vec::new();
     'passes: for pass in 1..=passes {
-        if spent() {
+        if shapes.first().is_some_and(|first| spent(first, pass, timed)) {
             break;
         }
         passes_run += 1;
         for (shape, outcome) in shapes.iter().zip(&mut outcomes) {
-            if spent() {
+            if spent(shape, pass, timed) {
                 break 'passes;
             }
             progress.begin(shape.kind(), pass, &describe(shape));
             if !(outcome.unsupported || outcome.failure.is_some()) {
+                timed += 1;
                 match measure_shape(backend, grid, shape, &options.timing) {
                     Ok(Some(samples)) => outcome.passes.push(samples),
                     Ok(None) => outcome.unsupported = true,
@@ -151,6 +164,7 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
     let mut summary = RunSummary {
         shapes_in_grid: shapes.len() as u64,
         budget_s: options.budget.map(|b| b.as_secs_f64()),
+        shapes_max: options.shapes_max,
         passes: passes_run,
         cut_short: passes_done < passes,
         unsupported_reasons: reasons_unsupported,
@@ -479,6 +493,49 @@ mod tests {
         assert_eq!(profile.rows.len() as u64, run.measured);
         // Coarse to fine: the measured GEMMs include m = 1 for several (n, k).
         assert!(profile.rows.iter().filter(|r| matches!(r.shape, Shape::Gemm(g) if g.m == 1)).count() >= 2);
+    }
+
+    #[test]
+    fn a_shape_limit_cuts_at_the_same_shape_on_every_machine() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let options = RunOptions { shapes_max: Some(25), timing, passes: 2, ..RunOptions::default() };
+        let profile = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &options).unwrap();
+        let run = &profile.provenance.run;
+        assert_eq!((run.measured, run.cut_short, run.shapes_max, run.passes), (25, true, Some(25), 1), "{run:?}");
+        let first: Vec<Shape> = grid.shapes_in_run_order().into_iter().take(25).collect();
+        let mut measured: Vec<Shape> = profile.rows.iter().map(|r| r.shape).collect();
+        measured.sort();
+        let mut expected = first.clone();
+        expected.sort();
+        assert_eq!(measured, expected, "the first 25 in run order");
+        // Over two passes the limit counts every timing: 1.5 grids' worth measures the whole
+        // grid once and half of it twice.
+        let half = grid.len() as u64 / 2;
+        let options = RunOptions { shapes_max: Some(grid.len() as u64 + half), timing, passes: 2, ..RunOptions::default() };
+        let run = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &options).unwrap().provenance.run;
+        assert_eq!((run.measured, run.passes, run.cut_short), (grid.len() as u64, 2, true), "{run:?}");
+    }
+
+    #[test]
+    fn the_sampler_shapes_are_measured_even_when_the_budget_is_spent() {
+        let mut options = GridOptions::cpu_default();
+        options.dtypes = vec![Dtype::Bf16];
+        let grid = Grid::new(options);
+        assert!(!grid.sampling.is_empty());
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        for options in [
+            RunOptions { budget: Some(Duration::ZERO), timing, passes: 3, ..RunOptions::default() },
+            RunOptions { shapes_max: Some(1), timing, passes: 3, ..RunOptions::default() },
+        ] {
+            // A clock already past any budget.
+            let late = || Duration::from_secs(3600);
+            let profile = calibrate_timed(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &options, &late).unwrap();
+            let sampled = profile.rows.iter().filter(|r| r.shape.kind() == OpKind::Sampling).count();
+            assert_eq!(sampled, grid.sampling.len(), "{options:?}");
+            let run = &profile.provenance.run;
+            assert!(run.cut_short && run.measured == grid.sampling.len() as u64 && run.passes == 1, "{options:?}: {run:?}");
+        }
     }
 
     /// A test's clock: only the runs of [`Ticking`]'s ops move it, so a budget measured on it

@@ -20,6 +20,7 @@ pub struct BenchArgs {
     /// `openai` (also `vllm`) or `tgi`.
     #[arg(long, default_value = "openai")]
     pub backend: String,
+    /// The server's scheme, host and port; `--endpoint` is appended to it.
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     pub base_url: String,
     /// Default: /v1/completions (openai) or /generate_stream (tgi).
@@ -39,18 +40,26 @@ pub struct BenchArgs {
     /// `trace` (`--dataset-path` a CSV).
     #[arg(long, default_value = "random")]
     pub dataset_name: String,
+    /// `random` and `fixed`: prompt tokens of each request (after any `--random-prefix-len`).
     #[arg(long, default_value_t = 1024)]
     pub random_input_len: u32,
+    /// `random` and `fixed`: output tokens each request asks for (`max_tokens`).
     #[arg(long, default_value_t = 128)]
     pub random_output_len: u32,
+    /// `random`: lengths are drawn uniformly from [len·(1 − r), len·(1 + r)] for input and
+    /// output alike (0: every request exactly the length); in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub random_range_ratio: f64,
+    /// `random`: tokens of one shared prefix put before every prompt (for prefix caching).
     #[arg(long, default_value_t = 0)]
     pub random_prefix_len: u32,
+    /// `sonnet`: prompt tokens of each request, the shared prefix included.
     #[arg(long, default_value_t = 550)]
     pub sonnet_input_len: u32,
+    /// `sonnet`: tokens of the prompt that every request shares.
     #[arg(long, default_value_t = 200)]
     pub sonnet_prefix_len: u32,
+    /// `sonnet`: output tokens each request asks for.
     #[arg(long, default_value_t = 150)]
     pub sonnet_output_len: u32,
     /// CSV of `arrival_s,input_tokens,output_tokens` for `--dataset-name trace`.
@@ -62,23 +71,36 @@ pub struct BenchArgs {
     /// Requests per second, or `inf` (all at once).
     #[arg(long, default_value = "inf")]
     pub request_rate: String,
+    /// Shape of the gamma distribution of gaps between requests at a finite rate: 1 is a
+    /// Poisson process, below 1 burstier, above 1 more even (vLLM's `--burstiness`).
     #[arg(long, default_value_t = 1.0)]
     pub burstiness: f64,
+    /// Most requests in flight at once; a request waits for a slot before it is sent (default:
+    /// no limit).
     #[arg(long)]
     pub max_concurrency: Option<u32>,
+    /// Ask the server to generate every requested token, past an end-of-sequence token
+    /// (OpenAI `ignore_eos`), so output lengths are exact. TGI's API has no such parameter:
+    /// start that server with its own `--ignore-eos` (bench says so when both are given).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Seed of the prompts' token ids, the lengths drawn and the arrival times.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The report's layout: `current` (newer vLLM's) or `legacy` (vLLM 0.6.x's).
     #[arg(long, default_value = "current")]
     pub report_layout: String,
+    /// Comma-separated percentiles reported for each metric of `--percentile-metrics`, each
+    /// strictly between 0 and 100.
     #[arg(long, default_value = "99")]
     pub metric_percentiles: String,
+    /// Comma-separated metrics whose percentiles are reported: ttft, tpot, itl, e2el.
     #[arg(long, default_value = "ttft,tpot,itl")]
     pub percentile_metrics: String,
     /// Save each sweep point's results as vLLM --save-result JSON into `--result-dir`.
     #[arg(long)]
     pub save_result: bool,
+    /// Where `--save-result` writes its JSON files (created if missing).
     #[arg(long, default_value = ".")]
     pub result_dir: PathBuf,
 }
@@ -101,6 +123,9 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
     // What the simulator refuses in a scenario, refused here too, naming the flag.
     if let Some(&n) = num_prompts.iter().find(|&&n| n > crate::workload::NUM_PROMPTS_MAX) {
         return Err(usage("--num-prompts", n, format!("at most {} per sweep point", crate::workload::NUM_PROMPTS_MAX)));
+    }
+    if args.ignore_eos && backend == Backend::Tgi {
+        eprintln!("note: --ignore-eos is not sent to a TGI server (its API has no such parameter); start the server with --ignore-eos for exact output lengths");
     }
     if args.max_concurrency == Some(0) {
         return Err(usage("--max-concurrency", 0, "must be at least 1 (leave it out for no limit)"));

@@ -31,6 +31,11 @@ pub struct CalibrateArgs {
     /// Stop starting new shapes after this many minutes; what was measured is kept.
     #[arg(long, value_name = "N")]
     pub budget_minutes: Option<f64>,
+    /// Stop starting new shapes after this many have been timed, counting every pass: a cut at
+    /// the same shape on any machine (with --budget-minutes, whichever comes first). The host
+    /// sampler's few shapes are always timed.
+    #[arg(long, value_name = "N")]
+    pub max_shapes: Option<u64>,
     /// Grid size: `full` (every preset model's shapes), `quick` or `tiny` (capped shape sizes).
     /// Default: full on a GPU, tiny on a CPU.
     #[arg(long, value_name = "SCALE")]
@@ -147,6 +152,9 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     if let Some(minutes) = args.budget_minutes.filter(|m| !(m.is_finite() && *m > 0.0)) {
         return Err(usage("--budget-minutes", minutes, "must be a positive number of minutes"));
     }
+    if args.max_shapes == Some(0) {
+        return Err(usage("--max-shapes", "0", "must be at least 1"));
+    }
     if args.passes == Some(0) {
         return Err(usage("--passes", "0", "must be at least 1"));
     }
@@ -201,6 +209,7 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     let grid = Grid::new(options);
     let run_options = RunOptions {
         budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
+        shapes_max: args.max_shapes,
         progress: true,
         timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
         passes: args.passes.unwrap_or(if on_gpu { 1 } else { PASSES_DEFAULT }),
@@ -216,8 +225,13 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
     let run = &profile.provenance.run;
     eprintln!("{run}");
     if run.cut_short {
+        let limit = match (args.budget_minutes, args.max_shapes) {
+            (None, Some(n)) => format!("--max-shapes {n} was reached"),
+            (Some(_), Some(n)) => format!("the budget ran out (--budget-minutes or --max-shapes {n})"),
+            _ => "the budget ran out".to_string(),
+        };
         eprintln!(
-            "the budget ran out: the profile holds what was measured ({} of {} shapes), coarse to fine over every op kind",
+            "{limit}: the profile holds what was measured ({} of {} shapes), coarse to fine over every op kind",
             run.measured, run.shapes_in_grid
         );
     }

@@ -8,13 +8,17 @@ use crate::engine::server::{EngineKnobs, NgramLookup};
 /// The scheduler knobs of servesim's engine, shared by `serve` and `validate --engine`.
 #[derive(Debug, Args)]
 pub struct EngineKnobsArgs {
+    /// Most sequences in one step (vLLM's `--max-num-seqs`).
     #[arg(long, default_value_t = 32)]
     pub max_num_seqs: u32,
+    /// Most tokens one step computes, prompt chunks and decodes together (vLLM's
+    /// `--max-num-batched-tokens`; longer prompts are prefilled in chunks).
     #[arg(long, default_value_t = 512)]
     pub max_num_batched_tokens: u32,
     /// KV-cache blocks (of `--block-size` tokens) for all sequences together.
     #[arg(long, default_value_t = 2048)]
     pub num_gpu_blocks: u32,
+    /// Tokens per KV-cache block (vLLM's `--block-size`).
     #[arg(long, default_value_t = 16)]
     pub block_size: u32,
     /// Reuse the KV of cached prompt blocks, as vLLM V1's `--enable-prefix-caching` (off by

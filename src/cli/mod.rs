@@ -80,3 +80,31 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Plan(args) => plan::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every subcommand, with its subcommand's path.
+    fn every_arg(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            every_arg(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_has_a_description() {
+        let mut args = Vec::new();
+        every_arg(&super::Cli::command(), "servesim", &mut args);
+        let blank: Vec<String> = args
+            .iter()
+            .filter(|(_, a)| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|(_, a)| a.get_help().is_none_or(|h| h.to_string().trim().is_empty()))
+            .map(|(path, a)| format!("{path} {}", a.get_long().map_or_else(|| a.get_id().to_string(), |l| format!("--{l}"))))
+            .collect();
+        assert!(blank.is_empty(), "flags with no description in --help:\n{}", blank.join("\n"));
+    }
+}

@@ -31,9 +31,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub tokenizer: Option<PathBuf>,
     /// On shutdown, write the engine's step trace to FILE, in the columns of the simulator's
-    /// timeline.csv (`num_prompts` is 0; only `step_ms` of the cost columns is measured).
+    /// timeline.csv (`point` 1, `num_prompts` 0): `step_ms` and `overhead_ms` (host time outside
+    /// the forward pass) always; `gemm_ms`, `attention_ms` and `elementwise_ms` on the CPU
+    /// executor, 0 on CUDA (which times whole steps); `communication_ms` 0.
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
+    /// Address to listen on (`0.0.0.0` for every interface).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// TCP port; 0 takes any free one, which the "serving … on http://HOST:PORT" line names.

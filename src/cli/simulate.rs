@@ -16,7 +16,9 @@ use crate::scenario::Scenario;
 pub struct SimulateArgs {
     /// Scenario file (TOML).
     pub scenario: PathBuf,
-    /// Directory for summary.json, requests.csv and timeline.csv.
+    /// Directory for four files: summary.json (vLLM's --save-result keys per sweep point),
+    /// requests.csv (one row per request), timeline.csv (one row per engine step) and itl.csv
+    /// (the pooled inter-token latencies).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Override a scenario field, e.g. `--set engine.max_num_seqs=128` (repeatable).

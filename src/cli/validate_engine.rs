@@ -33,15 +33,17 @@ pub struct EngineValidationArgs {
     /// cpu.csv or gpu.csv, or `calibrate`) instead of calibrating.
     #[arg(long, value_name = "CSV")]
     pub profile: Option<PathBuf>,
-    /// With --engine: calibration grid (tiny, quick, full) and time budget in minutes (the
-    /// grid is measured in 3 passes while the budget lasts).
+    /// With --engine: calibration grid (tiny, quick, full).
     #[arg(long, default_value = "tiny")]
     pub grid: String,
+    /// With --engine: calibration's time budget in minutes: the grid is measured in 3 passes
+    /// while it lasts (the host sampler's few shapes always are).
     #[arg(long, default_value_t = 1.5)]
     pub calibration_minutes: f64,
-    /// With --engine: prompt and output tokens of every request.
+    /// With --engine: prompt tokens of every request.
     #[arg(long, default_value_t = 128)]
     pub input_len: u32,
+    /// With --engine: output tokens of every request (end-of-sequence ignored).
     #[arg(long, default_value_t = 64)]
     pub output_len: u32,
     /// With --engine: one back-to-back series per concurrency (comma-separated).

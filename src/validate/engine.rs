@@ -371,7 +371,7 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
         Some(_) => backend.device_info().name,
     };
     log(&format!("1/4 calibrating {} shapes of the {} model on {on}", grid.len(), setup.size));
-    let options = RunOptions { budget: config.calibration_budget, progress: false, timing, passes, noise_check: true };
+    let options = RunOptions { budget: config.calibration_budget, shapes_max: None, progress: false, timing, passes, noise_check: true };
     let started = std::time::Instant::now();
     let profile = crate::calibrate::run::calibrate(backend.as_mut(), &grid, &options).map_err(|e| device_error(format!("calibration failed: {e}")))?;
     log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));

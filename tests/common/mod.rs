@@ -226,3 +226,61 @@ pub fn assert_scenario_errors(cases: &[(&str, &[&str], &[&str])]) {
         }
     }
 }
+
+/// Where python3 finds each of `modules`, probed from a fresh empty directory (so nothing in
+/// the current or temp directory can pass for a package: Ray leaves a `ray` session folder in
+/// the temp dir, and the repository has a `tokenizers/` folder, either of which Python imports
+/// as a namespace package). Each module must come from a file — a package's `__init__.py` or a
+/// module's own file — outside that directory. `Err` says which is missing and why.
+pub fn python_modules(modules: &[&str]) -> Result<Vec<PathBuf>, String> {
+    const FIND: &str = "import importlib.util, sys\n\
+        for name in sys.argv[1:]:\n\
+        \x20   try:\n\
+        \x20       spec = importlib.util.find_spec(name)\n\
+        \x20   except Exception as e:\n\
+        \x20       spec = None\n\
+        \x20   print(name + '\\t' + (spec.origin if spec is not None and spec.origin else ''))\n";
+    let empty = tempfile::tempdir().map_err(|e| format!("cannot make an empty directory: {e}"))?;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(FIND)
+        .args(modules)
+        .current_dir(empty.path())
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("python3 failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut found = Vec::new();
+    for module in modules {
+        let origin = text.lines().find_map(|l| l.strip_prefix(&format!("{module}\t"))).unwrap_or("");
+        let path = PathBuf::from(origin);
+        if origin.is_empty() || !path.is_absolute() || !path.is_file() {
+            return Err(format!("python3 cannot import {module} (no module file found)"));
+        }
+        if path.starts_with(empty.path()) || path.starts_with(std::env::temp_dir()) {
+            return Err(format!("python3's {module} is {}, in a temporary directory, not an installed package", path.display()));
+        }
+        found.push(path);
+    }
+    Ok(found)
+}
+
+/// The first of `names` that is an executable file in an absolute directory of `PATH` (an empty
+/// or relative entry would find whatever the current directory holds).
+pub fn executable_on_path(names: &[&str]) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path).filter(|d| d.is_absolute()).map(|d| d.join(name)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Whether the optional-package variable `name` is set to 1 (or true): the package's absence is
+/// then a failure, not a skip.
+pub fn required(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}

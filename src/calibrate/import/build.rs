@@ -293,7 +293,7 @@ pub fn assemble(acc: Accumulator, source: Source) -> Imported {
     let mut acc = acc;
     for file in &source.files {
         if !super::source::origin(file).is_known() {
-            acc.notes.push(format!("{}: no MANIFEST.tsv names it; the profile's source is marked unknown", file.display()));
+            acc.notes.push(format!("{}: no MANIFEST.tsv or installed wheel names it; the profile's source is marked unknown", file.display()));
         }
     }
     let name = |f: &PathBuf| match source.files_root.as_deref().and_then(|root| f.strip_prefix(root).ok()) {
