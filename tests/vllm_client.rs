@@ -5,7 +5,7 @@
 //!
 //! Needs `SERVESIM_VLLM_BENCHMARKS`, a directory with `benchmark_serving.py`,
 //! `backend_request_func.py` and `sonnet.txt`, and a python3 that imports aiohttp, numpy, tqdm,
-//! transformers, datasets and PIL (`.ci/run` downloads and installs them). Without them the tests
+//! transformers, datasets, PIL and jinja2 (`.ci/run` downloads and installs them). Without them the tests
 //! print why and pass, unless `SERVESIM_REQUIRE_VLLM_CLIENT=1` (CI) makes that a failure.
 
 mod common;
@@ -32,7 +32,7 @@ fn vllm_benchmarks() -> Option<PathBuf> {
             return skip(format!("{} is missing", dir.join(file).display()));
         }
     }
-    match python_modules(&["aiohttp", "numpy", "tqdm", "transformers", "datasets", "PIL"]) {
+    match python_modules(&["aiohttp", "numpy", "tqdm", "transformers", "datasets", "PIL", "jinja2"]) {
         Ok(_) => Some(dir),
         Err(why) => skip(format!("{why}, one of the client's packages")),
     }
