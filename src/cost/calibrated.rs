@@ -32,6 +32,7 @@ use super::memo::ByRows;
 use super::moe::ExpertRouting;
 use super::roofline::{ALL_TO_ALLS_PER_LAYER, Roofline};
 use super::sampling::SamplingCost;
+use super::weight_only;
 use super::{CostModel, NS_PER_S, StepCost, to_ns};
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak, SamplingMethod};
 use crate::calibrate::grid::{
@@ -710,6 +711,9 @@ enum GemmPredictor {
         dtype: Dtype,
         curve: GemmCurve,
     },
+    /// FP8 weights on a GPU without FP8 tensor cores, from the 16-bit curve of `(n, k)`: see
+    /// [`weight_only`].
+    WeightOnlyFp8 { n: u32, k: u32, curve: GemmCurve },
     /// `max(rows · flop_s_per_row, weight_s + rows · activation_s_per_row)` at datasheet peaks ×
     /// efficiencies, as [`Roofline`] prices it.
     Roofline { flop_s_per_row: f64, weight_s: f64, activation_s_per_row: f64 },
@@ -726,6 +730,10 @@ impl GemmPredictor {
                 let m = rows.round().clamp(1.0, u32::MAX as f64) as u32;
                 let work = gemm_work(&GemmShape { m, n: *n, k: *k, dtype: *dtype });
                 work.roofline_s(peak) / curve.eval(rows).exp()
+            }
+            GemmPredictor::WeightOnlyFp8 { n, k, curve } => {
+                let m = rows.round().clamp(1.0, u32::MAX as f64);
+                weight_only::gemm_roofline_s(m, *n as f64, *k as f64, peak) / curve.eval(rows).exp()
             }
             GemmPredictor::Roofline { flop_s_per_row, weight_s, activation_s_per_row } => {
                 (rows * flop_s_per_row).max(weight_s + rows * activation_s_per_row)
@@ -862,13 +870,11 @@ impl Calibrated {
         // Datasheet roofline for what the profile lacks (the same formulas as `Roofline`).
         let peak_16bit = gpu.peak_flops_16bit;
         let bytes_per_s = gpu.memory_bandwidth_bytes_per_s * params.memory_bandwidth_efficiency;
-        let gemm_peak = match model.weight_dtype {
-            Dtype::Fp8 => gpu.peak_flops_fp8.unwrap_or(peak_16bit),
-            _ => peak_16bit,
-        } * params.gemm_efficiency;
+        let gemm_peak = weight_only::weight_gemm_peak_flops(model, gpu) * params.gemm_efficiency;
 
         let gemms = model_gemm_nk(model, tensor_parallel);
-        let resolver = GemmResolver { index: &index, model, tensor_parallel, gemm_peak, peak_16bit, bytes_per_s, params };
+        let weight_only_fp8 = weight_only::runs_weight_only_fp8(model, gpu);
+        let resolver = GemmResolver { index: &index, model, tensor_parallel, gemm_peak, peak_16bit, bytes_per_s, params, weight_only_fp8 };
         let mut predictors: Vec<GemmPredictor> = Vec::with_capacity(5);
         for (op, n, k) in gemms {
             predictors.push(resolver.resolve(op.name(), n, k, gemm_dtype(model, op), op == GemmOp::LmHead, &mut notices));
@@ -901,6 +907,10 @@ impl Calibrated {
             }
         });
         let lm_head = predictors.pop().expect("five GEMMs");
+        let experts = moe.iter().flat_map(|m| m.grouped.iter().flat_map(|(_, g, d)| [g, d]));
+        if predictors.iter().chain(experts).any(|p| matches!(p, GemmPredictor::WeightOnlyFp8 { .. })) {
+            notices.extend(weight_only::note(model, gpu));
+        }
         let layer_gemms: [GemmPredictor; 4] = predictors.try_into().expect("four layer GEMMs");
 
         let heads = model_heads(model, tensor_parallel);
@@ -1098,6 +1108,8 @@ struct GemmResolver<'a> {
     peak_16bit: f64,
     bytes_per_s: f64,
     params: &'a CostParams,
+    /// FP8 weights on a GPU without FP8 tensor cores: its 16-bit GEMMs price them.
+    weight_only_fp8: bool,
 }
 
 impl GemmResolver<'_> {
@@ -1114,6 +1126,9 @@ impl GemmResolver<'_> {
         dtypes.insert(0, want);
         let found = dtypes.iter().find_map(|&d| index.gemm_curve(d, n, k).map(|curve| (d, curve)));
         match found {
+            Some((dtype, curve)) if self.weight_only_fp8 && want == Dtype::Fp8 && dtype.bytes() == 2 => {
+                GemmPredictor::WeightOnlyFp8 { n, k, curve }
+            }
             Some((dtype, curve)) => {
                 if dtype != want {
                     notices.push(format!(

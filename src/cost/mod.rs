@@ -12,6 +12,7 @@ pub mod profile_match;
 pub mod roofline;
 pub mod sampling;
 pub mod speculative;
+pub mod weight_only;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;

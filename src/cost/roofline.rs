@@ -30,6 +30,7 @@
 use super::memo::{ByDecodeBatch, ByRows};
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
+use super::weight_only::weight_gemm_peak_flops;
 use super::{CostModel, StepCost, to_ns};
 use crate::rounding::count_to_f64;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
@@ -290,10 +291,8 @@ impl Roofline {
         let lm_head_weight_bytes = act_bytes;
         let kv_bytes = model.kv_dtype.bytes() as f64;
         let peak_16bit = positive("gpu peak_flops_16bit", gpu.peak_flops_16bit);
-        let gemm_peak = match model.weight_dtype {
-            Dtype::Fp8 => gpu.peak_flops_fp8.unwrap_or(peak_16bit),
-            Dtype::Bf16 | Dtype::Fp16 | Dtype::Fp32 => peak_16bit,
-        };
+        // Weight-only FP8 (no FP8 tensor cores) reads 1-byte weights but computes slower than bf16.
+        let gemm_peak = weight_gemm_peak_flops(model, gpu);
         let gemm_eff = positive("gemm_efficiency", params.gemm_efficiency);
         let attention_eff = positive("attention_efficiency", params.attention_efficiency);
         let gemm_flops_per_s = positive("fp8 peak", gemm_peak) * gemm_eff;
@@ -781,11 +780,12 @@ mod tests {
         let cost = roofline.prefill_cost(1000);
         // Compute-bound layer GEMMs at 2e11 × 0.5: half of 2,949,120. LM head stays 16-bit.
         assert_eq!(cost.gemm_ns, 1_474_560 + 4_176);
-        // Without an fp8 peak, the 16-bit peak applies.
+        // Without an fp8 peak the weights run weight-only: the 16-bit peak, slowed 1.2× by the
+        // conversion (`weight_only::MARLIN_FP8_COMPUTE_SLOWDOWN`): 2,949,120 × 1.2.
         let mut gpu = tiny_gpu();
         gpu.peak_flops_fp8 = None;
         let roofline = Roofline::new(&model, &gpu, 1, &tiny_params());
-        assert_eq!(roofline.prefill_cost(1000).gemm_ns, 2_949_120 + 4_176);
+        assert_eq!(roofline.prefill_cost(1000).gemm_ns, 3_538_944 + 4_176);
         // Memory-bound decode reads 1-byte weights and 2-byte activations:
         // (36,864 + 832·2) B × 2 layers / 8e9 = 9,632 ns.
         assert_eq!(roofline.decode_cost(1, 100).gemm_ns, 9_632 + 4_176);
