@@ -52,6 +52,7 @@ fn config() -> SimConfig {
         router: Router::RoundRobin,
         max_concurrency: None,
         frontend_overhead_ns: 0,
+        frontend_per_token_ns: 0,
         timeline: true,
     }
 }

@@ -56,6 +56,7 @@ fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
         router: Router::RoundRobin,
         max_concurrency: None,
         frontend_overhead_ns: 0,
+        frontend_per_token_ns: 0,
         timeline: true,
     }
 }

@@ -79,7 +79,9 @@ fn weighted_router_sends_the_faster_pool_more() {
 
 #[test]
 fn each_replica_is_priced_by_its_pool() {
-    let point = simulate(&load(TWO_POOLS, &["workload.num_prompts=40", "workload.request_rate=inf"]));
+    // One token budget for both (left to the release's defaults, the H100's would be 8192 and
+    // the A100's 2048).
+    let point = simulate(&load(TWO_POOLS, &["workload.num_prompts=40", "workload.request_rate=inf", "engine.max_num_batched_tokens=2048"]));
     // The same first step (a full token budget of prefill) on each: the A100 takes longer.
     let first = |replica| point.output.timeline.iter().find(|s| s.replica == replica).unwrap();
     let (h100, a100) = (first(0), first(1));

@@ -122,6 +122,7 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                 router,
                 max_concurrency,
                 frontend_overhead_ns,
+                frontend_per_token_ns: 0,
                 timeline: true,
             }
         })
@@ -181,6 +182,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                     router,
                     max_concurrency,
                     frontend_overhead_ns,
+                    frontend_per_token_ns: 0,
                     timeline: true,
                 }
             },
@@ -311,6 +313,7 @@ fn a_front_end_spreads_a_burst_over_the_first_step() {
         router: Router::RoundRobin,
         max_concurrency: None,
         frontend_overhead_ns,
+        frontend_per_token_ns: 0,
         timeline: true,
     };
     let at_once = simulate(&requests, &config(0), &LinearCost);

@@ -52,6 +52,7 @@ fn v1(k: u32, rates: Vec<f64>) -> SimConfig {
         router: Router::RoundRobin,
         max_concurrency: None,
         frontend_overhead_ns: 0,
+        frontend_per_token_ns: 0,
         timeline: true,
     }
 }

@@ -101,6 +101,22 @@ impl SimulateArgs {
     }
 }
 
+/// Which release's engine time priced the run, and whether the scenario or a fitted profile
+/// replaced any of it: `engine profile: vllm-v1-0.19 (vLLM 0.19.0): …`.
+fn engine_profile_line(scenario: &crate::scenario::Scenario) -> Option<String> {
+    let (profile, version) = (scenario.engine.profile.as_ref()?, scenario.engine.version?);
+    let mut in_force = scenario.cost.clone();
+    profile.apply(&mut in_force);
+    let replaced = if scenario.fitted_profile.is_some() {
+        "; its engine time replaced by the fitted profile's"
+    } else if in_force != scenario.cost {
+        "; some of its engine time replaced by [cost]"
+    } else {
+        ""
+    };
+    Some(format!("engine profile: {} ({} {version}){replaced}", profile.name, profile.engine))
+}
+
 pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
     let scenario = &config.scenario;
     let runs = crate::run::pool_runs(scenario, config.allow_profile_mismatch)?;
@@ -115,6 +131,9 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
     }
     if scenario.pools.is_empty() && runs[0].cost.kind != crate::run::CostKind::Roofline {
         eprintln!("cost model: {}", runs[0].cost.label);
+    }
+    if let Some(line) = engine_profile_line(scenario) {
+        eprintln!("{line}");
     }
     let cost_label = runs.iter().map(|run| run.cost.label.as_str()).collect::<Vec<_>>().join("; ");
     let bar = progress::sweep(scenario.workload.num_prompts.len());

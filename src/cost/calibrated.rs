@@ -1201,8 +1201,9 @@ impl CostModel for Calibrated {
         if batch.is_empty() {
             return StepCost::default();
         }
-        // Elementwise, communication and CPU overhead as the roofline prices them.
-        let base = self.roofline.predict(batch);
+        // Elementwise, communication and CPU overhead as the roofline prices them (the overhead
+        // in series: how much of it the GPU time hides is decided below, on this model's GPU time).
+        let base = self.roofline.predict_serial(batch);
 
         let mut sums = [PhaseSums::default(); 3];
         let mut tokens = 0.0;
@@ -1282,14 +1283,15 @@ impl CostModel for Calibrated {
         };
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
-        StepCost {
+        let serial = StepCost {
             total_ns: gemm_ns + attention_ns + base.elementwise_ns + communication_ns + base.overhead_ns,
             gemm_ns,
             attention_ns,
             elementwise_ns: base.elementwise_ns,
             communication_ns,
             overhead_ns: base.overhead_ns,
-        }
+        };
+        super::overlap_cpu(serial, self.roofline.cpu_overlap())
     }
 
     fn source(&self) -> &'static str {

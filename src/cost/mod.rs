@@ -27,6 +27,20 @@ pub(crate) fn to_ns(seconds: f64) -> u64 {
 
 pub(crate) const NS_PER_S: f64 = 1e9;
 
+/// `cost` with `overlap` of its CPU overhead run while the GPU works, as an engine that prepares
+/// the next step during this one does (vLLM V1's async scheduling, SGLang's overlap scheduler):
+/// the hidden part is at most the step's GPU time, so a step is never shorter than either side.
+/// With no overlap the cost is returned as it is.
+#[inline]
+pub(crate) fn overlap_cpu(cost: StepCost, overlap: f64) -> StepCost {
+    if overlap <= 0.0 || cost.overhead_ns == 0 {
+        return cost;
+    }
+    let gpu_ns = cost.total_ns - cost.overhead_ns;
+    let hidden_ns = crate::rounding::round_to_i64_range(cost.overhead_ns.min(gpu_ns) as f64 * overlap.min(1.0));
+    StepCost { total_ns: cost.total_ns - hidden_ns, overhead_ns: cost.overhead_ns - hidden_ns, ..cost }
+}
+
 /// Prices a batch. Must be deterministic and pure: the same batch always costs the same.
 pub trait CostModel {
     fn predict(&self, batch: &Batch) -> StepCost;

@@ -31,7 +31,7 @@ use super::memo::{ByDecodeBatch, ByRows};
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
 use super::weight_only::weight_gemm_peak_flops;
-use super::{CostModel, StepCost, to_ns};
+use super::{overlap_cpu, CostModel, StepCost, to_ns};
 use crate::rounding::count_to_f64;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::scenario::model::Dtype;
@@ -182,6 +182,8 @@ pub struct Roofline {
     prefill_seq_overhead_s: f64,
     /// CPU overhead per sequence in a step, seconds.
     seq_overhead_s: f64,
+    /// Share of the step's CPU overhead hidden behind its GPU work (`CostParams::cpu_overlap`).
+    cpu_overlap: f64,
     /// Weight bytes one GPU streams in a step that samples: layer GEMM weights + LM head shard.
     weight_bytes_read_per_step: u64,
     /// Logits each sampled sequence's sampler reads (the whole vocabulary).
@@ -412,6 +414,7 @@ impl Roofline {
             prefill_step_overhead_s: params.prefill_step_overhead_us * S_PER_US,
             prefill_seq_overhead_s: params.prefill_seq_overhead_us * S_PER_US,
             seq_overhead_s: params.seq_overhead_us * S_PER_US,
+            cpu_overlap: params.cpu_overlap,
             weight_bytes_read_per_step,
             vocab_size: model.vocab_size as f64,
             sampling: SamplingCost::default(),
@@ -469,8 +472,15 @@ impl Roofline {
     }
 }
 
-impl CostModel for Roofline {
-    fn predict(&self, batch: &Batch) -> StepCost {
+impl Roofline {
+    /// Share of a step's CPU overhead hidden behind its GPU work.
+    pub(crate) fn cpu_overlap(&self) -> f64 {
+        self.cpu_overlap
+    }
+
+    /// The step's price with its whole CPU overhead in series with the GPU work: what
+    /// [`CostModel::predict`] gives before [`overlap_cpu`] hides part of it.
+    pub(crate) fn predict_serial(&self, batch: &Batch) -> StepCost {
         if batch.is_empty() {
             return StepCost::default();
         }
@@ -568,6 +578,12 @@ impl CostModel for Roofline {
             overhead_ns,
         }
     }
+}
+
+impl CostModel for Roofline {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        overlap_cpu(self.predict_serial(batch), self.cpu_overlap)
+    }
 
     fn source(&self) -> &'static str {
         "roofline"
@@ -634,6 +650,8 @@ mod tests {
             prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 5.0,
             frontend_overhead_us: 0.0,
+            frontend_per_token_us: 0.0,
+            cpu_overlap: 0.0,
         }
     }
 
@@ -666,6 +684,8 @@ mod tests {
             prefill_seq_overhead_us: 0.0,
             seq_overhead_us: 0.0,
             frontend_overhead_us: 0.0,
+            frontend_per_token_us: 0.0,
+            cpu_overlap: 0.0,
         }
     }
 

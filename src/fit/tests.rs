@@ -94,8 +94,9 @@ fn synthetic_config(max_evaluations: usize) -> FitConfig {
 fn recovers_known_parameters() {
     let config = synthetic_config(600);
     let start = &config.targets[0].scenario.cost;
-    // Start from the defaults, well away from the truth.
-    assert_eq!((start.gemm_efficiency, start.step_overhead_eager_us, start.seq_overhead_us), (0.7, 1000.0, 10.0));
+    // Start from the defaults (the vLLM 0.6.3 V0 engine profile's CPU time), well away from the
+    // truth.
+    assert_eq!((start.gemm_efficiency, start.step_overhead_eager_us, start.seq_overhead_us), (0.7, 1513.0, 42.3));
 
     let result = fit(&config).unwrap();
     println!(

@@ -54,6 +54,7 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
         router: scenario.engine.router,
         max_concurrency: scenario.workload.max_concurrency,
         frontend_overhead_ns: (scenario.cost.frontend_overhead_us * 1e3).round() as u64,
+        frontend_per_token_ns: (scenario.cost.frontend_per_token_us * 1e3).round() as u64,
         timeline: false,
     }
 }

@@ -165,6 +165,11 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
     if e.num_scheduler_steps > 1 {
         summary["servesim"]["num_scheduler_steps"] = json!(e.num_scheduler_steps);
     }
+    // The release modelled and the engine profile its engine time and defaults came from.
+    if let (Some(profile), Some(version)) = (&e.profile, e.version) {
+        summary["servesim"]["engine_version"] = json!(version.to_string());
+        summary["servesim"]["engine_profile"] = json!(profile.name);
+    }
     summary
 }
 

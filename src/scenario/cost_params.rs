@@ -70,6 +70,9 @@ pub enum ParamKind {
     /// A time in microseconds, ≥ 0. Mapped through `exp` (the fit works in log space, so it
     /// moves overheads by factors, as their uncertainty is).
     NonNegativeMicros,
+    /// A share in [0, 1] where both ends mean something (no overlap, full overlap). Mapped
+    /// through a logistic into (0, 1).
+    Share,
 }
 
 impl ParamKind {
@@ -78,6 +81,7 @@ impl ParamKind {
     pub fn from_unconstrained(self, x: f64) -> f64 {
         match self {
             ParamKind::Fraction => FRACTION_FLOOR + (1.0 - FRACTION_FLOOR) * logistic(x),
+            ParamKind::Share => logistic(x),
             // Capped where scenarios are (`MAX_OVERHEAD_US`): beyond it the objective is flat,
             // which turns the optimiser back, instead of simulating runs of absurd length.
             ParamKind::NonNegativeMicros => x.exp().min(MAX_OVERHEAD_US),
@@ -96,6 +100,10 @@ impl ParamKind {
                 let p = ((value - FRACTION_FLOOR) / (1.0 - FRACTION_FLOOR)).clamp(1e-9, 1.0 - 1e-9);
                 (p / (1.0 - p)).ln()
             }
+            ParamKind::Share => {
+                let p = value.clamp(1e-9, 1.0 - 1e-9);
+                (p / (1.0 - p)).ln()
+            }
             ParamKind::NonNegativeMicros => value.max(MICROS_FLOOR_US).ln(),
         }
     }
@@ -103,7 +111,7 @@ impl ParamKind {
     /// The physical range, ends included: what [`check`](Self::check) accepts.
     pub fn range(self) -> (f64, f64) {
         match self {
-            ParamKind::Fraction => (0.0, 1.0),
+            ParamKind::Fraction | ParamKind::Share => (0.0, 1.0),
             ParamKind::NonNegativeMicros => (0.0, MAX_OVERHEAD_US),
         }
     }
@@ -111,7 +119,7 @@ impl ParamKind {
     /// The inner limits of the bands at the lower and upper ends of [`range`](Self::range).
     fn edge_limits(self) -> (f64, f64) {
         match self {
-            ParamKind::Fraction => (EFFICIENCY_EDGE_BAND, 1.0 - EFFICIENCY_EDGE_BAND),
+            ParamKind::Fraction | ParamKind::Share => (EFFICIENCY_EDGE_BAND, 1.0 - EFFICIENCY_EDGE_BAND),
             ParamKind::NonNegativeMicros => (OVERHEAD_LOWER_EDGE_US, MAX_OVERHEAD_US / OVERHEAD_UPPER_EDGE_FACTOR),
         }
     }
@@ -125,7 +133,7 @@ impl ParamKind {
         // The lower overhead band is strict (1 µs itself is plausible); the others include
         // their limit (an efficiency of exactly 0.98 is already flagged).
         let at_lower = match self {
-            ParamKind::Fraction => value <= lower_limit,
+            ParamKind::Fraction | ParamKind::Share => value <= lower_limit,
             ParamKind::NonNegativeMicros => value < lower_limit,
         };
         if at_lower {
@@ -146,6 +154,7 @@ impl ParamKind {
         match self {
             ParamKind::Fraction => "fraction in (0, 1]",
             ParamKind::NonNegativeMicros => "microseconds ≥ 0",
+            ParamKind::Share => "share in [0, 1]",
         }
     }
 }
@@ -200,7 +209,7 @@ macro_rules! param {
 /// Every parameter of [`CostParams`], in the struct's order (the order profiles list them in).
 /// The exhaustive destructuring in the test `registry_covers_every_field` fails to compile when
 /// a field is added to `CostParams` and not here.
-pub const PARAMS: [ParamSpec; 12] = [
+pub const PARAMS: [ParamSpec; 14] = [
     param!(gemm_efficiency, ParamKind::Fraction),
     param!(attention_efficiency, ParamKind::Fraction),
     param!(memory_bandwidth_efficiency, ParamKind::Fraction),
@@ -213,6 +222,8 @@ pub const PARAMS: [ParamSpec; 12] = [
     param!(prefill_seq_overhead_us, ParamKind::NonNegativeMicros),
     param!(seq_overhead_us, ParamKind::NonNegativeMicros),
     param!(frontend_overhead_us, ParamKind::NonNegativeMicros),
+    param!(frontend_per_token_us, ParamKind::NonNegativeMicros),
+    param!(cpu_overlap, ParamKind::Share),
 ];
 
 /// The names of all parameters, comma-separated, for error messages.
@@ -227,12 +238,14 @@ impl ParamKind {
         let ok = match self {
             ParamKind::Fraction => value > 0.0 && value <= 1.0,
             ParamKind::NonNegativeMicros => (0.0..=MAX_OVERHEAD_US).contains(&value),
+            ParamKind::Share => (0.0..=1.0).contains(&value),
         };
         if ok {
             Ok(())
         } else {
             Err(match self {
                 ParamKind::Fraction => "must be in (0, 1]".to_string(),
+                ParamKind::Share => "must be in [0, 1]".to_string(),
                 ParamKind::NonNegativeMicros => format!("must be microseconds in 0..={MAX_OVERHEAD_US} (10 s)"),
             })
         }
@@ -262,6 +275,8 @@ mod tests {
             prefill_seq_overhead_us: 8.75,
             seq_overhead_us: 9.0,
             frontend_overhead_us: 9.5,
+            frontend_per_token_us: 9.75,
+            cpu_overlap: 0.25,
         }
     }
 
@@ -281,6 +296,8 @@ mod tests {
             prefill_seq_overhead_us,
             seq_overhead_us,
             frontend_overhead_us,
+            frontend_per_token_us,
+            cpu_overlap,
         } = sample();
         let expected = [
             gemm_efficiency,
@@ -295,6 +312,8 @@ mod tests {
             prefill_seq_overhead_us,
             seq_overhead_us,
             frontend_overhead_us,
+            frontend_per_token_us,
+            cpu_overlap,
         ];
         let p = sample();
         let got: Vec<f64> = PARAMS.iter().map(|s| s.get(&p)).collect();

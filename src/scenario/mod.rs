@@ -7,6 +7,7 @@
 //! [`Scenario`], which the rest of the program trusts.
 
 pub mod cost_params;
+pub mod engine_profile;
 pub mod error;
 pub mod hardware;
 pub mod model;
@@ -202,6 +203,11 @@ pub struct EngineConfig {
     /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is
     /// `num_gpu_blocks × block_size` unless the scenario pins it.
     pub tgi: Option<TgiConfig>,
+    /// The engine profile of the modelled release (`None` for servesim's own engine): its
+    /// engine-time values are the cost parameters' defaults, and its defaults are the knobs'.
+    pub profile: Option<engine_profile::EngineProfile>,
+    /// The modelled release: `[engine] version`, or the profile's default release.
+    pub version: Option<engine_profile::EngineVersion>,
 }
 
 /// Named physical parameters of the cost model. Later issues calibrate and fit these.
@@ -238,6 +244,15 @@ pub struct CostParams {
     /// time, so a burst reaches the scheduler spread out, and the engine's first step starts on
     /// the first request alone, as real engines' do.
     pub frontend_overhead_us: f64,
+    /// The API server's time per prompt token (tokenizing it), microseconds, on top of
+    /// `frontend_overhead_us`: a long prompt takes longer to reach the scheduler.
+    pub frontend_per_token_us: f64,
+    /// Share of a step's CPU time (the overheads above) hidden behind the GPU's work: 0 when the
+    /// engine schedules and prepares each step only after the last one ended (vLLM V0, V1
+    /// without async scheduling), up to 1 when it prepares the next step while the GPU runs
+    /// this one (V1's async scheduling, SGLang's overlap scheduler). The hidden part is at most
+    /// the GPU time of the step.
+    pub cpu_overlap: f64,
 }
 
 impl Default for CostParams {

@@ -157,6 +157,11 @@ pub struct RawHardware {
 pub struct RawEngine {
     /// "vllm-v1" (default), "vllm-v0", "tgi", or "servesim" (`servesim serve`: V1 without graphs).
     pub policy: Option<String>,
+    /// The engine's release, e.g. "0.6.3" or "0.15.1": picks its engine profile (engine time and
+    /// defaults; docs/engine-profiles.md). Default: the policy's newest profiled release. A
+    /// number (`version = 0.9`) reaches the resolver as such, to be refused by name: `0.10`
+    /// would read as 0.1.
+    pub version: Option<RawVersion>,
     pub tensor_parallel: Option<u32>,
     /// Mixture-of-experts models: whole experts per GPU, tokens sent to them by all-to-all
     /// (vLLM's `--enable-expert-parallel`); default false, each expert split like a dense MLP.
@@ -193,6 +198,38 @@ pub struct RawEngine {
     pub waiting_served_ratio: Option<f64>,
     pub max_waiting_tokens: Option<u32>,
     pub max_concurrent_requests: Option<u32>,
+}
+
+/// `engine.version` as written: a string, or a number to be refused with a reason.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawVersion {
+    Text(String),
+    Number(String),
+}
+
+impl<'de> Deserialize<'de> for RawVersion {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawVersion;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a release number as a string, such as \"0.6.3\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawVersion::Text(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(RawVersion::Number(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(RawVersion::Number(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawVersion::Number(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `[engine.speculative]`: docs/speculative-decoding.md.

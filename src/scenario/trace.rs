@@ -7,7 +7,12 @@
 //! ```
 //!
 //! `arrival_s` is seconds since the benchmark started (finite, ≥ 0, never decreasing from one row
-//! to the next); the token counts are whole numbers ≥ 1. Whitespace around fields is ignored and
+//! to the next); the token counts are whole numbers ≥ 1.
+//!
+//! Two more columns, `prefix_id,prefix_tokens`, may follow, for prefix caching: the prompt's first
+//! `prefix_tokens` tokens are the first tokens of shared text number `prefix_id`, so rows with the
+//! same `prefix_id` share the shorter of their prefixes (a system prompt, or a conversation whose
+//! next turn extends the last). `prefix_tokens` is at most `input_tokens`; 0 shares nothing. Whitespace around fields is ignored and
 //! blank lines are skipped. Every error names the file, the line (1-based, as an editor shows it)
 //! and the offending text, because a trace is usually a large file produced by some other tool
 //! and the user has to find the bad row.
@@ -17,15 +22,21 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 /// One row of a trace file.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TraceRow {
     pub arrival_s: f64,
     pub input_tokens: u32,
     pub output_tokens: u32,
+    /// The shared text the prompt begins with (see the module doc); with `prefix_tokens` 0,
+    /// nothing is shared.
+    pub prefix_id: u64,
+    pub prefix_tokens: u32,
 }
 
-/// The only header accepted, column by column.
+/// The header of a trace without prefixes, column by column.
 pub const HEADER: [&str; 3] = ["arrival_s", "input_tokens", "output_tokens"];
+/// The header of a trace with prefixes.
+pub const HEADER_WITH_PREFIX: [&str; 5] = ["arrival_s", "input_tokens", "output_tokens", "prefix_id", "prefix_tokens"];
 
 /// Why a trace file was rejected. Messages read `FILE:LINE: what is wrong with VALUE`.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +55,8 @@ pub enum TraceError {
     },
 
     #[error(
-        "{}:{line}: header must be `arrival_s,input_tokens,output_tokens`, found `{found}`",
+        "{}:{line}: header must be `arrival_s,input_tokens,output_tokens` (optionally followed by \
+         `,prefix_id,prefix_tokens`), found `{found}`",
         path.display()
     )]
     BadHeader {
@@ -53,15 +65,21 @@ pub enum TraceError {
         found: String,
     },
 
-    #[error(
-        "{}:{line}: expected 3 fields (arrival_s,input_tokens,output_tokens), found {fields}: `{found}`",
-        path.display()
-    )]
+    #[error("{}:{line}: expected {expected} fields, as the header has, found {fields}: `{found}`", path.display())]
     FieldCount {
         path: PathBuf,
         line: u64,
+        expected: usize,
         fields: usize,
         found: String,
+    },
+
+    #[error("{}:{line}: prefix_tokens `{value}` is more than the row's input_tokens `{input}`", path.display())]
+    PrefixTooLong {
+        path: PathBuf,
+        line: u64,
+        value: String,
+        input: String,
     },
 
     #[error("{}:{line}: {column} `{value}` is not {expected}", path.display())]
@@ -129,6 +147,8 @@ pub fn read_trace_from(mut reader: impl BufRead, path: &Path) -> Result<Vec<Trac
     let mut bytes = Vec::new();
     let mut line: u64 = 0;
     let mut header_seen = false;
+    // 3, or 5 with the prefix columns: what the header has, every row must have.
+    let mut columns = HEADER.len();
     let mut rows = Vec::new();
     // The previous row's arrival, its text and its line, to report a backwards step.
     let mut previous: Option<(f64, u64)> = None;
@@ -154,7 +174,7 @@ pub fn read_trace_from(mut reader: impl BufRead, path: &Path) -> Result<Vec<Trac
         if text.is_empty() {
             continue;
         }
-        let mut fields = [""; 3];
+        let mut fields = [""; 5];
         let mut count = 0;
         for field in text.split(',') {
             if count < fields.len() {
@@ -164,25 +184,29 @@ pub fn read_trace_from(mut reader: impl BufRead, path: &Path) -> Result<Vec<Trac
         }
 
         if !header_seen {
-            if count != HEADER.len() || fields != HEADER {
+            let plain = count == HEADER.len() && fields[..3] == HEADER;
+            let prefixed = count == HEADER_WITH_PREFIX.len() && fields == HEADER_WITH_PREFIX;
+            if !(plain || prefixed) {
                 return Err(TraceError::BadHeader {
                     path: path.to_path_buf(),
                     line,
                     found: text.to_string(),
                 });
             }
+            columns = count;
             header_seen = true;
             continue;
         }
-        if count != HEADER.len() {
+        if count != columns {
             return Err(TraceError::FieldCount {
                 path: path.to_path_buf(),
                 line,
+                expected: columns,
                 fields: count,
                 found: text.to_string(),
             });
         }
-        let row = parse_row(&fields, line, path)?;
+        let row = parse_row(&fields[..columns], line, path)?;
         if let Some((previous_s, previous_line)) = previous
             && row.arrival_s < previous_s
         {
@@ -222,8 +246,8 @@ pub fn first_rows(rows: &[TraceRow], n: usize) -> &[TraceRow] {
     &rows[..n]
 }
 
-/// Parses the three trimmed fields of data line `line`.
-fn parse_row(fields: &[&str; 3], line: u64, path: &Path) -> Result<TraceRow, TraceError> {
+/// Parses the trimmed fields (three, or five with a prefix) of data line `line`.
+fn parse_row(fields: &[&str], line: u64, path: &Path) -> Result<TraceRow, TraceError> {
     let arrival_text = fields[0];
     let arrival_s: f64 = arrival_text.parse().map_err(|_| TraceError::NotANumber {
         path: path.to_path_buf(),
@@ -259,12 +283,43 @@ fn parse_row(fields: &[&str; 3], line: u64, path: &Path) -> Result<TraceRow, Tra
         }
         Ok(value)
     };
+    let input_tokens = tokens(1)?;
+    let (prefix_id, prefix_tokens) = if fields.len() == HEADER_WITH_PREFIX.len() {
+        let whole = |i: usize, expected: &'static str| -> Result<u64, TraceError> {
+            fields[i].parse().map_err(|_| TraceError::NotANumber {
+                path: path.to_path_buf(),
+                line,
+                column: HEADER_WITH_PREFIX[i],
+                value: fields[i].to_string(),
+                expected,
+            })
+        };
+        let id = whole(3, "a whole number naming a shared text")?;
+        // An id of up to 2⁴⁸ keeps it clear of the other kinds of shared text's ids.
+        if id >= 1 << 48 {
+            return Err(TraceError::NotANumber {
+                path: path.to_path_buf(),
+                line,
+                column: HEADER_WITH_PREFIX[3],
+                value: fields[3].to_string(),
+                expected: "a whole number below 2^48",
+            });
+        }
+        let prefix = u32::try_from(whole(4, "a whole number of tokens")?).ok().filter(|&p| p <= input_tokens);
+        let Some(prefix) = prefix else {
+            return Err(TraceError::PrefixTooLong {
+                path: path.to_path_buf(),
+                line,
+                value: fields[4].to_string(),
+                input: fields[1].to_string(),
+            });
+        };
+        (id, prefix)
+    } else {
+        (0, 0)
+    };
     // `+ 0.0` turns a `-0` arrival into `+0`, so it prints and compares like zero downstream.
-    Ok(TraceRow {
-        arrival_s: arrival_s + 0.0,
-        input_tokens: tokens(1)?,
-        output_tokens: tokens(2)?,
-    })
+    Ok(TraceRow { arrival_s: arrival_s + 0.0, input_tokens, output_tokens: tokens(2)?, prefix_id, prefix_tokens })
 }
 
 #[cfg(test)]
@@ -314,22 +369,26 @@ mod tests {
                 TraceRow {
                     arrival_s: 0.0,
                     input_tokens: 10,
-                    output_tokens: 5
+                    output_tokens: 5,
+                    ..TraceRow::default()
                 },
                 TraceRow {
                     arrival_s: 0.25,
                     input_tokens: 2000,
-                    output_tokens: 1
+                    output_tokens: 1,
+                    ..TraceRow::default()
                 },
                 TraceRow {
                     arrival_s: 0.25,
                     input_tokens: 7,
-                    output_tokens: 300
+                    output_tokens: 300,
+                    ..TraceRow::default()
                 },
                 TraceRow {
                     arrival_s: 12.5,
                     input_tokens: 1,
-                    output_tokens: 1
+                    output_tokens: 1,
+                    ..TraceRow::default()
                 },
             ]
         );
@@ -518,6 +577,28 @@ mod tests {
             "{err:?}"
         );
         assert_message(&err, &file, 3, "`0,1`");
+    }
+
+    #[test]
+    fn prefix_columns_name_shared_text() {
+        let (rows, _file) = read("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,7,64\n0.5,40,5,7,0\n1,120,5,7,120\n");
+        let rows = rows.unwrap();
+        assert_eq!(
+            rows.iter().map(|r| (r.prefix_id, r.prefix_tokens)).collect::<Vec<_>>(),
+            vec![(7, 64), (7, 0), (7, 120)]
+        );
+        // A row of the wrong width, a prefix longer than the prompt, an id past 2^48, a bad number.
+        for (text, line, value) in [
+            ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5\n", 2, "0,100,5"),
+            ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,1,101\n", 2, "101"),
+            ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,281474976710656,1\n", 2, "281474976710656"),
+            ("arrival_s,input_tokens,output_tokens,prefix_id,prefix_tokens\n0,100,5,x,1\n", 2, "x"),
+            ("arrival_s,input_tokens,output_tokens,prefix_id\n0,100,5,1\n", 1, "prefix_id"),
+        ] {
+            let (result, file) = read(text);
+            let err = result.expect_err(text);
+            assert_message(&err, &file, line, value);
+        }
     }
 
     #[test]

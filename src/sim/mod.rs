@@ -12,7 +12,8 @@
 //! soon as the previous ends, as in real engines' busy loops.
 //!
 //! A sent request reaches its replica's scheduler after the front end's overhead
-//! (`frontend_overhead_ns`), one request at a time per replica. With none, every request sent at
+//! (`frontend_overhead_ns`, plus `frontend_per_token_ns` per prompt token), one request at a
+//! time per replica. With none, every request sent at
 //! an instant is in that instant's step (all-at-once clients); with some, a burst trickles in and
 //! the first step runs on the first request alone.
 
@@ -41,6 +42,8 @@ pub struct SimConfig {
     pub max_concurrency: Option<u32>,
     /// The front end's time per request, before the scheduler sees it (see the module doc).
     pub frontend_overhead_ns: u64,
+    /// The front end's time per prompt token (tokenizing it), on top of `frontend_overhead_ns`.
+    pub frontend_per_token_ns: u64,
     /// Keep a row per engine step in [`SimOutput::timeline`] (for `timeline.csv` and the
     /// engine comparison). Off, only the step count is kept, and memory does not grow with the
     /// number of steps.
@@ -139,6 +142,7 @@ struct Simulation<'a> {
     in_flight: u32,
     max_concurrency: u32,
     frontend_overhead_ns: u64,
+    frontend_per_token_ns: u64,
     keep_timeline: bool,
     cluster: Cluster,
     last_token_ns: Vec<u64>,
@@ -215,6 +219,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         in_flight: 0,
         max_concurrency: config.max_concurrency.unwrap_or(u32::MAX),
         frontend_overhead_ns: config.frontend_overhead_ns,
+        frontend_per_token_ns: config.frontend_per_token_ns,
         keep_timeline: config.timeline,
         link_generation: vec![0; links.len()],
         links,
@@ -392,11 +397,13 @@ impl Simulation<'_> {
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.outstanding += 1;
-        if self.frontend_overhead_ns == 0 {
+        let frontend_ns = self.frontend_overhead_ns
+            + self.frontend_per_token_ns.saturating_mul(u64::from(self.requests[id as usize].input_tokens));
+        if frontend_ns == 0 {
             self.admit(id, replica_index);
         } else {
             // One request at a time: this one starts when the front end is free.
-            let through_ns = replica.frontend_free_ns.max(self.now_ns) + self.frontend_overhead_ns;
+            let through_ns = replica.frontend_free_ns.max(self.now_ns) + frontend_ns;
             replica.frontend_free_ns = through_ns;
             self.events.push(through_ns, Event::Admit { request: id, replica: replica_index });
         }

@@ -193,6 +193,7 @@ mod tests {
             arrival_s,
             input_tokens: 1,
             output_tokens: 1,
+                    ..TraceRow::default()
         };
         let mut cfg = config(f64::INFINITY, 1.0, 0);
         cfg.dataset = Dataset::Trace {
@@ -221,6 +222,7 @@ mod tests {
                 arrival_s: 0.0,
                 input_tokens: 1,
                 output_tokens: 1,
+                    ..TraceRow::default()
             }],
         };
         arrival_times_ns(&cfg, 1.0, 2);

@@ -414,16 +414,19 @@ mod tests {
                 arrival_s: 0.0,
                 input_tokens: 3,
                 output_tokens: 4,
+                    ..TraceRow::default()
             },
             TraceRow {
                 arrival_s: 1.0,
                 input_tokens: 5,
                 output_tokens: 6,
+                    ..TraceRow::default()
             },
             TraceRow {
                 arrival_s: 2.0,
                 input_tokens: 7,
                 output_tokens: 8,
+                    ..TraceRow::default()
             },
         ];
         let trace = Dataset::Trace {

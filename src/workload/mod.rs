@@ -75,7 +75,16 @@ pub fn generate_point(cfg: &WorkloadConfig, point: &SweepPoint) -> Vec<RequestSp
         drawn
     });
     let dataset_prefix = prefixes::dataset_prefix(&cfg.dataset);
-    let prefix_of = |i: usize| system_prompts.as_ref().map_or(dataset_prefix, |drawn| drawn[i]);
+    // A trace's rows name their own shared text, if its file has the prefix columns.
+    let trace_rows = match &cfg.dataset {
+        crate::scenario::Dataset::Trace { rows, .. } => Some(rows.as_slice()),
+        _ => None,
+    };
+    let prefix_of = |i: usize| match (trace_rows, &system_prompts) {
+        (Some(rows), _) if rows[i].prefix_tokens > 0 => prefixes::trace_prefix(rows[i].prefix_id, rows[i].prefix_tokens),
+        (_, Some(drawn)) => drawn[i],
+        _ => dataset_prefix,
+    };
     let max_tokens = cfg.dataset.max_tokens();
     if let Some(total) = point.input_tokens_total {
         let mut inputs: Vec<u32> = lengths.iter().map(|l| l.0).collect();
@@ -173,12 +182,25 @@ mod tests {
     }
 
     #[test]
-    fn generate_sorts_unsorted_trace_rows_stably() {
-        let row = |arrival_s, input_tokens| TraceRow {
-            arrival_s,
-            input_tokens,
-            output_tokens: 1,
+    fn trace_rows_name_their_shared_prefix() {
+        let mut cfg = share_gpt_config(1.0, 0);
+        let row = |arrival_s, input_tokens, prefix_id, prefix_tokens| TraceRow { arrival_s, input_tokens, output_tokens: 3, prefix_id, prefix_tokens };
+        cfg.dataset = Dataset::Trace {
+            path: PathBuf::from("t.csv"),
+            rows: vec![row(0.0, 100, 4, 64), row(1.0, 200, 4, 200), row(2.0, 50, 9, 48), row(3.0, 30, 4, 0)],
         };
+        let requests = generate(&cfg, 4);
+        let prefixes: Vec<SharedPrefix> = requests.iter().map(|r| r.prefix).collect();
+        assert_eq!(prefixes[0].stream, prefixes[1].stream);
+        assert_ne!(prefixes[0].stream, prefixes[2].stream);
+        assert_eq!(prefixes.iter().map(|p| p.tokens).collect::<Vec<_>>(), vec![64, 200, 48, 0]);
+        // Not a system prompt's, a session's or another dataset's stream.
+        assert_eq!(prefixes[0], prefixes::trace_prefix(4, 64));
+    }
+
+    #[test]
+    fn generate_sorts_unsorted_trace_rows_stably() {
+        let row = |arrival_s, input_tokens| TraceRow { arrival_s, input_tokens, output_tokens: 1, ..TraceRow::default() };
         let cfg = WorkloadConfig {
             dataset: Dataset::Trace {
                 path: PathBuf::from("t.csv"),

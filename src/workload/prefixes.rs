@@ -7,6 +7,7 @@
 //!   sonnet          stream = SONNET         its prefix_len lines, the same in every prompt
 //!   random          stream = RANDOM_PREFIX  vLLM's prefix_len random tokens, drawn once per run
 //!   chat sessions   stream = SESSION | c    conversation c: each turn's prompt extends the last
+//!   trace files     stream = TRACE | id     the row's prefix_id, prefix_tokens columns
 //! ```
 
 use rand::RngExt;
@@ -29,6 +30,12 @@ const SYSTEM: u64 = 1 << 48;
 const SONNET: u64 = 2 << 48;
 const RANDOM_PREFIX: u64 = 3 << 48;
 const SESSION: u64 = 4 << 48;
+const TRACE: u64 = 5 << 48;
+
+/// The shared text a trace row names (its `prefix_id` is below 2⁴⁸, checked when read).
+pub fn trace_prefix(prefix_id: u64, tokens: u32) -> SharedPrefix {
+    SharedPrefix { stream: TRACE | prefix_id, tokens }
+}
 
 /// The text of chat conversation `conversation`, whose turns' prompts all begin with it.
 pub fn conversation(conversation: u64, tokens: u32) -> SharedPrefix {

@@ -2,6 +2,7 @@
 
 use super::context::{Cx, quote};
 use crate::scenario::cost_params;
+use crate::scenario::engine_profile::EngineProfile;
 use crate::scenario::schema::{RawCost, RawProfile};
 use crate::scenario::{CostParams, FittedProfile, KernelProfile, ScenarioError};
 use std::path::Path;
@@ -28,6 +29,8 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
     // Zero: every request sent at an instant is in the scheduler's first step. Measured for
     // servesim's own engine by `validate --engine`; not fitted for vLLM or TGI.
     frontend_overhead_us: 0.0,
+    frontend_per_token_us: 0.0,
+    cpu_overlap: 0.0,
 };
 
 /// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
@@ -35,22 +38,29 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
 /// or a profile CSV) rather than a fitted profile (TOML).
 pub(super) fn resolve_cost(
     raw: &RawCost,
+    engine_profile: Option<&EngineProfile>,
     cx: &Cx,
 ) -> Result<(CostParams, Option<KernelProfile>, Option<FittedProfile>), ScenarioError> {
+    // The kernel defaults, with the engine's time in place of the guesses where its release has
+    // a profile; a fitted profile then replaces every value it holds.
+    let mut defaults = DEFAULT_COST;
+    if let Some(profile) = engine_profile {
+        profile.apply(&mut defaults);
+    }
     // An empty path (`--set cost.profile=`) means no profile: how a profile is fitted afresh
     // from scenarios that normally load it.
     // Left out, `auto`: measured kernels where servesim bundles them for the GPU, else the
     // roofline. `roofline` (or an empty path) asks for the roofline with the default guesses.
     let (base, kernel, fitted) = match raw.get("profile") {
-        None => (DEFAULT_COST, Some(KernelProfile::Auto), None),
-        Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (DEFAULT_COST, None, None),
-        Some(toml::Value::String(path)) if path == "auto" => (DEFAULT_COST, Some(KernelProfile::Auto), None),
+        None => (defaults.clone(), Some(KernelProfile::Auto), None),
+        Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (defaults.clone(), None, None),
+        Some(toml::Value::String(path)) if path == "auto" => (defaults.clone(), Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
             let file = cx.relative(path);
             if !file.is_file() {
                 return Err(cx.invalid("cost.profile", quote(path), "no such kernel profile file"));
             }
-            (DEFAULT_COST, Some(KernelProfile::File(file)), None)
+            (defaults.clone(), Some(KernelProfile::File(file)), None)
         }
         Some(toml::Value::String(path)) => {
             let (params, fitted) = load_profile(&cx.relative(path))?;

@@ -4,29 +4,23 @@
 use super::context::{Cx, positive_or, quote, reject_unused_fields};
 use super::hardware::check_tp;
 use super::speculative::resolve_speculative;
+use crate::scenario::engine_profile::{self, EngineProfile, EngineVersion};
 use crate::scenario::model::ModelSpec;
-use crate::scenario::schema::RawEngine;
-use crate::scenario::{EngineConfig, Policy, Router, ScenarioError, TgiConfig};
+use crate::scenario::schema::{RawEngine, RawVersion};
+use crate::scenario::{EngineConfig, GpuSpec, Policy, Router, ScenarioError, TgiConfig};
 
-/// vLLM (both engines): `--block-size` 16, `--gpu-memory-utilization` 0.90, `--max-num-seqs` 256,
-/// `--tensor-parallel-size` 1.
+/// vLLM (both engines): `--block-size` 16, `--gpu-memory-utilization` 0.90,
+/// `--tensor-parallel-size` 1. `--max-num-seqs` and, for V1, `--max-num-batched-tokens` are the
+/// engine profile's (they depend on the release and the GPU).
 const DEFAULT_BLOCK_SIZE: u32 = 16;
 const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.90;
-const DEFAULT_MAX_NUM_SEQS: u32 = 256;
+/// servesim's own engine (`servesim serve`): `--max-num-seqs` 256, 2048 tokens a step, no
+/// prefix caching unless asked, as vLLM 0.8's V1 defaults it follows.
+const SERVESIM_MAX_NUM_SEQS: u32 = 256;
+const SERVESIM_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
 
-/// vLLM 0.8.x `vllm serve` with the V1 engine: chunked prefill always on, and
-/// `max_num_batched_tokens` defaults to 2048 for the OpenAI server (usage context
-/// `OPENAI_API_SERVER`). Later releases raise both defaults on large-memory GPUs; pin
-/// `max_num_batched_tokens` / `max_num_seqs` to model those.
-const V1_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
 /// vLLM V1's KV cache manager admits a request whenever its blocks fit: no watermark.
 const V1_WATERMARK: f64 = 0.0;
-/// Prefix caching is on by default in vLLM V1 (0.8 onwards, `--no-enable-prefix-caching` turns it
-/// off) and off in vLLM 0.6.3 (V0's `--enable-prefix-caching`). servesim's own engine caches
-/// only when asked (`serve --enable-prefix-caching`).
-const fn default_prefix_caching(policy: Policy) -> bool {
-    matches!(policy, Policy::VllmV1)
-}
 
 /// vLLM 0.6.3 (V0 engine, `EngineArgs.create_engine_config`): when `--enable-chunked-prefill` is
 /// not given, it is turned on for long-context models, `max_model_len > 32768` (ENGINES.md),
@@ -55,13 +49,62 @@ const TGI_MAX_CONCURRENT_REQUESTS: u32 = 128;
 /// our `gpu_memory_utilization` for policy "tgi".
 const TGI_MEMORY_FRACTION: f64 = 1.0;
 
+/// The release `[engine] version` names, checked.
+fn resolve_version(raw: &RawEngine, cx: &Cx) -> Result<Option<EngineVersion>, ScenarioError> {
+    match &raw.version {
+        None => Ok(None),
+        Some(RawVersion::Number(n)) => Err(cx.invalid(
+            "engine.version",
+            n,
+            "write the release as a string, e.g. version = \"0.10.1\" (as a number, 0.10 would read as 0.1)",
+        )),
+        Some(RawVersion::Text(text)) => EngineVersion::parse(text)
+            .map(Some)
+            .ok_or_else(|| cx.invalid("engine.version", quote(text), "expected a release number such as \"0.6.3\" or \"0.15.1\"")),
+    }
+}
+
+/// `engine.version` as written, for messages.
+fn version_text(raw: &RawEngine) -> String {
+    match &raw.version {
+        Some(RawVersion::Text(t)) => quote(t),
+        Some(RawVersion::Number(n)) => n.clone(),
+        None => "(not set)".into(),
+    }
+}
+
+/// The engine profile of `policy` at `version` (docs/engine-profiles.md); servesim's own engine
+/// has none (`validate --engine` measures its host time).
+fn resolve_profile(policy: Policy, version: Option<EngineVersion>, raw: &RawEngine, cx: &Cx) -> Result<Option<EngineProfile>, ScenarioError> {
+    if policy == Policy::Servesim {
+        return match raw.version {
+            Some(_) => Err(cx.invalid("engine.version", version_text(raw), "policy \"servesim\" is this build's own engine, which has no release number")),
+            None => Ok(None),
+        };
+    }
+    engine_profile::select(policy, version).map(Some).map_err(|reason| cx.invalid("engine.version", version_text(raw), reason))
+}
+
 pub(super) fn resolve_engine(
     raw: &RawEngine,
     model: &ModelSpec,
+    gpu: Option<&GpuSpec>,
     cx: &Cx,
 ) -> Result<EngineConfig, ScenarioError> {
+    let version = resolve_version(raw, cx)?;
     let policy = match raw.policy.as_deref() {
-        None => Policy::VllmV1,
+        // A vLLM release runs the engine it defaulted to; 1.x and later are not vLLM's.
+        None => match version {
+            Some(v) if v.major == 0 => engine_profile::policy_of_vllm_version(v),
+            Some(v) => {
+                return Err(cx.invalid(
+                    "engine.version",
+                    quote(&v.to_string()),
+                    "is not a vLLM release (0.x): name the engine with engine.policy (e.g. \"tgi\")",
+                ));
+            }
+            None => Policy::VllmV1,
+        },
         Some(p) => match p.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "vllm-v1" => Policy::VllmV1,
             "vllm-v0" => Policy::VllmV0,
@@ -99,7 +142,16 @@ pub(super) fn resolve_engine(
     let replicas = positive("replicas", raw.replicas, 1)?;
     let block_size = positive("block_size", raw.block_size, DEFAULT_BLOCK_SIZE)?;
     reject_other_policy_fields(raw, policy, cx)?;
-    let enable_prefix_caching = raw.enable_prefix_caching.unwrap_or(default_prefix_caching(policy));
+    let profile = resolve_profile(policy, version, raw, cx)?;
+    // Prefix caching is on by default in vLLM V1 and off in V0 and TGI 2.3 (the profiles say);
+    // servesim's own engine caches only when asked (`serve --enable-prefix-caching`).
+    let enable_prefix_caching =
+        raw.enable_prefix_caching.unwrap_or(profile.as_ref().is_some_and(|p| p.defaults.enable_prefix_caching));
+    let (default_max_num_seqs, profile_budget) = match &profile {
+        Some(p) => p.batch_defaults(gpu),
+        None => (SERVESIM_MAX_NUM_SEQS, Some(SERVESIM_MAX_NUM_BATCHED_TOKENS)),
+    };
+    let version = profile.as_ref().map(|p| version.unwrap_or(p.default_version));
     if policy == Policy::Tgi && enable_prefix_caching {
         return Err(cx.invalid(
             "engine.enable_prefix_caching",
@@ -137,10 +189,12 @@ pub(super) fn resolve_engine(
             speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, 1, model, cx)?,
             activation_reserve_bytes: 0,
             tgi: None,
+            profile: profile.clone(),
+            version,
         };
         return resolve_tgi(raw, model, common, cx);
     }
-    let max_num_seqs = positive("max_num_seqs", raw.max_num_seqs, DEFAULT_MAX_NUM_SEQS)?;
+    let max_num_seqs = positive("max_num_seqs", raw.max_num_seqs, default_max_num_seqs)?;
     let max_model_len = positive(
         "max_model_len",
         raw.max_model_len,
@@ -178,7 +232,7 @@ pub(super) fn resolve_engine(
                      when it is disabled); use policy = \"vllm-v0\" to model that",
                 ));
             }
-            (true, V1_MAX_NUM_BATCHED_TOKENS, V1_WATERMARK)
+            (true, profile_budget.unwrap_or(SERVESIM_MAX_NUM_BATCHED_TOKENS), V1_WATERMARK)
         }
         Policy::VllmV0 => {
             let chunked = raw
@@ -244,6 +298,8 @@ pub(super) fn resolve_engine(
         speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, num_scheduler_steps, model, cx)?,
         activation_reserve_bytes: 0,
         tgi: None,
+        profile,
+        version,
     })
 }
 
@@ -292,8 +348,9 @@ fn resolve_num_scheduler_steps(
 }
 
 /// Engine keys that every policy takes; the others belong to one kind of engine.
-const ENGINE_COMMON_FIELDS: [&str; 8] = [
+const ENGINE_COMMON_FIELDS: [&str; 9] = [
     "policy",
+    "version",
     "tensor_parallel",
     "replicas",
     "router",

@@ -123,7 +123,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
     let (gpu, engine, count, pools, kv_link) = match &raw.cluster {
         None => {
             let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
-            let mut engine = engine::resolve_engine(&raw.engine, &model, cx)?;
+            let mut engine = engine::resolve_engine(&raw.engine, &model, Some(&gpu), cx)?;
             model::place_experts(&raw.engine, &mut model, &engine, cx)?;
             let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
             hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
@@ -131,7 +131,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         }
         Some(cluster) => {
             // The shared knobs first, so that their errors name `[engine]` and no pool.
-            let shared = engine::resolve_engine(&raw.engine, &model, cx)?;
+            let shared = engine::resolve_engine(&raw.engine, &model, None, cx)?;
             let pools = pools::resolve_pools(&raw, cluster, shared.router, &mut model, cx)?;
             let kv_link = pools::resolve_mode(cluster, &pools, shared.policy, cx)?;
             let first = &pools[0];
@@ -139,7 +139,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             (first.gpu.clone(), first.engine.clone(), count, pools, kv_link)
         }
     };
-    let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, cx)?;
+    let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, engine.profile.as_ref(), cx)?;
     let workload = workload::resolve_workload(&raw.workload, &engine, cx)?;
     let validation = raw.validation.as_ref().map(|v| resolve_validation(v, &workload, cx)).transpose()?;
     Ok(Scenario {

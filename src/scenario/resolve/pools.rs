@@ -91,7 +91,7 @@ fn resolve_pool(raw: &RawScenario, pool: &RawPool, prefix: &str, model: &mut Mod
     let relabel = |e| in_pool(e, pool, prefix, gpu_name);
     let gpu = hardware::resolve_gpu(&RawHardware { gpu: Some(gpu_name.clone()), ..RawHardware::default() }, cx)
         .map_err(relabel)?;
-    let mut engine = engine::resolve_engine(&raw_engine, model, cx).map_err(relabel)?;
+    let mut engine = engine::resolve_engine(&raw_engine, model, Some(&gpu), cx).map_err(relabel)?;
     model::place_experts(&raw_engine, model, &engine, cx).map_err(relabel)?;
     hardware::resolve_count(&RawHardware::default(), &engine, cx).map_err(relabel)?;
     hardware::size_memory(&raw_engine, model, &gpu, &mut engine, cx).map_err(relabel)?;

@@ -26,8 +26,13 @@ fn each_pool_is_sized_on_its_own_gpu() {
     assert_eq!((a100.gpu.name.as_str(), a100.engine.tensor_parallel, a100.engine.replicas), ("A100-80G-SXM", 2, 3));
     assert_eq!(a100.engine.gpu_memory_utilization, 0.8);
     assert_ne!(a100.engine.num_gpu_blocks, s.pools[0].engine.num_gpu_blocks);
-    // The shared knobs are the same in both.
-    assert_eq!(a100.engine.max_num_seqs, s.pools[0].engine.max_num_seqs);
+    // Unset, the batch limits are each GPU's default in the modelled vLLM release: 1024
+    // sequences and 8192 tokens on the H100, 256 and 2048 on the A100 (vLLM keeps an A100's
+    // small whatever its memory). Set in [engine], they are the same in both.
+    assert_eq!((a100.engine.max_num_seqs, a100.engine.max_num_batched_tokens), (256, 2048));
+    assert_eq!((s.pools[0].engine.max_num_seqs, s.pools[0].engine.max_num_batched_tokens), (1024, 8192));
+    let pinned = load_text(&two_pools("gpu = \"A100\"").replace("[engine]\n", "[engine]\nmax_num_seqs = 128\n"), &[]).unwrap();
+    assert_eq!((pinned.pools[0].engine.max_num_seqs, pinned.pools[1].engine.max_num_seqs), (128, 128));
     // `hardware` and `engine` describe the first pool; each pool's own scenario its pool.
     assert_eq!((s.hardware.gpu.name.as_str(), s.hardware.count), ("H100-SXM", 2));
     let views = s.pool_scenarios();

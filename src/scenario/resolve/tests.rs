@@ -6,7 +6,8 @@ use std::path::Path;
 
 #[test]
 fn good_scenario_resolves_with_v1_defaults() {
-    let s = good(&[]);
+    // vLLM 0.8's defaults, which the figures below (and their comments) are of.
+    let s = good(&["engine.version=0.8.5"]);
     assert_eq!(s.name, "test");
     assert_eq!(s.path, Path::new(FILE));
     assert_eq!(s.model.name, "Llama-3.1-8B");
@@ -211,4 +212,34 @@ fn quickstart_scenario_loads() {
     assert_eq!(s.workload.request_rate, vec![5.0, 10.0, 20.0, 40.0, 80.0]);
     assert!(s.workload.sweeps_rate());
     assert_eq!(s.engine.num_gpu_blocks, 28_215);
+}
+
+#[test]
+fn the_release_decides_defaults_and_engine_time() {
+    // No version: the newest profiled vLLM V1, whose defaults on an H100 (≥ 70 GiB, not an
+    // A100) are 1024 sequences and 8192 tokens a step, and whose engine time prices the steps.
+    let s = good(&[]);
+    let profile = s.engine.profile.as_ref().expect("a vLLM scenario has an engine profile");
+    assert_eq!(profile.name, "vllm-v1-0.19");
+    assert_eq!(s.engine.version.map(|v| v.to_string()), Some("0.19.0".into()));
+    assert_eq!((s.engine.max_num_batched_tokens, s.engine.max_num_seqs), (8192, 1024));
+    let mut expected = crate::scenario::CostParams::default();
+    profile.apply(&mut expected);
+    assert_eq!(s.cost, expected);
+    // A version picks its family, and a V0 release its engine.
+    let v0 = good(&["engine.policy=vllm-v0", "engine.version=0.6.3.post1"]);
+    assert_eq!(v0.engine.profile.as_ref().map(|p| p.name.as_str()), Some("vllm-0.6.3"));
+    assert_eq!(v0.engine.max_num_seqs, 256);
+    let implied = load_text(&good_text().replace("policy = \"vllm-v1\"\n", "version = \"0.5.4\"\n"), &[]).unwrap();
+    assert_eq!(implied.engine.policy, Policy::VllmV0);
+    // Set keys still win over the profile's.
+    let set = good(&["cost.seq_overhead_us=77", "engine.max_num_seqs=64"]);
+    assert_eq!((set.cost.seq_overhead_us, set.engine.max_num_seqs), (77.0, 64));
+    // Errors name the field and value.
+    invalid(&["engine.version=0.5.4"], "engine.version", "\"0.5.4\"");
+    invalid(&["engine.version=latest"], "engine.version", "\"latest\"");
+    invalid(&["engine.policy=servesim", "engine.version=0.9.0"], "engine.version", "\"0.9.0\"");
+    // A number is refused: 0.10 would read as 0.1.
+    let msg = invalid(&["engine.version=0.10"], "engine.version", "0.1");
+    assert!(msg.contains("as a string"), "{msg}");
 }
