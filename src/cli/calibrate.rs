@@ -74,8 +74,10 @@ pub struct ImportArgs {
     pub format: String,
     /// The source's data. aiconfigurator: one GPU's folder (`…/systems/data/h100_sxm`). vidur,
     /// llmservingsim, frontier: one GPU's files, or folders holding them (vidur: `mlp.csv`,
-    /// `all_reduce.csv`, `attention.csv`; LLMServingSim: `layers.csv`, `attention.csv` under a
-    /// folder named as the model's preset; Frontier: `attention*.csv`).
+    /// `all_reduce.csv`, `attention.csv`; LLMServingSim: its profiler's bundles, `meta.yaml`
+    /// beside `tp<N>/` folders of `dense.csv`, `per_sequence.csv`, `attention.csv`, `moe.csv`, or
+    /// its older `layers.csv`, `attention.csv` under a folder named as the model's preset;
+    /// Frontier: `attention*.csv`).
     #[arg(value_name = "PATH", required = true, num_args = 1..)]
     pub paths: Vec<PathBuf>,
     /// aiconfigurator: the engine whose kernels were timed: vllm, sglang or trtllm.
@@ -84,10 +86,18 @@ pub struct ImportArgs {
     /// aiconfigurator: the engine version's folder (default: the newest present).
     #[arg(long = "engine-version", value_name = "VERSION")]
     pub engine_version: Option<String>,
-    /// vidur, llmservingsim, frontier: the GPU preset the files were measured on (default: the
-    /// one their folders name, `a100`, `h100`, `h800`).
-    #[arg(long, value_name = "PRESET")]
+    /// vidur, llmservingsim, frontier: the GPU the files were measured on, a preset or a .toml
+    /// file whose [hardware] table gives a GPU's figures as a scenario's does (name,
+    /// peak_tflops_16bit, peak_tflops_fp8, memory_gib, memory_bandwidth_gbps,
+    /// interconnect_gbps). Default: the one their folders (`a100`, `h100`, `h800`) or
+    /// LLMServingSim's meta.yaml name, where it is a preset.
+    #[arg(long, value_name = "PRESET|FILE.toml")]
     pub gpu: Option<String>,
+    /// llmservingsim: the model the files time, a preset or a Hugging Face config.json.
+    /// Default: the folder named as a preset, or for a profiler bundle the checkout's
+    /// configs/model/<org>/<model>.json, else the preset named as its model.
+    #[arg(long, value_name = "PRESET|CONFIG.json")]
+    pub model: Option<String>,
     /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
     #[arg(long, value_name = "FILE.csv")]
     pub out: PathBuf,
@@ -97,13 +107,16 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     flags::output_file("--out", &args.out)?;
     use crate::calibrate::import::{FORMATS, aiconfigurator, frontier, llmservingsim, vidur};
     let gpu = args.gpu.as_deref();
+    if let Some(model) = args.model.as_deref().filter(|_| args.format != "llmservingsim") {
+        return Err(usage("--model", model, "applies to --from llmservingsim only (the other formats' rows carry their dimensions)"));
+    }
     let imported = match args.format.as_str() {
         "aiconfigurator" => match args.paths.as_slice() {
             [path] => aiconfigurator::import(path, &args.engine, args.engine_version.as_deref()),
             _ => return Err(usage("PATH", args.paths.len(), "aiconfigurator reads one GPU's folder")),
         },
         "vidur" => vidur::import(&args.paths, gpu),
-        "llmservingsim" => llmservingsim::import(&args.paths, gpu),
+        "llmservingsim" => llmservingsim::import(&args.paths, gpu, args.model.as_deref()),
         "frontier" => frontier::import(&args.paths, gpu),
         other => return Err(usage("--from", other, format!("unknown format; known: {}", FORMATS.join(", ")))),
     }

@@ -45,6 +45,26 @@ pub struct FitArgs {
     /// (request_rate = inf); by default it is added, since a burst is what identifies it.
     #[arg(long)]
     pub no_frontend_on_bursts: bool,
+    /// Price steps with each scenario's kernel profile (the bundled one for its GPU, or the one
+    /// it names), as `simulate` does, instead of the roofline: engine time fitted on top of
+    /// kernels that stay as measured.
+    #[arg(long)]
+    pub kernels: bool,
+    /// Also predict each scenario's run from a fit to the others (leave-one-run-out), and print
+    /// each one's error and the median errors per engine release and GPU.
+    #[arg(long)]
+    pub leave_one_out: bool,
+    /// With --leave-one-out: most objective evaluations per fold (each starts from the fit to
+    /// every run).
+    #[arg(long, default_value_t = 60, value_name = "N")]
+    pub fold_evals: usize,
+    /// With --leave-one-out: also write its table (markdown) to FILE.
+    #[arg(long, value_name = "FILE", requires = "leave_one_out")]
+    pub table: Option<PathBuf>,
+    /// Also write the fitted engine-time values into this engine profile (a file of
+    /// calibration/engine/), each with the command as its source; its other keys are kept.
+    #[arg(long, value_name = "FILE")]
+    pub engine_profile: Option<PathBuf>,
     /// Where to write the profile (TOML with provenance).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
@@ -73,10 +93,20 @@ pub(super) fn run(args: FitArgs) -> Result<(), Error> {
         metrics,
         max_evaluations: args.max_evals,
         frontend_on_bursts: !args.no_frontend_on_bursts,
+        kernels: args.kernels,
+        warm_start: None,
     };
+    if let Some(path) = &args.table {
+        super::flags::output_file("--table", path)?;
+    }
     let result = crate::fit::fit(&config)?;
     // The command line, minus the binary's path, regenerates the profile.
-    let command_line = std::iter::once("servesim".to_string()).chain(std::env::args().skip(1)).collect::<Vec<_>>().join(" ");
+    let command_line = std::iter::once("servesim".to_string()).chain(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned())).collect::<Vec<_>>().join(" ");
+    let held_out = if args.leave_one_out {
+        Some(crate::fit::leave_one_out::leave_one_out(&config, &result, args.fold_evals)?)
+    } else {
+        None
+    };
     let base = config.targets[0].scenario.cost.clone();
     let text = crate::fit::profile_toml(&result, &config, &base, &command_line);
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -85,6 +115,19 @@ pub(super) fn run(args: FitArgs) -> Result<(), Error> {
     std::fs::write(&args.out, text).map_err(|source| Error::Output { path: args.out.clone(), source })?;
     eprint!("{}", summary(&result));
     eprintln!("wrote {}", args.out.display());
+    if let Some(held) = &held_out {
+        let table = crate::fit::leave_one_out::table_markdown(held, &result.metrics);
+        println!("{table}");
+        if let Some(path) = &args.table {
+            std::fs::write(path, &table).map_err(|source| Error::Output { path: path.clone(), source })?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &args.engine_profile {
+        let source = format!("fitted on {} recorded runs by `{command_line}`", config.targets.len());
+        crate::fit::engine_profile::rewrite(path, &result.values, &source)?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 

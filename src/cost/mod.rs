@@ -6,6 +6,7 @@
 
 pub mod bundled;
 pub mod calibrated;
+pub mod engine_time;
 mod memo;
 pub mod moe;
 pub mod profile_match;

@@ -49,8 +49,24 @@ fn gpu_mismatch(profile: &Profile, scenario: &Scenario) -> Option<String> {
         gpu_family(&measured)
     };
     let gpu = &scenario.hardware.gpu;
-    (profile_family.is_none() || profile_family != gpu_family(&gpu.name))
-        .then(|| format!("the profile was measured on {measured}, and the scenario runs on {}", gpu.name))
+    let same = match (profile_family, gpu_family(&gpu.name)) {
+        (Some(a), Some(b)) => a == b,
+        // A GPU of no family (a scenario's own `[hardware]`, as for an RTX 4090) is matched by
+        // its model name, as the driver spells it or as the scenario does.
+        (None, None) => same_model_name(&measured, &gpu.name),
+        _ => false,
+    };
+    (!same).then(|| format!("the profile was measured on {measured}, and the scenario runs on {}", gpu.name))
+}
+
+/// Whether two GPU names name one model, ignoring case, spaces and dashes: the shorter must be
+/// within the longer ("RTX-4090" in "NVIDIA GeForce RTX 4090") and hold a digit, so that a
+/// bare vendor name matches nothing.
+fn same_model_name(a: &str, b: &str) -> bool {
+    let key = |s: &str| s.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_uppercase()).collect::<String>();
+    let (a, b) = (key(a), key(b));
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.chars().any(|c| c.is_ascii_digit()) && long.contains(&short)
 }
 
 /// Whether `profile`'s kernels are another engine's or dtype's than the scenario's, whatever GPU
@@ -141,6 +157,14 @@ pub fn fitted_profile_mismatches(fitted: &FittedProfile, scenario: &Scenario) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_of_no_family_matches_its_own_model_name_only() {
+        assert!(same_model_name("NVIDIA GeForce RTX 4090", "RTX-4090"));
+        assert!(same_model_name("RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition"));
+        assert!(!same_model_name("NVIDIA GeForce RTX 4090", "RTX-PRO-6000"));
+        assert!(!same_model_name("NVIDIA GeForce RTX 4090", "NVIDIA"));
+    }
 
     #[test]
     fn families_are_matched_longest_first() {

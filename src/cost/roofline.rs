@@ -473,6 +473,30 @@ impl Roofline {
 }
 
 impl Roofline {
+    /// The step's CPU time (before any of it is hidden behind the GPU), seconds: the step's
+    /// overhead, graph-replayed or eager, the prefill sequences' extra and every sequence's own.
+    #[inline(always)]
+    fn cpu_overhead_s(&self, batch: &Batch, prefill_seqs: u64) -> f64 {
+        // A multi-step window's later steps only advance the batch on the GPU: the scheduling
+        // and input preparation these overheads stand for ran once, in its first step.
+        if batch.window_step > 0 {
+            return 0.0;
+        }
+        let step_overhead_s = if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
+        let prefill_s = if prefill_seqs > 0 {
+            self.prefill_step_overhead_s + self.prefill_seq_overhead_s * count_to_f64(prefill_seqs)
+        } else {
+            0.0
+        };
+        step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64
+    }
+
+    /// [`Self::cpu_overhead_s`] of `batch` in nanoseconds, counting its prefill sequences.
+    pub(crate) fn cpu_overhead_ns(&self, batch: &Batch) -> u64 {
+        let prefill_seqs = batch.seqs.iter().filter(|w| !w.is_decode()).count() as u64;
+        to_ns(self.cpu_overhead_s(batch, prefill_seqs))
+    }
+
     /// Share of a step's CPU overhead hidden behind its GPU work.
     pub(crate) fn cpu_overlap(&self) -> f64 {
         self.cpu_overlap
@@ -550,20 +574,7 @@ impl Roofline {
 
             let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
 
-            let step_overhead_s =
-                if batch.graph_size.is_some() { self.step_overhead_graph_s } else { self.step_overhead_eager_s };
-            let prefill_s = if prefill_seqs > 0 {
-                self.prefill_step_overhead_s + self.prefill_seq_overhead_s * count_to_f64(prefill_seqs)
-            } else {
-                0.0
-            };
-            // A multi-step window's later steps only advance the batch on the GPU: the scheduling
-            // and input preparation these overheads stand for ran once, in its first step.
-            let overhead_s = if batch.window_step > 0 {
-                0.0
-            } else {
-                step_overhead_s + prefill_s + self.seq_overhead_s * batch.num_seqs() as f64
-            };
+            let overhead_s = self.cpu_overhead_s(batch, prefill_seqs);
             [to_ns(gemm_s), to_ns(elementwise_s), to_ns(communication_s), to_ns(overhead_s)]
         };
         let [gemm_ns, elementwise_ns, communication_ns, overhead_ns] =

@@ -23,6 +23,8 @@
 //! much as 2× too fast) and scale-free, so throughput in tokens/s and TTFT in ms weigh alike.
 //! It is one objective over all metrics together, never a separate fit per metric.
 
+pub mod engine_profile;
+pub mod leave_one_out;
 pub mod nelder_mead;
 pub mod params;
 pub mod results;
@@ -32,8 +34,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::Error;
+use crate::cost::engine_time::{EngineTimeOverlay, without_engine_time};
+use crate::cost::roofline::Roofline;
 use crate::scenario::{CostParams, Scenario, SweepPoint};
-use crate::validate::{MetricComparison, Plan, PointComparison, simulate_metrics};
+use crate::validate::{MetricComparison, Plan, PointComparison, simulate_metrics, simulate_metrics_with};
 use params::ParamSpec;
 
 /// Metrics fitted when none are named: those the accuracy targets are set on.
@@ -78,6 +82,14 @@ pub struct FitConfig {
     /// (`request_rate = inf`): with a front end that costs nothing, a burst's requests all reach
     /// the scheduler at once and prefill as one batch, which no real API server does.
     pub frontend_on_bursts: bool,
+    /// Price steps as `simulate` does, with each scenario's kernel profile (bundled or named),
+    /// instead of the roofline: how engine time is fitted on top of kernel tables that stay as
+    /// measured (docs/engine-profiles.md).
+    pub kernels: bool,
+    /// Start the search here, once, instead of from the defaults and the points around them:
+    /// a leave-one-out fold starts at the fit to every run. Physical values, in the order of
+    /// the fitted parameters (with any added one last).
+    pub warm_start: Option<Vec<f64>>,
 }
 
 /// The API server's per-request time, the parameter a burst identifies.
@@ -158,6 +170,10 @@ impl FitResult {
 /// A target prepared for repeated evaluation: its fit points and their recorded values.
 struct Prepared<'a> {
     target: &'a FitTarget,
+    /// With `kernels` and only engine-time parameters fitted: the target's kernel model, built
+    /// once with no engine time, which every trial's engine time is laid over
+    /// ([`EngineTimeOverlay`]).
+    kernel_model: Option<Box<dyn crate::cost::CostModel + Sync>>,
     /// Indices into the sweep of the points fitted.
     point_indices: Vec<usize>,
     points: Vec<SweepPoint>,
@@ -190,7 +206,7 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
             reason: "must be at least 1".into(),
         });
     }
-    let prepared = config.targets.iter().map(|t| prepare(t, &metrics)).collect::<Result<Vec<_>, _>>()?;
+    let mut prepared = config.targets.iter().map(|t| prepare(t, &metrics)).collect::<Result<Vec<_>, _>>()?;
     if prepared.iter().all(|p| p.points.is_empty()) {
         return Err(Error::Recorded("every point is held out: nothing is left to fit".into()));
     }
@@ -202,13 +218,23 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         added.push((FRONTEND_PARAM.to_string(), "the fitted points include bursts (request_rate = inf)".to_string()));
     }
     let specs = params::lookup_all(&names)?;
+    if config.kernels && specs.iter().all(|s| crate::scenario::engine_profile::ENGINE_TIME_KEYS.contains(&s.name)) {
+        for p in &mut prepared {
+            let mut base = p.target.scenario.clone();
+            base.cost = without_engine_time(&base.cost);
+            p.kernel_model = Some(crate::run::scenario_cost(&base, false)?.model);
+        }
+    }
 
     // Fitted parameters start from the defaults, not from the scenarios' values: scenarios load
     // the very profile a fit writes, and regenerating it must not depend on the previous result.
     let defaults = CostParams::default();
-    let x0: Vec<f64> = specs.iter().map(|s| s.kind.to_unconstrained(start_value(s, &defaults))).collect();
+    let x0: Vec<f64> = match &config.warm_start {
+        Some(values) if values.len() == specs.len() => specs.iter().zip(values).map(|(s, &v)| s.kind.to_unconstrained(v)).collect(),
+        _ => specs.iter().map(|s| s.kind.to_unconstrained(start_value(s, &defaults))).collect(),
+    };
     // Evaluated here so that an error (an unknown metric key) surfaces before any search.
-    let start_objective = evaluate(&prepared, &specs, &x0, &metrics)?;
+    let start_objective = evaluate(&prepared, &specs, &x0, &metrics, config.kernels)?;
 
     // Errors from later simulations are not the optimiser's business: the first one is kept and
     // returned after the minimisation, which it ends by making every later evaluation infinite.
@@ -221,7 +247,7 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         if x == x0.as_slice() {
             return start_objective;
         }
-        match evaluate(&prepared, &specs, x, &metrics) {
+        match evaluate(&prepared, &specs, x, &metrics, config.kernels) {
             Ok(v) => v,
             Err(e) => {
                 failure = Some(e);
@@ -242,7 +268,8 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
     // matter of where the search began; the best wins. Fixed points keep the fit deterministic.
     let mut best: Option<nelder_mead::Minimum> = None;
     let (mut evaluations, mut restarts) = (0, 0);
-    for start in start_points(&x0) {
+    let starts = if config.warm_start.is_some() { vec![x0.clone()] } else { start_points(&x0) };
+    for start in starts {
         let minimum = nelder_mead::minimize(&mut objective, &start, &options);
         evaluations += minimum.evaluations;
         restarts += minimum.restarts;
@@ -262,7 +289,8 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         .zip(&minimum.x)
         .map(|(s, &x)| (s.name.to_string(), s.kind.from_unconstrained(x)))
         .collect();
-    let targets = prepared.iter().map(|p| report_target(p, &specs, &minimum.x, &metrics)).collect::<Result<Vec<_>, _>>()?;
+    let targets =
+        prepared.iter().map(|p| report_target(p, &specs, &minimum.x, &metrics, config.kernels)).collect::<Result<Vec<_>, _>>()?;
     Ok(FitResult {
         values,
         objective: minimum.f,
@@ -355,6 +383,9 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
                     plan.block_of_point[i],
                     block.line
                 ))),
+                // A run that recorded fewer figures names them in its [validation] metrics:
+                // the others are not fitted there.
+                None if scenario.validation.as_ref().is_some_and(|v| !v.metrics.contains(key)) => Ok(None),
                 None => Err(Error::Recorded(format!(
                     "{}: block {} (line {}) has no {key:?}",
                     plan.recorded.display(),
@@ -366,7 +397,26 @@ fn prepare<'a>(target: &'a FitTarget, metrics: &[String]) -> Result<Prepared<'a>
         recorded.push(row);
     }
     let points = point_indices.iter().map(|&i| sweep[i]).collect();
-    Ok(Prepared { target, point_indices, points, recorded })
+    Ok(Prepared { target, kernel_model: None, point_indices, points, recorded })
+}
+
+/// `metrics` at `points` of `scenario` (target `p` with a trial's values), priced by its kernel
+/// profile (`kernels`: the prepared kernel model with the trial's engine time laid over it, or
+/// one built for the trial) or the roofline.
+fn simulate(p: &Prepared, scenario: &Scenario, points: &[SweepPoint], metrics: &[String], kernels: bool) -> Result<Vec<Vec<f64>>, Error> {
+    if !kernels {
+        return simulate_metrics(scenario, points, metrics);
+    }
+    match &p.kernel_model {
+        Some(gpu) => {
+            let cpu = Roofline::new(&scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel, &scenario.cost);
+            simulate_metrics_with(scenario, &EngineTimeOverlay::new(gpu.as_ref(), cpu), points, metrics)
+        }
+        None => {
+            let cost = crate::run::scenario_cost(scenario, false)?;
+            simulate_metrics_with(scenario, cost.model.as_ref(), points, metrics)
+        }
+    }
 }
 
 /// `scenario` with the fitted parameters set to the physical values of coordinates `x`.
@@ -385,12 +435,17 @@ fn squared_log_ratio(simulated: f64, recorded: f64) -> f64 {
 }
 
 /// The objective at coordinates `x`.
-fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[String]) -> Result<f64, Error> {
+fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[String], kernels: bool) -> Result<f64, Error> {
+    use rayon::prelude::*;
+    // Targets simulate in parallel; their errors are summed in target order, so the objective
+    // is the same at any thread count.
+    let simulated: Vec<Vec<Vec<f64>>> = prepared
+        .par_iter()
+        .map(|p| simulate(p, &with_params(&p.target.scenario, specs, x), &p.points, metrics, kernels))
+        .collect::<Result<_, _>>()?;
     let mut sum = 0.0;
     let mut count = 0usize;
-    for p in prepared {
-        let scenario = with_params(&p.target.scenario, specs, x);
-        let simulated = simulate_metrics(&scenario, &p.points, metrics)?;
+    for (p, simulated) in prepared.iter().zip(simulated) {
         for (sim_row, rec_row) in simulated.iter().zip(&p.recorded) {
             for (&sim, rec) in sim_row.iter().zip(rec_row) {
                 if let Some(rec) = *rec {
@@ -403,13 +458,24 @@ fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[S
     Ok(if count == 0 { 0.0 } else { sum / count as f64 })
 }
 
+/// `target` simulated at every sweep point with `values` (physical, named) in place, and compared
+/// with its recorded blocks: how a run left out of a fit is judged.
+pub fn judge(target: &FitTarget, values: &[(String, f64)], metrics: &[String], kernels: bool) -> Result<TargetFit, Error> {
+    let specs = params::lookup_all(&values.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())?;
+    let x: Vec<f64> = specs.iter().zip(values).map(|(s, (_, v))| s.kind.to_unconstrained(*v)).collect();
+    let mut p = prepare(target, metrics)?;
+    // Every point is judged, none fitted.
+    p.point_indices.clear();
+    report_target(&p, &specs, &x, metrics, kernels)
+}
+
 /// Simulates every sweep point of a target with the fitted values and compares it with the
 /// recorded blocks.
-fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[String]) -> Result<TargetFit, Error> {
+fn report_target(p: &Prepared, specs: &[&ParamSpec], x: &[f64], metrics: &[String], kernels: bool) -> Result<TargetFit, Error> {
     let scenario = with_params(&p.target.scenario, specs, x);
     let plan = &p.target.plan;
     let sweep = scenario.workload.points();
-    let simulated = simulate_metrics(&scenario, &sweep, metrics)?;
+    let simulated = simulate(p, &scenario, &sweep, metrics, kernels)?;
     let points = sweep
         .iter()
         .zip(simulated)

@@ -87,7 +87,7 @@ fn synthetic_config(max_evaluations: usize) -> FitConfig {
     let scenario = scenario_from(SCENARIO);
     let truth: Vec<(&str, f64)> = FITTED.iter().copied().zip(TRUE_VALUES).collect();
     let plan = synthetic_plan(&scenario, &truth, Vec::new());
-    FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&FITTED), metrics: Vec::new(), max_evaluations, frontend_on_bursts: false }
+    FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&FITTED), metrics: Vec::new(), max_evaluations, frontend_on_bursts: false, kernels: false, warm_start: None }
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn held_out_points_are_reported_but_not_fitted() {
     let truth = [("seq_overhead_us", 30.0)];
     let plan = synthetic_plan(&scenario, &truth, vec![2, 48]);
     let config =
-        FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60, frontend_on_bursts: false };
+        FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60, frontend_on_bursts: false, kernels: false, warm_start: None };
     let result = fit(&config).unwrap();
     let target = &result.targets[0];
     assert!(!target.all_points);

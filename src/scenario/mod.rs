@@ -127,6 +127,18 @@ pub struct ValidationSpec {
     pub metrics: Vec<String>,
     /// Recorded blocks a fit may use; the others are held out.
     pub fit_blocks: Vec<usize>,
+    /// Where the recorded times start.
+    pub clock: RecordedClock,
+}
+
+/// Where a recorded run's times start (`[validation] clock`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordedClock {
+    /// At the client's send: the API server's time is in every latency.
+    #[default]
+    Client,
+    /// At the engine core's queue: no front end in them.
+    Engine,
 }
 
 /// Metrics compared when a scenario does not name its own: what the accuracy targets are set on

@@ -86,6 +86,10 @@ pub struct RawValidation {
     /// The recorded blocks (1-based, as in `blocks`) a fit may use; the rest are held out.
     /// Default: none.
     pub fit_blocks: Option<Vec<usize>>,
+    /// Where the recorded times start: "client" (default: the benchmark client's send, as
+    /// vLLM's benchmark_serving measures) or "engine" (the engine core's queue, with no API
+    /// server in them: the front end's time is left out of the simulated ones too).
+    pub clock: Option<String>,
 }
 
 /// A fitted cost profile file: provenance plus `[cost]` values.

@@ -9,6 +9,7 @@
 //! wait in vLLM V1's queue order instead of the stack.
 
 use super::prefix::{BlockHash, FreeQueue, PrefixCache};
+use super::runs::FreeRuns;
 
 /// Fixed-size KV blocks, identified by index. The free blocks are a stack: the most recently
 /// freed block is reused first, which is deterministic and cache-friendly for a real engine.
@@ -30,11 +31,14 @@ pub struct BlockPool {
     reserved: u32,
     /// Blocks held by tables kept as counts, without ids ([`KvCacheManager::keep_counts_only`]).
     counted: u32,
+    /// Kept as counts with prefix caching: the order in which free blocks are evicted, beside
+    /// the counts (`sched::runs`).
+    runs: Option<FreeRuns>,
 }
 
 impl BlockPool {
     pub fn new(blocks_total: u32) -> BlockPool {
-        BlockPool { freed: Vec::new(), queue: None, next_unused: 0, blocks_total, reserved: 0, counted: 0 }
+        BlockPool { freed: Vec::new(), queue: None, next_unused: 0, blocks_total, reserved: 0, counted: 0, runs: None }
     }
 
     pub fn blocks_total(&self) -> u32 {
@@ -110,10 +114,28 @@ impl KvCacheManager {
     /// O(1), not a push per block (the simulation of the 100k bench went from 29 to 24 ms,
     /// issue 14); every count, and so every scheduling decision, is the same. Switched on
     /// before any allocation, through [`super::Scheduler::without_block_ids`].
+    ///
+    /// With prefix caching, only where no request shares text (blocks are shared by id): the
+    /// one content a request can then find is its own, after a preemption, and the free blocks'
+    /// order, which says what was evicted meanwhile, is kept as runs (`sched::runs`).
     pub(super) fn keep_counts_only(&mut self) {
-        debug_assert!(self.prefix.is_none(), "prefix caching shares blocks by id");
         debug_assert_eq!(self.pool.blocks_used(), 0, "switched off before any allocation");
         self.counts = Some(Vec::new());
+        if self.prefix.is_some() {
+            self.pool.runs = Some(FreeRuns::new(self.pool.blocks_total));
+        }
+    }
+
+    /// Whether tables are counts, without ids.
+    pub(super) fn counts_only(&self) -> bool {
+        self.counts.is_some()
+    }
+
+    /// Whether tables share blocks by id and count references (prefix caching with ids): what
+    /// the debug invariants check them against.
+    #[cfg(debug_assertions)]
+    pub(super) fn shares_blocks(&self) -> bool {
+        self.prefix.is_some() && self.counts.is_none()
     }
 
     /// The same manager with prefix caching: computed prompt blocks are kept by hash and shared.
@@ -197,16 +219,14 @@ impl KvCacheManager {
 
     /// Moves `count` free blocks into `seq`'s table (made on first use), or none if fewer are free.
     fn grow_table(&mut self, seq: u32, count: u32) -> bool {
-        if let Some(counts) = self.counts.as_mut() {
+        if self.counts.is_some() {
             if count > self.pool.blocks_free() {
                 return false;
             }
-            let slot = seq as usize;
-            if counts.len() <= slot {
-                counts.resize(slot + 1, 0);
+            if let Some(runs) = self.pool.runs.as_mut() {
+                runs.take(count);
             }
-            counts[slot] += count;
-            self.pool.counted += count;
+            self.count_blocks(seq, count);
             return true;
         }
         let table = self.table_mut(seq);
@@ -218,6 +238,18 @@ impl KvCacheManager {
             self.tables[seq as usize][from..].iter().for_each(|&b| prefix.on_allocated(b));
         }
         true
+    }
+
+    /// Adds `count` blocks, already taken from the free ones, to `seq`'s count.
+    #[inline]
+    fn count_blocks(&mut self, seq: u32, count: u32) {
+        let counts = self.counts.as_mut().expect("tables kept as counts");
+        let slot = seq as usize;
+        if counts.len() <= slot {
+            counts.resize(slot + 1, 0);
+        }
+        counts[slot] += count;
+        self.pool.counted += count;
     }
 
     fn table_mut(&mut self, seq: u32) -> &mut Vec<u32> {
@@ -264,32 +296,51 @@ impl KvCacheManager {
     }
 
     /// Counts `count` more blocks as used, without ids, if that many are free.
+    #[inline]
     pub(super) fn reserve(&mut self, count: u32) -> bool {
         if count > self.pool.blocks_free() {
             return false;
+        }
+        // Without ids, a block counted as used is taken from the free order at once, as a table
+        // growing into it would take it.
+        if let Some(runs) = self.pool.runs.as_mut() {
+            runs.take(count);
         }
         self.pool.reserved += count;
         true
     }
 
-    /// Returns `count` reserved blocks to the free count.
+    /// Returns `count` reserved blocks to the free blocks: those a sequence that finished grew
+    /// into (its table is freed next).
+    #[inline]
     pub(super) fn release_reserved(&mut self, count: u32) {
         debug_assert!(count <= self.pool.reserved);
         self.pool.reserved -= count;
+        if let Some(runs) = self.pool.runs.as_mut() {
+            runs.push_plain(count);
+        }
     }
 
-    /// Gives `count` reserved blocks ids, appended to `seq`'s table.
+    /// Gives `count` reserved blocks ids, appended to `seq`'s table (without ids: adds them to
+    /// its count, as they were taken from the free ones when reserved).
     pub(super) fn assign_reserved(&mut self, seq: u32, count: u32) {
-        self.release_reserved(count);
+        debug_assert!(count <= self.pool.reserved);
+        self.pool.reserved -= count;
+        if self.counts.is_some() {
+            self.count_blocks(seq, count);
+            return;
+        }
         let assigned = self.grow_table(seq, count);
         debug_assert!(assigned, "reserved blocks are free once released");
     }
 
     /// Returns all of `seq`'s blocks to the pool.
     pub fn free(&mut self, seq: u32) {
-        if let Some(counts) = self.counts.as_mut() {
-            if let Some(count) = counts.get_mut(seq as usize) {
-                self.pool.counted -= std::mem::take(count);
+        if self.counts.is_some() {
+            let count = self.take_count(seq);
+            if let Some(runs) = self.pool.runs.as_mut() {
+                runs.forget(seq);
+                runs.push_plain(count);
             }
             return;
         }
@@ -305,6 +356,61 @@ impl KvCacheManager {
                 queue.push_back(b);
             }
         }
+    }
+
+    /// Takes `seq`'s blocks out of its count; returns how many.
+    #[inline]
+    fn take_count(&mut self, seq: u32) -> u32 {
+        let counts = self.counts.as_mut().expect("tables kept as counts");
+        let count = counts.get_mut(seq as usize).map_or(0, std::mem::take);
+        self.pool.counted -= count;
+        count
+    }
+
+    /// Returns `seq`'s blocks to the pool as a preemption does with prefix caching on (vLLM V1):
+    /// its first `full_blocks` blocks, computed in full, keep their content and are found again
+    /// when it is admitted, unless evicted first. With ids, their hashes (`hashes`, at least
+    /// `full_blocks` of them) are cached; without, the free blocks' runs keep them.
+    pub(super) fn free_keeping_computed(&mut self, seq: u32, full_blocks: u32, hashes: &[BlockHash]) {
+        if self.counts.is_some() {
+            let count = self.take_count(seq);
+            let kept = full_blocks.min(count);
+            if let Some(runs) = self.pool.runs.as_mut() {
+                runs.push_kept(seq, kept, count - kept);
+            }
+            return;
+        }
+        if let (Some(prefix), Some(table)) = (self.prefix.as_mut(), self.tables.get(seq as usize)) {
+            for (&block, &hash) in table.iter().zip(hashes).take(full_blocks as usize) {
+                prefix.insert(block, hash);
+            }
+        }
+        self.free(seq);
+    }
+
+    /// Without ids: how many of waiting `seq`'s first blocks are free with their content still
+    /// (see [`KvCacheManager::free_keeping_computed`]); `None` with ids, where the prefix cache
+    /// answers by hash.
+    pub(super) fn kept_blocks(&self, seq: u32) -> Option<u32> {
+        self.pool.runs.as_ref().map(|runs| runs.kept(seq))
+    }
+
+    /// Without ids: admits `seq` with its first `kept` blocks found again (see
+    /// [`KvCacheManager::kept_blocks`]) and KV for `tokens_total` tokens, keeping
+    /// `blocks_reserved` free. All or nothing; the kept blocks count against the free ones, as
+    /// any hit on a block no table holds does ([`KvCacheManager::allocate_with_hits`]).
+    pub(super) fn allocate_with_kept(&mut self, seq: u32, kept: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
+        debug_assert_eq!(self.blocks_of(seq), 0, "kept blocks start a table");
+        let missing = self.blocks_for_tokens(tokens_total).saturating_sub(kept);
+        let needed = u64::from(missing) + u64::from(kept) + u64::from(blocks_reserved);
+        if u64::from(self.pool.blocks_free()) < needed {
+            return false;
+        }
+        self.pool.runs.as_mut().expect("kept blocks are counted in runs").take_kept(seq, kept);
+        self.count_blocks(seq, kept);
+        let grown = self.grow_table(seq, missing);
+        debug_assert!(grown, "counted as free above");
+        grown
     }
 
     /// Blocks held by all tables; must equal the pool's used count without prefix caching
@@ -323,10 +429,13 @@ impl KvCacheManager {
 
     /// Debug check of the reference counts: each block's count is the number of tables that
     /// hold it, the blocks counted as used are those with a count, and every cached hash names a
-    /// block that carries it.
+    /// block that carries it. Without ids, that the free blocks' runs are the free blocks.
     #[cfg(debug_assertions)]
     pub fn check_refcounts(&self) {
-        let Some(prefix) = &self.prefix else { return };
+        if let Some(runs) = &self.pool.runs {
+            assert_eq!(runs.len(), self.pool.blocks_free(), "the free blocks' runs hold the free blocks");
+        }
+        let Some(prefix) = self.prefix.as_ref().filter(|_| self.counts.is_none()) else { return };
         prefix.check();
         let held = prefix.check_refs(self.tables.iter().map(Vec::as_slice));
         assert_eq!(held, self.blocks_held(), "blocks in use differ from blocks with references");

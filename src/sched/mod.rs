@@ -33,6 +33,7 @@ pub mod kv;
 mod outcome;
 mod policy;
 pub mod prefix;
+mod runs;
 mod scheduler;
 mod select;
 pub mod speculative;

@@ -2,7 +2,7 @@
 
 use super::batch::Batch;
 use super::outcome::Rejection;
-use super::state::SchedulerState;
+use super::state::{PreemptedBlocks, SchedulerState};
 
 /// A batching policy. It reads and changes the scheduler's queues and KV allocations and fills
 /// `batch`; it must leave every scheduled sequence with KV blocks for its new tokens.
@@ -48,7 +48,8 @@ pub trait SchedulingPolicy {
 /// vLLM V1 (≥ 0.8): one token budget shared by running and new requests; running requests
 /// first, in order, each getting all its pending tokens (a decode: 1; a partial prefill: as many
 /// as the budget allows). When KV blocks run out, the newest running request is preempted by
-/// recompute. New requests are admitted FCFS only in steps without preemption.
+/// recompute, its computed blocks left in the prefix cache (when on) for its readmission. New
+/// requests are admitted FCFS only in steps without preemption.
 pub struct VllmV1;
 
 impl SchedulingPolicy for VllmV1 {
@@ -63,7 +64,7 @@ impl SchedulingPolicy for VllmV1 {
     fn schedule(&mut self, s: &mut SchedulerState, batch: &mut Batch) {
         let mut budget = s.config.max_num_batched_tokens;
         let chunked = s.partial_prefills();
-        let preempted = schedule_running(s, batch, &mut budget, chunked);
+        let preempted = schedule_running(s, batch, &mut budget, chunked, PreemptedBlocks::Cached);
         if !preempted {
             admit_waiting(s, batch, &mut budget, chunked, AdmitBlocks::Chunk);
         }
@@ -144,7 +145,7 @@ impl SchedulingPolicy for VllmV0 {
         let mut budget = s.config.max_num_batched_tokens;
         if s.config.enable_chunked_prefill {
             let partial = s.partial_prefills();
-            let preempted = schedule_running(s, batch, &mut budget, partial);
+            let preempted = schedule_running(s, batch, &mut budget, partial, PreemptedBlocks::Freed);
             if !preempted {
                 admit_waiting(s, batch, &mut budget, partial, AdmitBlocks::WholePrompt);
             }
@@ -152,7 +153,7 @@ impl SchedulingPolicy for VllmV0 {
         }
         admit_waiting(s, batch, &mut budget, false, AdmitBlocks::WholePrompt);
         if batch.is_empty() {
-            schedule_running(s, batch, &mut budget, false);
+            schedule_running(s, batch, &mut budget, false, PreemptedBlocks::Freed);
         }
     }
 
@@ -176,13 +177,19 @@ enum AdmitBlocks {
 }
 
 /// Schedules running sequences in order under the budget, preempting the newest when KV runs
-/// out. KV grows with the tokens scheduled (both vLLM engines). Returns whether anything was
-/// preempted.
+/// out, its blocks freed as `preempted_blocks` says. KV grows with the tokens scheduled (both
+/// vLLM engines). Returns whether anything was preempted.
 ///
 /// With a decode cohort, a step in which everything runs in full is scheduled from its totals;
 /// any other step dissolves the cohort and is scheduled here one sequence at a time.
 #[inline(always)]
-fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32, chunked: bool) -> bool {
+fn schedule_running(
+    s: &mut SchedulerState,
+    batch: &mut Batch,
+    budget: &mut u32,
+    chunked: bool,
+    preempted_blocks: PreemptedBlocks,
+) -> bool {
     if s.schedule_cohort_step(batch, budget, chunked) {
         return false;
     }
@@ -199,7 +206,7 @@ fn schedule_running(s: &mut SchedulerState, batch: &mut Batch, budget: &mut u32,
         let tokens_total = s.with_lookahead(seq, s.seqs[seq as usize].computed + tokens);
         let mut scheduled = true;
         while !s.kv.allocate(seq, tokens_total, 0) {
-            let victim = s.preempt_newest().expect("running is not empty");
+            let victim = s.preempt_newest(preempted_blocks).expect("running is not empty");
             preempted = true;
             if victim == seq {
                 scheduled = false;

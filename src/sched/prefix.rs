@@ -8,15 +8,17 @@
 //! ```
 //!
 //! A block's hash chains its parent's, so equal hashes mean equal prefixes, not just equal
-//! blocks. Only full blocks are hashed, and only prompt blocks: vLLM V1 also caches full blocks
-//! of generated tokens, which servesim does not (decoding sequences grow blocks without ids in
-//! the decode cohort, and the workloads never reuse an answer's blocks except through a later
-//! prompt, whose blocks are cached when that prompt is computed).
+//! blocks. Only full blocks are hashed. vLLM V1 hashes every full block of a request, its output
+//! included, as it is computed; servesim hashes the blocks other requests can hold (shared
+//! prompt text, a chat answer the next turn repeats) as they are computed, and a request's own
+//! blocks only when it is preempted ([`extend_with_own_blocks`]): before that nobody could hit
+//! them, after it the request itself does when admitted again.
 //!
 //! The content of a block is given in one of two ways, hashed by the same chain: real token ids
 //! ([`token_block_hashes`], the engine), or a place in a shared token stream
 //! ([`stream_block_hashes`], the simulator, which knows which prompts share text but not the
-//! text itself).
+//! text itself). Where blocks are kept as counts, without ids, nothing is shared, and the free
+//! queue's order is kept as runs instead (`sched::runs`).
 
 use std::collections::HashMap;
 
@@ -30,6 +32,7 @@ const NIL: u32 = u32::MAX;
 /// Tags that keep stream contents and token contents from ever hashing alike.
 const TAG_TOKENS: u64 = 0x746f_6b65_6e73;
 const TAG_STREAM: u64 = 0x7374_7265_616d;
+const TAG_OWN: u64 = 0x6f77_6e00;
 
 /// SplitMix64's finaliser: every input bit moves about half the output bits, which a chain of
 /// 64-bit hashes needs (a collision would share KV between different prompts). A fixed function,
@@ -74,6 +77,18 @@ pub fn stream_block_hashes(stream: u64, shared_tokens: u32, block_size: u32) -> 
             parent
         })
         .collect()
+}
+
+/// Extends a request's block hashes (`hashes`, from its first block) to `blocks_total` with
+/// blocks of text no other request holds: the rest of its prompt, where the simulator knows it
+/// shares nothing, and its output. Each chains the one before, so a lookup walks on into them;
+/// `serial`, unique to this extension, keeps them from ever hashing like another request's.
+pub fn extend_with_own_blocks(hashes: &mut Vec<BlockHash>, blocks_total: usize, serial: u64) {
+    let mut parent = hashes.last().copied().unwrap_or(NO_HASH);
+    for j in hashes.len()..blocks_total {
+        parent = chain(parent, [TAG_OWN, serial, j as u64]);
+        hashes.push(parent);
+    }
 }
 
 /// The blocks a prompt of `tokens_known` tokens may take from the cache, of `hashes_len` hashed:
@@ -264,6 +279,22 @@ mod tests {
         // Streams: the shared tokens' full blocks only, the same for any prompt of the stream.
         assert_eq!(stream_block_hashes(7, 47, 16), stream_block_hashes(7, 40, 16));
         assert_ne!(stream_block_hashes(7, 32, 16), stream_block_hashes(8, 32, 16));
+    }
+
+    #[test]
+    fn own_blocks_chain_after_the_shared_ones_and_differ_between_requests() {
+        let shared = stream_block_hashes(7, 40, 16);
+        let (mut a, mut b) = (shared.clone(), shared.clone());
+        extend_with_own_blocks(&mut a, 5, 0);
+        extend_with_own_blocks(&mut b, 5, 1);
+        assert_eq!((a.len(), &a[..2]), (5, &shared[..]));
+        assert!(a[2..].iter().all(|h| !b.contains(h)));
+        // A later extension keeps the blocks hashed before it.
+        let before = a.clone();
+        extend_with_own_blocks(&mut a, 7, 2);
+        assert_eq!(&a[..5], &before[..]);
+        extend_with_own_blocks(&mut a, 3, 3);
+        assert_eq!(a.len(), 7);
     }
 
     #[test]

@@ -61,12 +61,13 @@ impl Scheduler {
     }
 
     /// Keeps KV blocks as counts per sequence, without ids (see
-    /// [`KvCacheManager::keep_counts_only`]): the simulator's, where nothing reads an id.
-    /// Ignored with prefix caching, which shares blocks by id; the engine keeps its ids.
+    /// [`KvCacheManager::keep_counts_only`]): the simulator's, where nothing reads an id; the
+    /// engine keeps its ids. With prefix caching, only for requests that share no text (no
+    /// block hashes given to [`Scheduler::add_request_with_prefix`], which panics otherwise):
+    /// shared blocks need ids, and what is left to cache is a preempted request's own blocks,
+    /// which the counts follow.
     pub fn without_block_ids(mut self) -> Scheduler {
-        if self.state.kv.prefix_cache().is_none() {
-            self.state.kv.keep_counts_only();
-        }
+        self.state.kv.keep_counts_only();
         self
     }
 
@@ -395,9 +396,9 @@ impl Scheduler {
             assert_eq!(grown, pool.blocks_reserved() as u64, "reserved blocks are the cohort's growth");
             blocks_cohort += grown;
         }
-        if state.kv.prefix_cache().is_some() {
+        state.kv.check_refcounts();
+        if state.kv.shares_blocks() {
             // A shared block is in several tables: the refcounts tie the tables to the pool.
-            state.kv.check_refcounts();
             assert_eq!(blocks_running + blocks_cohort - grown, state.kv.blocks_in_tables(), "a sequence not running holds KV blocks");
         } else {
             assert_eq!(blocks_running + blocks_cohort, pool.blocks_used() as u64, "KV blocks leaked");

@@ -9,7 +9,7 @@ use super::cohort::{Cohort, EXACT_TOTAL_MAX, NOT_MEMBER};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 use super::outcome::{Finished, PrefixStats};
-use super::prefix::{BlockHash, hit_blocks_max};
+use super::prefix::{BlockHash, extend_with_own_blocks, hit_blocks_max};
 use super::speculative::{Acceptance, SpecStats, draw_accepted};
 
 /// One request inside the scheduler.
@@ -96,9 +96,12 @@ pub struct SchedulerState {
     /// Request ids of members that left the cohort alive since the last step's end.
     pub(super) left_cohort: Vec<u32>,
     admitted_next: u64,
-    /// Each slot's block hashes, with prefix caching (empty otherwise): its prompt's, then any of
-    /// its output a later prompt shares.
+    /// Each slot's block hashes, with prefix caching and block ids (empty otherwise): its
+    /// prompt's, then any of its output a later prompt shares, then, once it was preempted, those
+    /// of its own text up to what it had computed ([`extend_with_own_blocks`]).
     pub(super) prompt_hashes: Vec<Vec<BlockHash>>,
+    /// Tells apart the hashes of text only one request holds ([`extend_with_own_blocks`]).
+    own_text_serial_next: u64,
     pub(super) prefix_stats: PrefixStats,
     pub(super) spec_stats: SpecStats,
 }
@@ -119,6 +122,7 @@ impl SchedulerState {
             left_cohort: Vec::new(),
             admitted_next: 0,
             prompt_hashes: Vec::new(),
+            own_text_serial_next: 0,
             prefix_stats: PrefixStats::default(),
             spec_stats: SpecStats::default(),
         }
@@ -321,34 +325,56 @@ impl SchedulerState {
         if self.kv.prefix_cache().is_none() || hashes.is_empty() {
             return;
         }
+        assert!(!self.kv.counts_only(), "shared text needs block ids (Scheduler::without_block_ids)");
+        let kept = self.hashes_mut(slot);
+        kept.clear();
+        kept.extend_from_slice(hashes);
+    }
+
+    /// The block hashes of `slot`, made on first use.
+    fn hashes_mut(&mut self, slot: u32) -> &mut Vec<BlockHash> {
         let s = slot as usize;
         if self.prompt_hashes.len() <= s {
             self.prompt_hashes.resize_with(s + 1, Vec::new);
         }
-        self.prompt_hashes[s].clear();
-        self.prompt_hashes[s].extend_from_slice(hashes);
+        &mut self.prompt_hashes[s]
     }
 
     /// The cached blocks a waiting `seq` with nothing computed may start from: how many of its
-    /// prompt hashes, from the first, hit (0 without prefix caching).
+    /// block hashes, from the first, hit (0 without prefix caching). Without block ids, nothing
+    /// is shared, and what it finds is what it kept when preempted.
     #[inline(always)]
     pub(super) fn prefix_hit_blocks(&self, seq: u32) -> usize {
+        let Some(prefix) = self.kv.prefix_cache() else { return 0 };
         let s = &self.seqs[seq as usize];
-        let (Some(prefix), Some(hashes)) = (self.kv.prefix_cache(), self.prompt_hashes.get(seq as usize)) else {
-            return 0;
-        };
-        if s.computed > 0 || hashes.is_empty() {
+        if s.computed > 0 {
             return 0;
         }
-        let max = hit_blocks_max(s.tokens_known(), hashes.len(), self.kv.block_size());
+        let block_size = self.kv.block_size();
+        if let Some(kept) = self.kv.kept_blocks(seq) {
+            return hit_blocks_max(s.tokens_known(), kept as usize, block_size);
+        }
+        let Some(hashes) = self.prompt_hashes.get(seq as usize).filter(|h| !h.is_empty()) else { return 0 };
+        let max = hit_blocks_max(s.tokens_known(), hashes.len(), block_size);
         prefix.longest_hit(&hashes[..max])
     }
 
-    /// Admits `seq` with its first `hit_blocks` prompt blocks from the cache and KV for
-    /// `tokens_total` tokens; all or nothing, as [`KvCacheManager::allocate`].
+    /// Admits `seq` with its first `hit_blocks` blocks from the cache and KV for `tokens_total`
+    /// tokens; all or nothing, as [`KvCacheManager::allocate`].
+    #[inline(always)]
     pub(super) fn allocate_admitted(&mut self, seq: u32, hit_blocks: usize, tokens_total: u32, blocks_reserved: u32) -> bool {
         if hit_blocks == 0 {
             return self.kv.allocate(seq, tokens_total, blocks_reserved);
+        }
+        self.allocate_with_hits(seq, hit_blocks, tokens_total, blocks_reserved)
+    }
+
+    /// [`SchedulerState::allocate_admitted`] with hits: out of line, as most admissions have
+    /// none (every one, where no prompt shares text).
+    #[inline(never)]
+    fn allocate_with_hits(&mut self, seq: u32, hit_blocks: usize, tokens_total: u32, blocks_reserved: u32) -> bool {
+        if self.kv.counts_only() {
+            return self.kv.allocate_with_kept(seq, hit_blocks as u32, tokens_total, blocks_reserved);
         }
         let hits = &self.prompt_hashes[seq as usize][..hit_blocks];
         self.kv.allocate_with_hits(seq, hits, tokens_total, blocks_reserved)
@@ -386,19 +412,52 @@ impl SchedulerState {
         push_work(&self.seqs, batch, seq, tokens);
     }
 
-    /// Preempts the newest running sequence by recompute: its blocks are freed, its progress is
-    /// dropped (the tokens it generated are kept and re-prefilled), and it goes to the front of
-    /// the waiting queue. Returns the victim.
-    pub(super) fn preempt_newest(&mut self) -> Option<u32> {
+    /// Preempts the newest running sequence by recompute: its blocks are freed as `blocks` says,
+    /// its progress is dropped (the tokens it generated are kept and re-prefilled, from the
+    /// cache where it still holds them), and it goes to the front of the waiting queue. Returns
+    /// the victim.
+    pub(super) fn preempt_newest(&mut self, blocks: PreemptedBlocks) -> Option<u32> {
         debug_assert!(self.cohort.as_deref().is_none_or(Cohort::is_empty), "preemption with a cohort");
         let victim = self.running.pop()?;
-        self.kv.free(victim);
+        match blocks {
+            PreemptedBlocks::Cached if self.kv.prefix_cache().is_some() => self.free_keeping_computed(victim),
+            _ => self.kv.free(victim),
+        }
         let s = &mut self.seqs[victim as usize];
         s.computed = 0;
         s.preemptions += 1;
         self.waiting.push_front(victim);
         Some(victim)
     }
+
+    /// Frees preempted `seq`'s blocks, those it computed in full kept in the prefix cache. With
+    /// block ids, its blocks past the text it shares get hashes of their own first.
+    fn free_keeping_computed(&mut self, seq: u32) {
+        let full_blocks = self.seqs[seq as usize].computed / self.kv.block_size();
+        if self.kv.counts_only() {
+            self.kv.free_keeping_computed(seq, full_blocks, &[]);
+            return;
+        }
+        let serial = self.own_text_serial_next;
+        let hashes = self.hashes_mut(seq);
+        if hashes.len() < full_blocks as usize {
+            extend_with_own_blocks(hashes, full_blocks as usize, serial);
+            self.own_text_serial_next += 1;
+        }
+        self.kv.free_keeping_computed(seq, full_blocks, &self.prompt_hashes[seq as usize]);
+    }
+}
+
+/// What a preemption does with its victim's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PreemptedBlocks {
+    /// Frees them, their content lost unless shared: vLLM V0's recompute preemption.
+    Freed,
+    /// Frees them with prefix caching keeping those computed in full, found again when the
+    /// victim is admitted unless evicted first: vLLM V1 (`KVCacheManager.free` keeps a freed
+    /// block's hash, and the victim's lookup finds its own blocks). Without caching, as
+    /// [`PreemptedBlocks::Freed`].
+    Cached,
 }
 
 /// The running sequences admitted after the cohort's newest member (`running` is in admission
@@ -442,3 +501,7 @@ fn push_work(seqs: &[Seq], batch: &mut Batch, seq: u32, tokens: u32) {
         batch.push_decode(work);
     }
 }
+
+#[cfg(test)]
+#[path = "preemption_tests.rs"]
+mod preemption_tests;

@@ -154,9 +154,6 @@ struct Simulation<'a> {
     /// The chat turn each request's end sends (a think time later), or [`NO_TURN`] (see
     /// [`next_turns`]).
     next_turn: Vec<u32>,
-    /// By replica: caching is on but simulated off (nothing shared), so its prompt tokens looked
-    /// up are counted here.
-    prompts_looked_up: Vec<bool>,
     /// Reused copy of a step's finished list (the scheduler's own is borrowed while we route).
     finished_buffer: Vec<Finished>,
     /// By replica: the link into a decode replica.
@@ -188,18 +185,9 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
     let facts = RequestFacts::of(requests);
     assert!(facts.sorted, "requests must be sorted by arrival");
     assert!(requests.len() < u32::MAX as usize);
-    // The simulator hashes only the text prompts share, so when none does nothing is ever cached,
-    // and caching changes no step: only the count of prompt tokens looked up. Such a run is
-    // simulated without it (its free queue costs per block) and counts them as requests complete.
-    let nothing_shared = !facts.any_shared;
-    let counted: Vec<bool> =
-        pools.iter().flat_map(|p| (0..p.replicas).map(|_| nothing_shared && p.scheduler.enable_prefix_caching)).collect();
-    let uncached: Vec<SchedulerConfig> = pools
-        .iter()
-        .map(|p| SchedulerConfig { enable_prefix_caching: p.scheduler.enable_prefix_caching && !nothing_shared, ..p.scheduler.clone() })
-        .collect();
-    let pools: Vec<Pool> = pools.iter().zip(&uncached).map(|(p, scheduler)| Pool { scheduler, ..*p }).collect();
-    let pools = &pools[..];
+    // Where no prompt shares text, caching stays on with blocks kept as counts: what a request
+    // can then find cached is its own blocks after a preemption (vLLM V1), which the scheduler
+    // follows without ids (`sched::runs`).
     let cluster = Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(&facts, pools));
     let links: Vec<Option<SharedLink<u32>>> = cluster
         .replicas
@@ -228,7 +216,6 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         completed: 0,
         done: if cfg!(debug_assertions) { vec![false; requests.len()] } else { Vec::new() },
         next_turn: if facts.any_follow_up { next_turns(requests) } else { Vec::new() },
-        prompts_looked_up: counted,
         finished_buffer: Vec::new(),
         out: SimOutput {
             records: RunRecords {
@@ -533,10 +520,6 @@ impl Simulation<'_> {
         record.end_ns = self.now_ns;
         // Time only moves forward: the last completion is the latest.
         self.out.records.duration_ns = self.now_ns;
-        // A cache looks up every prompt it schedules, once: the requests that succeeded.
-        if success && self.prompts_looked_up[self.out.extras[id as usize].replica as usize] {
-            self.out.prefix.prompt_tokens += u64::from(self.requests[id as usize].input_tokens);
-        }
         self.in_flight -= 1;
         let next = self.next_turn.get(id as usize).copied().unwrap_or(NO_TURN);
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {

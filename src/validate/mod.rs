@@ -16,7 +16,7 @@ use crate::metrics::format::{ReportOptions, to_json};
 use crate::metrics::recorded::{RecordedBlock, parse_file};
 use crate::cost::CostModel;
 use crate::run::{cost_model, run_point, sim_config};
-use crate::scenario::{DEFAULT_VALIDATION_METRICS, Scenario, SweepPoint};
+use crate::scenario::{DEFAULT_VALIDATION_METRICS, RecordedClock, Scenario, SweepPoint};
 
 /// One metric at one sweep point.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,7 +158,12 @@ pub fn simulate_metrics_with(
     }
     let percentiles = percentiles_for(metrics);
     let opts = ReportOptions { percentile_metrics: LatencyMetric::ALL.to_vec(), percentiles: percentiles.clone(), ..ReportOptions::default() };
-    let config = sim_config(scenario);
+    let mut config = sim_config(scenario);
+    // Times recorded from the engine's queue hold no API server: nor do the simulated ones.
+    if scenario.validation.as_ref().is_some_and(|v| v.clock == RecordedClock::Engine) {
+        config.frontend_overhead_ns = 0;
+        config.frontend_per_token_ns = 0;
+    }
     points
         .iter()
         .map(|point| {

@@ -30,7 +30,8 @@
 use std::path::Path;
 
 use super::ImportError;
-use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, gpu_preset, percentile};
+use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, percentile};
+use super::gpu::gpu_preset;
 use super::table::Table;
 use crate::calibrate::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, GemmShape};
 use crate::calibrate::grid::Shape;

@@ -3,7 +3,7 @@
 //! its provenance built from them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::ImportError;
 use super::source::{Origin, collection_path, origin};
@@ -44,65 +44,6 @@ pub fn percentile(values: &[f64], q: f64) -> f64 {
 
 pub fn median(values: &[f64]) -> f64 {
     percentile(values, 0.5)
-}
-
-/// The hardware preset of a GPU named by a source (a device string such as "NVIDIA H100 80GB
-/// HBM3", or a folder such as `a100_dgx`). H800 is H100 SXM silicon with NVLink cut to 400 GB/s:
-/// its kernels time as an H100's, so it takes the H100 SXM preset (its collectives do not).
-pub fn gpu_preset(name: &str) -> Option<GpuSpec> {
-    let upper = name.to_ascii_uppercase();
-    [("H100", "H100-SXM"), ("H800", "H100-SXM"), ("H200", "H200"), ("B200", "B200"), ("A100", "A100-80G-SXM")]
-        .iter()
-        .find(|(needle, _)| upper.contains(needle))
-        .and_then(|(_, preset)| GpuSpec::preset(preset))
-}
-
-/// The GPU a file was measured on, from the first folder or file name of its path that names one
-/// (`…/compute/a100/…`, `…/network/h100_dgx/…`, `…/perf_models/H100/…`): the name as written
-/// and its preset.
-pub fn gpu_in_path(file: &Path) -> Option<(String, GpuSpec)> {
-    file.components().rev().find_map(|c| {
-        let name = c.as_os_str().to_string_lossy();
-        let upper = name.to_ascii_uppercase();
-        let word = ["H100", "H800", "H200", "B200", "A100"].into_iter().find(|w| upper.starts_with(w))?;
-        gpu_preset(word).map(|spec| (word.to_string(), spec))
-    })
-}
-
-/// The GPU every one of `files` was measured on: `gpu` when the user named one, else the one
-/// their paths name. Files naming different GPUs, or none, are an error naming them.
-pub fn gpu_of(files: &[PathBuf], gpu: Option<&str>) -> Result<(String, GpuSpec), ImportError> {
-    let first = files.first().cloned().unwrap_or_default();
-    if let Some(name) = gpu {
-        let spec = GpuSpec::preset(name).or_else(|| gpu_preset(name)).ok_or_else(|| ImportError::File {
-            file: first.clone(),
-            message: format!("--gpu {name:?} is not a GPU preset; known: {}", GpuSpec::preset_names().join(", ")),
-        })?;
-        return Ok((name.to_string(), spec));
-    }
-    let mut found: Option<(PathBuf, String, GpuSpec)> = None;
-    for file in files {
-        let (word, spec) = gpu_in_path(file).ok_or_else(|| ImportError::File {
-            file: file.clone(),
-            message: "no folder in its path names the GPU it was measured on (a100, h100, h800, …); give --gpu".into(),
-        })?;
-        match &found {
-            Some((other, _, known)) if known.name != spec.name => {
-                return Err(ImportError::File {
-                    file: file.clone(),
-                    message: format!(
-                        "measured on {} by its path, and {} on {}: import one GPU's files at a time",
-                        spec.name,
-                        other.display(),
-                        known.name
-                    ),
-                });
-            }
-            Some(_) => {}
-            None => found = Some((file.clone(), word, spec)),
-        }
-    }
-    found.map(|(_, word, spec)| (word, spec)).ok_or_else(|| ImportError::File { file: first, message: "no files".into() })
 }
 
 /// The files under `paths` (each a file, or a folder walked in name order) whose names are

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 
 use super::ImportError;
 use super::attention_csv::{self, AttentionCsv, KvMeaning};
-use super::build::{Accumulator, Imported, Source, assemble, files_under, gpu_of};
+use super::build::{Accumulator, Imported, Source, assemble, files_under};
+use super::gpu::gpu_of;
 use super::table::Table;
 use crate::scenario::Dtype;
 

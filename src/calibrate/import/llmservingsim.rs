@@ -1,5 +1,10 @@
-//! LLMServingSim's profiles (`profiler/v0/perf_models/<GPU>/<org>/<model>/tp<N>/…`), timed on
-//! an H100 in Hugging Face transformers 4.57.3 layers (cuBLAS) and flash-attn 2, fp16:
+//! LLMServingSim's profiles, in either of its two formats, told apart by their files: the
+//! profiler's bundles (`profiler/perf/…/<variant>/meta.yaml` beside `tp<N>/dense.csv`, …, timed
+//! in vLLM; [`super::llmservingsim_perf`]) and the older per-layer tables read here
+//! (`profiler/v0/perf_models/<GPU>/<org>/<model>/tp<N>/…`), timed on an H100 in Hugging Face
+//! transformers 4.57.3 layers (cuBLAS) and flash-attn 2, fp16. One `--from llmservingsim`
+//! serves both because a user holds "LLMServingSim's profiles", not a format name, and the two
+//! cannot be confused: only the bundles have `meta.yaml`, only the old tables `layers.csv`.
 //!
 //! - `layers.csv` (`layer_name, input, kv_cache, tp_size, latency(ns)`): one layer of the model
 //!   per token count (`input`, batch 1, 1 … 2048) and TP degree, each op the median of its
@@ -17,7 +22,10 @@ use std::path::{Path, PathBuf};
 
 use super::ImportError;
 use super::attention_csv::{self, AttentionCsv, KvMeaning};
-use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, files_under, gpu_of};
+use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, files_under};
+use super::gpu::gpu_of;
+use super::llmservingsim_meta::model_named;
+use super::llmservingsim_perf as perf;
 use super::layers::{Dims, Projection};
 use super::table::Table;
 use crate::calibrate::backend::GemmShape;
@@ -45,11 +53,33 @@ const GEMMS: [(&str, Projection); 8] = [
 
 const KERNEL_GEMM: &str = "cuBLAS (torch linear, Hugging Face transformers 4.57.3)";
 
-/// Imports the LLMServingSim files at or under `paths`; `gpu` names the GPU where the paths do
-/// not.
-pub fn import(paths: &[PathBuf], gpu: Option<&str>) -> Result<Imported, ImportError> {
-    let (files, others) = files_under(paths, &[LAYERS, ATTENTION])?;
+/// Imports the LLMServingSim files at or under `paths`, of one format; `gpu` names the GPU
+/// where the files do not, `model` the model where their folders do not (a preset, or a
+/// Hugging Face `config.json`).
+pub fn import(paths: &[PathBuf], gpu: Option<&str>, model: Option<&str>) -> Result<Imported, ImportError> {
+    let wanted = [LAYERS, ATTENTION, perf::META, perf::DENSE, perf::PER_SEQUENCE, perf::MOE];
+    let (files, others) = files_under(paths, &wanted)?;
+    // `attention.csv` is a name of both formats: a bundle's is in a tp<N>/ folder beside its
+    // meta.yaml. The other names are one format's.
+    let (bundled, tables): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.into_iter().partition(|f| perf::in_bundle(f) || !(f.ends_with(LAYERS) || f.ends_with(ATTENTION)));
+    match (bundled.first(), tables.first()) {
+        (Some(bundle), Some(table)) => Err(ImportError::File {
+            file: table.clone(),
+            message: format!(
+                "LLMServingSim's older per-layer format, and {} is of its profiler bundles: import one format at a time",
+                bundle.display()
+            ),
+        }),
+        (Some(_), None) => perf::import(&bundled, &others, gpu, model),
+        _ => import_tables(tables, others, gpu, model),
+    }
+}
+
+/// The older format's `layers.csv` and `attention.csv` files.
+fn import_tables(files: Vec<PathBuf>, others: Vec<PathBuf>, gpu: Option<&str>, model: Option<&str>) -> Result<Imported, ImportError> {
     let (device, spec) = gpu_of(&files, gpu)?;
+    let given = model.map(|name| model_named(name, &files[0]).map(|m| m.spec)).transpose()?;
     let mut acc = Accumulator::default();
     for other in &others {
         acc.notes.push(format!("{}: left out, not a table this format reads", other.display()));
@@ -57,7 +87,11 @@ pub fn import(paths: &[PathBuf], gpu: Option<&str>) -> Result<Imported, ImportEr
     for file in &files {
         let table = Table::read_csv(file)?;
         if file.ends_with(LAYERS) {
-            read_layers(&table, &model_of(file)?, &mut acc)?;
+            let model = match &given {
+                Some(model) => model.clone(),
+                None => model_of(file)?,
+            };
+            read_layers(&table, &model, &mut acc)?;
         } else {
             let format = AttentionCsv { kv: KvMeaning::KeysInAll, dtype: Dtype::Fp16, repeats: ATTENTION_REPEATS };
             attention_csv::read(&table, &format, &mut acc)?;

@@ -16,8 +16,11 @@ pub mod attention_csv;
 pub mod build;
 pub mod compare;
 pub mod frontier;
+pub mod gpu;
 pub mod layers;
 pub mod llmservingsim;
+pub mod llmservingsim_meta;
+pub mod llmservingsim_perf;
 pub mod source;
 pub mod table;
 pub mod vidur;
@@ -33,6 +36,9 @@ pub enum ImportError {
     Row { file: PathBuf, row: usize, message: String },
     #[error("{}: row {row}, column `{column}`: {message}", file.display())]
     Cell { file: PathBuf, row: usize, column: String, message: String },
+    /// A key of a YAML or TOML file (LLMServingSim's `meta.yaml`), by its line.
+    #[error("{}: line {line}, `{key}`: {message}", file.display())]
+    Key { file: PathBuf, line: usize, key: String, message: String },
 }
 
 /// The formats `servesim calibrate import --from` reads.

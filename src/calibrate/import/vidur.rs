@@ -21,7 +21,8 @@ use std::path::PathBuf;
 
 use super::ImportError;
 use super::attention_csv::{self, AttentionCsv, KvMeaning};
-use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, files_under, gpu_of};
+use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, files_under};
+use super::gpu::gpu_of;
 use super::layers::{Dims, Projection};
 use super::table::Table;
 use crate::calibrate::backend::{AllReduceShape, GemmShape};

@@ -29,7 +29,7 @@ mod workload;
 
 use super::schema::{RawScenario, RawValidation};
 use super::{
-    DEFAULT_VALIDATION_METRICS, Hardware, Scenario, ScenarioError, ValidationSpec, WorkloadConfig,
+    DEFAULT_VALIDATION_METRICS, Hardware, RecordedClock, Scenario, ScenarioError, ValidationSpec, WorkloadConfig,
 };
 use context::{Cx, quote};
 pub(super) use cost::DEFAULT_COST;
@@ -182,7 +182,12 @@ fn resolve_validation(raw: &RawValidation, workload: &WorkloadConfig, cx: &Cx) -
         Some(list) => list.clone(),
         None => DEFAULT_VALIDATION_METRICS.iter().map(|m| m.to_string()).collect(),
     };
-    Ok(ValidationSpec { recorded: cx.relative(&raw.recorded), blocks: raw.blocks.clone(), metrics, fit_blocks })
+    let clock = match raw.clock.as_deref() {
+        None | Some("client") => RecordedClock::Client,
+        Some("engine") => RecordedClock::Engine,
+        Some(other) => return Err(cx.invalid("validation.clock", quote(other), "known: client, engine")),
+    };
+    Ok(ValidationSpec { recorded: cx.relative(&raw.recorded), blocks: raw.blocks.clone(), metrics, fit_blocks, clock })
 }
 
 #[cfg(test)]

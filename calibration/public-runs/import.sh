@@ -1,0 +1,26 @@
+#!/bin/sh
+# Regenerates the profiles in this folder from LLMServingSim's profiler bundles (README.md here).
+#
+#   sh calibration/public-runs/import.sh PATH/TO/public-runs
+#
+# PATH/TO/public-runs is a copy of the recorded-runs collection whose MANIFEST.tsv names each
+# file's repository and commit (casys-kaist/LLMServingSim @5daddb2, MIT): the profiles'
+# provenance is read from it. servesim runs through cargo's release build, or the binary that
+# $SERVESIM names.
+set -eu
+cd "$(dirname "$0")/../.."
+perf="$1/casys-kaist-LLMServingSim/profiler/perf"
+here=calibration/public-runs
+servesim() {
+    if [ -n "${SERVESIM:-}" ]; then "$SERVESIM" "$@"; else cargo run --release --quiet -- "$@"; fi
+}
+servesim calibrate import --from llmservingsim "$perf/RTX4090/meta-llama/Llama-3.1-8B" \
+    --gpu "$here/rtx-4090.toml" --out "$here/rtx-4090--llama-3.1-8b--vllm-0.19.0.csv.zst"
+servesim calibrate import --from llmservingsim "$perf/RTXPRO6000/meta-llama/Llama-3.1-8B" \
+    --gpu "$here/rtx-pro-6000.toml" --out "$here/rtx-pro-6000--llama-3.1-8b--vllm-0.19.0.csv.zst"
+servesim calibrate import --from llmservingsim "$perf/RTXPRO6000/Qwen/Qwen3-32B" \
+    --gpu "$here/rtx-pro-6000.toml" --model "$here/models/Qwen3-32B.json" \
+    --out "$here/rtx-pro-6000--qwen3-32b--vllm-0.19.0.csv.zst"
+servesim calibrate import --from llmservingsim "$perf/RTXPRO6000/Qwen/Qwen3-30B-A3B-Instruct-2507" \
+    --gpu "$here/rtx-pro-6000.toml" --model "$here/models/Qwen3-30B-A3B-Instruct-2507.json" \
+    --out "$here/rtx-pro-6000--qwen3-30b-a3b-instruct-2507--vllm-0.19.0.csv.zst"

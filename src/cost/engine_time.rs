@@ -1,0 +1,61 @@
+//! A kernel cost model with another engine's time on top: how `servesim fit --kernels` tries
+//! engine-time parameters without rebuilding the kernel model (an index over 10^5 measured rows)
+//! for every trial.
+//!
+//! ```text
+//!  kernels (built once, no engine time) ──► the step's GPU time ─┐
+//!  Roofline with the trial's parameters ──► the step's CPU time ──┴─► overlap_cpu ──► StepCost
+//! ```
+//!
+//! The result equals what the kernel model built with the trial's parameters predicts: both
+//! take the CPU time from the roofline's rule and hide `cpu_overlap` of it behind the GPU time.
+
+use super::roofline::Roofline;
+use super::{CostModel, StepCost, overlap_cpu};
+use crate::scenario::CostParams;
+use crate::sched::batch::Batch;
+
+/// `gpu`'s prices with `cpu`'s engine time.
+pub struct EngineTimeOverlay<'a> {
+    gpu: &'a dyn CostModel,
+    cpu: Roofline,
+}
+
+impl<'a> EngineTimeOverlay<'a> {
+    /// `gpu` must price no engine time ([`without_engine_time`] of its parameters); `cpu` is a
+    /// roofline with the engine time to add.
+    pub fn new(gpu: &'a dyn CostModel, cpu: Roofline) -> EngineTimeOverlay<'a> {
+        EngineTimeOverlay { gpu, cpu }
+    }
+}
+
+/// `params` with no CPU overhead and no overlap: the parameters a kernel model for
+/// [`EngineTimeOverlay`] is built with.
+pub fn without_engine_time(params: &CostParams) -> CostParams {
+    CostParams {
+        step_overhead_eager_us: 0.0,
+        step_overhead_graph_us: 0.0,
+        prefill_step_overhead_us: 0.0,
+        prefill_seq_overhead_us: 0.0,
+        seq_overhead_us: 0.0,
+        cpu_overlap: 0.0,
+        ..params.clone()
+    }
+}
+
+impl CostModel for EngineTimeOverlay<'_> {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        let gpu = self.gpu.predict(batch);
+        debug_assert_eq!(gpu.overhead_ns, 0, "the kernel model must price no engine time");
+        let cpu_ns = self.cpu.cpu_overhead_ns(batch);
+        overlap_cpu(StepCost { total_ns: gpu.total_ns + cpu_ns, overhead_ns: cpu_ns, ..gpu }, self.cpu.cpu_overlap())
+    }
+
+    fn source(&self) -> &'static str {
+        self.gpu.source()
+    }
+
+    fn reads_max_context(&self) -> bool {
+        self.gpu.reads_max_context()
+    }
+}
