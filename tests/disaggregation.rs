@@ -39,6 +39,7 @@ fn scheduler(num_gpu_blocks: u32) -> SchedulerConfig {
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     }

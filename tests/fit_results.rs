@@ -200,7 +200,10 @@ fn profile_values(path: &Path) -> toml::Table {
 fn a_vllm_rate_sweep_is_one_scenario_and_recovers_known_parameters() {
     let dir = tempfile::tempdir().unwrap();
     let base = write_file(dir.path(), "base.toml", BASE);
-    let truth = [("gemm_efficiency", 0.45), ("seq_overhead_us", 30.0), ("frontend_overhead_us", 2000.0)];
+    // A front end short enough that the burst's prefill, not its intake, sets its TTFT: with
+    // 2 ms a request, every first token waits for the 96 ms intake to end, and the burst then
+    // says nothing of gemm_efficiency (the fit lands 3.5% off it at an objective of 1e-5).
+    let truth = [("gemm_efficiency", 0.45), ("seq_overhead_us", 30.0), ("frontend_overhead_us", 100.0)];
     let files = vllm_files(dir.path(), &base, &truth, &[8.0, 32.0, f64::INFINITY]);
     let out = dir.path().join("profile.toml");
     let run = fit_cli(&base, "gemm_efficiency,seq_overhead_us", 300, &out, &files);

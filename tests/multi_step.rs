@@ -48,6 +48,7 @@ fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps,
+            stream_window_steps: false,
             speculative: None,
             tgi: None,
         },
@@ -87,6 +88,35 @@ fn a_window_pays_the_cpu_time_once_and_delivers_its_tokens_as_one_chunk() {
     let single = simulate(&[request(0, 10, 9)], &v0(1, false), &WindowCost);
     assert_eq!(single.records.requests[0].end_ns, 1_080_000);
     assert_eq!(gaps(&single), vec![110_000; 8]);
+}
+
+#[test]
+fn from_vllm_0_6_3_each_step_of_a_window_streams_its_token() {
+    // The same request and windows as above, with vLLM 0.6.3's output processor after every
+    // step: each token reaches the client as it is sampled. A window's first step pays the CPU
+    // time (110 µs), its other three the GPU's 10 µs each, so the gaps are 110, 10, 10, 10 per
+    // window; the request still ends with its last window, at 480 µs.
+    let mut config = v0(4, false);
+    config.scheduler.stream_window_steps = true;
+    let out = simulate(&[request(0, 10, 9)], &config, &WindowCost);
+    let r = &out.records.requests[0];
+    assert_eq!((r.first_token_ns, r.end_ns, r.output_tokens), (Some(200_000), 480_000, 9));
+    assert_eq!(gaps(&out), vec![10_000, 10_000, 10_000, 10_000, 10_000, 10_000, 110_000, 110_000]);
+}
+
+#[test]
+fn the_release_decides_how_a_window_streams() {
+    // scenarios/multi-step.toml (vLLM 0.6.3, 8 steps a window): the median inter-token gap is a
+    // step; as vLLM 0.6.2, which streamed a window at its end, it is a window.
+    let itl_median_ms = |version: &str| {
+        let overrides = vec![format!("engine.version=\"{version}\""), "workload.num_prompts=64".to_string()];
+        let scenario = servesim::scenario::Scenario::load(std::path::Path::new("scenarios/multi-step.toml"), &overrides).unwrap();
+        let cost = servesim::run::cost_model(&scenario);
+        let result = servesim::run::run_scenario_with_progress(&scenario, &*cost, &[50.0], true, &mut |_| {}).remove(0);
+        result.summary.itl.median_ms
+    };
+    let (every_step, window) = (itl_median_ms("0.6.3"), itl_median_ms("0.6.2"));
+    assert!(every_step * 4.0 < window, "median ITL {every_step} ms (0.6.3) against {window} ms (0.6.2)");
 }
 
 #[test]
@@ -241,6 +271,7 @@ fn engine(num_scheduler_steps: u32, eos: Option<u32>) -> EngineHandle {
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     };

@@ -70,6 +70,7 @@ fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     }

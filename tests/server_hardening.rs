@@ -56,6 +56,7 @@ async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_d
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     };

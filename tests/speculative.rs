@@ -44,6 +44,7 @@ fn v1(k: u32, rates: Vec<f64>) -> SimConfig {
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps: 1,
+            stream_window_steps: false,
             speculative: Some(SpeculativeConfig { num_speculative_tokens: k, acceptance: Acceptance::Drawn { rates, seed: 1 } }),
             tgi: None,
         },
@@ -225,6 +226,7 @@ fn engine_config() -> SchedulerConfig {
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     }

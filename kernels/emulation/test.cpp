@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 typedef unsigned short u16t;
 static std::mt19937_64 rng(42);
 static float uni() { return std::uniform_real_distribution<float>(-1, 1)(rng); }
@@ -76,6 +77,49 @@ static void prefill_case(const Case& c) {
   emu_launch({(unsigned)((maxq + 31) / 32), (unsigned)c.h, (unsigned)S}, {128}, smem, [&] {
     fn(out.data(), D.q.data(), D.kn.data(), D.vn.data(), D.kc.data(), D.vc.data(), D.bt.data(), cl.data(), D.cu.data(), 1.0f / sqrtf(c.d), c.h, c.kv, c.d, c.h * c.d, c.kv * c.d, BS, D.maxb); });
   char buf[200]; snprintf(buf, sizeof buf, "prefill h%d kv%d d%d S%d", c.h, c.kv, c.d, S); check(buf, out, want); }
+// Split-KV decode (attention_decode_split.cu) with a given partition size: the generic entry
+// point (G = 8 heads per block) and the specialised one for the case's head-dim bucket and group.
+typedef void (*DsFn)(u16*, const u16*, const u16*, const u16*, const int*, const int*, float*, float*, float*, float, int, int, int, int, int, int, int, int);
+static DsFn ds_spec(int d, int g) {
+  int bi = d <= 64 ? 0 : d <= 128 ? 1 : 2, gi = g <= 1 ? 0 : g <= 2 ? 1 : g <= 4 ? 2 : 3;
+  static const DsFn bf[3][4] = {
+    {attention_decode_split_bf16_d64_g1, attention_decode_split_bf16_d64_g2, attention_decode_split_bf16_d64_g4, attention_decode_split_bf16_d64_g8},
+    {attention_decode_split_bf16_d128_g1, attention_decode_split_bf16_d128_g2, attention_decode_split_bf16_d128_g4, attention_decode_split_bf16_d128_g8},
+    {attention_decode_split_bf16_d256_g1, attention_decode_split_bf16_d256_g2, attention_decode_split_bf16_d256_g4, attention_decode_split_bf16_d256_g8}};
+  static const DsFn f16[3][4] = {
+    {attention_decode_split_f16_d64_g1, attention_decode_split_f16_d64_g2, attention_decode_split_f16_d64_g4, attention_decode_split_f16_d64_g8},
+    {attention_decode_split_f16_d128_g1, attention_decode_split_f16_d128_g2, attention_decode_split_f16_d128_g4, attention_decode_split_f16_d128_g8},
+    {attention_decode_split_f16_d256_g1, attention_decode_split_f16_d256_g2, attention_decode_split_f16_d256_g4, attention_decode_split_f16_d256_g8}};
+  return F16MODE ? f16[bi][gi] : bf[bi][gi]; }
+static void decode_split_case(const Case& c, int ps, int ws_context = 0, bool generic = false) {
+  Data D = build(c); auto want = ref(c, D); int S = c.cached.size();
+  auto kc = D.kc, vc = D.vc;
+  emu_launch({(unsigned)S}, {128}, 0, [&] { reshape_and_cache_u16(D.kn.data(), D.vn.data(), kc.data(), vc.data(), D.slots.data(), c.kv * c.d, c.kv, c.d); });
+  std::vector<int> cl(S); int maxc = 0; for (int s = 0; s < S; ++s) { cl[s] = c.cached[s] + 1; maxc = std::max(maxc, cl[s]); }
+  int parts = (maxc + ps - 1) / ps; int stride = std::max(parts, (ws_context + ps - 1) / ps);
+  int group = c.h / c.kv, gspec = group >= 8 ? 8 : group > 2 ? 4 : group;  // smallest of 1, 2, 4, 8 >= group
+  for (int spec = generic ? 0 : 1; spec < 2; ++spec) {  // the generic entry only where asked (emulation is slow)
+    int G = spec ? gspec : 8; int groups = (group + G - 1) / G;
+    std::vector<float> to((size_t)S * c.h * stride * c.d), tm((size_t)S * c.h * stride), ts((size_t)S * c.h * stride);
+    std::vector<u16t> out((size_t)S * c.h * c.d, 0xffff);
+    DsFn fn = spec ? ds_spec(c.d, G) : (F16MODE ? attention_decode_split_f16 : attention_decode_split_bf16);
+    emu_launch({(unsigned)(c.kv * groups), (unsigned)S, (unsigned)parts}, {128}, 0, [&] {
+      fn(out.data(), D.q.data(), kc.data(), vc.data(), D.bt.data(), cl.data(), to.data(), tm.data(), ts.data(), 1.0f / sqrtf(c.d), c.h, c.kv, c.d, c.h * c.d, BS, D.maxb, stride, ps); });
+    if (stride > 1) { auto rf = F16MODE ? attention_decode_split_reduce_f16 : attention_decode_split_reduce_bf16;
+      emu_launch({(unsigned)c.h, (unsigned)S}, {256}, 0, [&] { rf(out.data(), to.data(), tm.data(), ts.data(), cl.data(), c.h, c.d, stride, ps); }); }
+    char buf[200]; snprintf(buf, sizeof buf, "decode_split%s h%d kv%d d%d S%d maxctx %d part %d stride %d", spec ? "_spec" : "", c.h, c.kv, c.d, S, maxc, ps, stride); check(buf, out, want); } }
+// Tensor-core prefill (attention_prefill_tc.cu): head_dim a multiple of 8, at most 128.
+static void prefill_tc_case(const Case& c) {
+  Data D = build(c); auto want = ref(c, D); int S = c.cached.size(); int T = D.cu.back(); int maxq = *std::max_element(c.nw.begin(), c.nw.end());
+  std::vector<int> cl(c.cached.begin(), c.cached.end());
+  std::vector<u16t> out((size_t)T * c.h * c.d, 0xffff);
+  int bucket = c.d <= 64 ? 64 : 128;
+  auto fn = F16MODE ? (bucket == 64 ? attention_prefill_tc_f16_d64 : attention_prefill_tc_f16_d128)
+                    : (bucket == 64 ? attention_prefill_tc_bf16_d64 : attention_prefill_tc_bf16_d128);
+  size_t smem = (size_t)2 * 64 * (bucket + 8) * 2;  // TC_SMEM_BYTES(bucket)
+  emu_launch({(unsigned)((maxq + 63) / 64), (unsigned)c.h, (unsigned)S}, {128}, smem, [&] {
+    fn(out.data(), D.q.data(), D.kn.data(), D.vn.data(), D.kc.data(), D.vc.data(), D.bt.data(), cl.data(), D.cu.data(), 1.0f / sqrtf(c.d), c.h, c.kv, c.d, c.h * c.d, c.kv * c.d, BS, D.maxb); });
+  char buf[200]; snprintf(buf, sizeof buf, "prefill_tc h%d kv%d d%d S%d", c.h, c.kv, c.d, S); check(buf, out, want); }
 static void elementwise() {
   int T = 3, H = 1000; std::vector<u16t> x, w, out(T * H); std::vector<double> xh, wh; randvec(T * H, 2, x, xh); randvec(H, 1.5, w, wh);
   std::vector<double> want(T * H);
@@ -100,7 +144,28 @@ static void elementwise() {
     check(neox ? "rotary neox partial" : "rotary gptj", dev, wq); }
 }
 int main(int argc, char** argv) {
+  const std::string arg = argc > 1 ? argv[1] : "";
+  const bool only_new = arg == "new" || arg == "prefill_tc" || arg == "decode_split";
+  const bool do_prefill_tc = arg != "decode_split", do_decode_split = arg != "prefill_tc";
   for (int mode = 0; mode < 2; ++mode) { F16MODE = mode == 1;
+    if (do_prefill_tc) {
+    prefill_tc_case({4, 4, 64, {0, 0, 0}, {1, 33, 70}});
+    prefill_tc_case({8, 2, 128, {5, 40, 0, 100}, {17, 1, 64, 45}});
+    prefill_tc_case({14, 2, 80, {16, 3}, {31, 9}});
+    prefill_tc_case({6, 3, 96, {300, 47, 0}, {1, 1, 130}});
+    prefill_tc_case({2, 1, 64, {70}, {150}});
+    }
+    if (do_decode_split) {
+    decode_split_case({4, 4, 64, {0, 15, 16, 31}, {1, 1, 1, 1}}, 16);
+    decode_split_case({8, 2, 128, {100, 511, 512, 1300}, {1, 1, 1, 1}}, 256, 0, true);
+    decode_split_case({28, 4, 80, {37, 700}, {1, 1}}, 64, 0, true);
+    decode_split_case({12, 1, 256, {3, 1100}, {1, 1}}, 512);
+    decode_split_case({6, 2, 96, {5, 62, 119, 176}, {1, 1, 1, 1}}, 512);
+    decode_split_case({2, 1, 64, {1, 40}, {1, 1}}, 32, 0, true);
+    decode_split_case({8, 2, 64, {3, 200}, {1, 1}}, 64, 3000);
+    decode_split_case({32, 8, 128, {2000}, {1}}, 128);
+    }
+    if (only_new) continue;
     elementwise();
     decode_case({4, 4, 64, {0, 15, 16, 31}, {1, 1, 1, 1}});
     decode_case({8, 2, 128, {100, 511, 512, 1300}, {1, 1, 1, 1}});

@@ -50,6 +50,11 @@ pub struct FitArgs {
     /// kernels that stay as measured.
     #[arg(long)]
     pub kernels: bool,
+    /// Weigh each error by Cauchy's loss at ±50% rather than its square, so that a run the
+    /// model cannot reproduce (say, one that saturates only in simulation) does not outweigh
+    /// the others.
+    #[arg(long)]
+    pub robust: bool,
     /// Also predict each scenario's run from a fit to the others (leave-one-run-out), and print
     /// each one's error and the median errors per engine release and GPU.
     #[arg(long)]
@@ -95,6 +100,7 @@ pub(super) fn run(args: FitArgs) -> Result<(), Error> {
         frontend_on_bursts: !args.no_frontend_on_bursts,
         kernels: args.kernels,
         warm_start: None,
+        robust: args.robust,
     };
     if let Some(path) = &args.table {
         super::flags::output_file("--table", path)?;

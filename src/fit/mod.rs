@@ -90,7 +90,15 @@ pub struct FitConfig {
     /// a leave-one-out fold starts at the fit to every run. Physical values, in the order of
     /// the fitted parameters (with any added one last).
     pub warm_start: Option<Vec<f64>>,
+    /// Weigh each error by [`robust_loss`] instead of its square: a run the model cannot
+    /// reproduce (one that saturates in simulation and not in the recording, a 100× TTFT
+    /// error) then pulls the shared values no harder than a run 3× off, where its square would
+    /// outweigh every other run together.
+    pub robust: bool,
 }
+
+/// The scale of [`robust_loss`]: errors up to about ±50% weigh as their square.
+pub const ROBUST_SCALE: f64 = 0.405_465_108_108_164_4; // ln 1.5
 
 /// The API server's per-request time, the parameter a burst identifies.
 pub const FRONTEND_PARAM: &str = "frontend_overhead_us";
@@ -234,7 +242,7 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         _ => specs.iter().map(|s| s.kind.to_unconstrained(start_value(s, &defaults))).collect(),
     };
     // Evaluated here so that an error (an unknown metric key) surfaces before any search.
-    let start_objective = evaluate(&prepared, &specs, &x0, &metrics, config.kernels)?;
+    let start_objective = evaluate(&prepared, &specs, &x0, &metrics, config.kernels, config.robust)?;
 
     // Errors from later simulations are not the optimiser's business: the first one is kept and
     // returned after the minimisation, which it ends by making every later evaluation infinite.
@@ -247,7 +255,7 @@ pub fn fit(config: &FitConfig) -> Result<FitResult, Error> {
         if x == x0.as_slice() {
             return start_objective;
         }
-        match evaluate(&prepared, &specs, x, &metrics, config.kernels) {
+        match evaluate(&prepared, &specs, x, &metrics, config.kernels, config.robust) {
             Ok(v) => v,
             Err(e) => {
                 failure = Some(e);
@@ -428,6 +436,13 @@ fn with_params(scenario: &Scenario, specs: &[&ParamSpec], x: &[f64]) -> Scenario
     s
 }
 
+/// Cauchy's loss of a log error e at scale c: c² ln(1 + e²/c²), which is e² for small errors and
+/// grows only logarithmically beyond c.
+pub fn robust_loss(squared_log_error: f64) -> f64 {
+    let c2 = ROBUST_SCALE * ROBUST_SCALE;
+    c2 * (squared_log_error / c2).ln_1p()
+}
+
 /// ln(simulated / recorded)², with a non-positive or non-finite simulated value (a run that
 /// produced no tokens) made infinite so the optimiser moves away.
 fn squared_log_ratio(simulated: f64, recorded: f64) -> f64 {
@@ -435,7 +450,7 @@ fn squared_log_ratio(simulated: f64, recorded: f64) -> f64 {
 }
 
 /// The objective at coordinates `x`.
-fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[String], kernels: bool) -> Result<f64, Error> {
+fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[String], kernels: bool, robust: bool) -> Result<f64, Error> {
     use rayon::prelude::*;
     // Targets simulate in parallel; their errors are summed in target order, so the objective
     // is the same at any thread count.
@@ -449,7 +464,8 @@ fn evaluate(prepared: &[Prepared], specs: &[&ParamSpec], x: &[f64], metrics: &[S
         for (sim_row, rec_row) in simulated.iter().zip(&p.recorded) {
             for (&sim, rec) in sim_row.iter().zip(rec_row) {
                 if let Some(rec) = *rec {
-                    sum += squared_log_ratio(sim, rec);
+                    let squared = squared_log_ratio(sim, rec);
+                    sum += if robust { robust_loss(squared) } else { squared };
                     count += 1;
                 }
             }
@@ -539,7 +555,7 @@ pub fn profile_toml(result: &FitResult, config: &FitConfig, base: &CostParams, c
     let _ = writeln!(s, "hardware = {}", string(&hardware.join(", ")));
     let _ = writeln!(s, "engine_policy = {}", string(&policies.join(", ")));
     let _ = writeln!(s, "model = {}", string(&models.join(", ")));
-    let _ = writeln!(s, "objective = {}", string("mean over (target, fit point, metric) of ln(simulated / recorded)^2"));
+    let _ = writeln!(s, "objective = {}", string(if config.robust { "mean over (target, fit point, metric) of c^2 ln(1 + ln(simulated / recorded)^2 / c^2), c = ln 1.5" } else { "mean over (target, fit point, metric) of ln(simulated / recorded)^2" }));
     let _ = writeln!(s, "metrics = {}", string_array(result.metrics.iter().map(String::as_str)));
     let _ = writeln!(s, "fitted_parameters = {}", string_array(fitted.iter().copied()));
     let _ = writeln!(

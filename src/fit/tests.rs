@@ -87,7 +87,7 @@ fn synthetic_config(max_evaluations: usize) -> FitConfig {
     let scenario = scenario_from(SCENARIO);
     let truth: Vec<(&str, f64)> = FITTED.iter().copied().zip(TRUE_VALUES).collect();
     let plan = synthetic_plan(&scenario, &truth, Vec::new());
-    FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&FITTED), metrics: Vec::new(), max_evaluations, frontend_on_bursts: false, kernels: false, warm_start: None }
+    FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&FITTED), metrics: Vec::new(), max_evaluations, frontend_on_bursts: false, kernels: false, warm_start: None, robust: false }
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn held_out_points_are_reported_but_not_fitted() {
     let truth = [("seq_overhead_us", 30.0)];
     let plan = synthetic_plan(&scenario, &truth, vec![2, 48]);
     let config =
-        FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60, frontend_on_bursts: false, kernels: false, warm_start: None };
+        FitConfig { targets: vec![FitTarget { scenario, plan, reported_only: false }], params: names(&["seq_overhead_us"]), metrics: Vec::new(), max_evaluations: 60, frontend_on_bursts: false, kernels: false, warm_start: None, robust: false };
     let result = fit(&config).unwrap();
     let target = &result.targets[0];
     assert!(!target.all_points);
@@ -262,4 +262,14 @@ fn a_burst_in_the_fit_set_adds_the_front_end() {
     paced.frontend_on_bursts = true;
     paced.targets[0].scenario.workload.request_rate = vec![50.0; 3];
     assert!(fit(&paced).unwrap().added.is_empty());
+}
+
+#[test]
+fn the_robust_loss_is_the_square_near_zero_and_grows_slowly_beyond() {
+    use super::robust_loss;
+    let small = 0.05f64 * 0.05;
+    assert!((robust_loss(small) - small).abs() < 0.01 * small, "{}", robust_loss(small));
+    // A run 100× off weighs less than three runs 3× off, and still more than one.
+    let (three, hundred) = (robust_loss(3f64.ln().powi(2)), robust_loss(100f64.ln().powi(2)));
+    assert!(three < hundred && hundred < 3.0 * three, "{three} {hundred}");
 }

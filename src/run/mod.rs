@@ -38,6 +38,10 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         watermark: e.watermark,
         enable_prefix_caching: e.enable_prefix_caching,
         num_scheduler_steps: e.num_scheduler_steps,
+        stream_window_steps: e
+            .profile
+            .as_ref()
+            .is_some_and(|p| p.defaults.multi_step_streaming == crate::scenario::engine_profile::MultiStepStreaming::EveryStep),
         speculative: e.speculative.as_ref().map(|s| s.scheduler.clone()),
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.

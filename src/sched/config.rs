@@ -21,6 +21,11 @@ pub struct SchedulerConfig {
     /// batch runs this many steps before the scheduler runs again, and its tokens reach the
     /// client together at the window's end (`sched::window`).
     pub num_scheduler_steps: u32,
+    /// Under multi-step scheduling, each step's token reaches the client as it is sampled (vLLM
+    /// 0.6.3 onwards runs its output processor after every step of a window) rather than all of
+    /// a window's at its end (0.6.0–0.6.2). Requests still finish, and free their KV, when the
+    /// window ends.
+    pub stream_window_steps: bool,
     /// Speculative decoding (`sched::speculative`); `None` = off.
     pub speculative: Option<SpeculativeConfig>,
     /// TGI's limits: `Some` exactly when the policy is TGI's.

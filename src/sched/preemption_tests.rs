@@ -20,6 +20,7 @@ fn config(num_gpu_blocks: u32, enable_prefix_caching: bool) -> SchedulerConfig {
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     }

@@ -16,6 +16,7 @@ fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     };

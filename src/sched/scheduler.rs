@@ -261,6 +261,7 @@ impl Scheduler {
         }
         let mut any_finished = false;
         let holds = self.window.holds_tokens();
+        let stream_window_steps = state.config.stream_window_steps;
         for work in &self.batch.seqs {
             let accepted = state.drafts_accepted(work);
             let seq = &mut state.seqs[work.seq as usize];
@@ -279,8 +280,13 @@ impl Scheduler {
             debug_assert_eq!(seq.computed, seq.tokens_known());
             seq.generated += 1;
             if holds {
-                // Delivered, and if finished released, when the window ends (below).
-                self.window.hold(work.seq);
+                if stream_window_steps {
+                    // vLLM 0.6.3+: the token streams now; the request still ends with the window.
+                    outcome.tokens.push(seq.request_id);
+                } else {
+                    // Delivered, and if finished released, when the window ends (below).
+                    self.window.hold(work.seq);
+                }
                 continue;
             }
             if accepted > 0 {

@@ -254,6 +254,7 @@ mod tests {
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps: 1,
+            stream_window_steps: false,
             speculative: None,
             tgi: Some(tgi),
         };

@@ -457,6 +457,10 @@ impl Simulation<'_> {
         let now_ns = self.now_ns;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.busy = false;
+        // The API server streams a request's first token when its event loop gets to it: after
+        // the requests it was already taking in. In a burst, first tokens wait for the burst to
+        // be taken in, as recorded TTFTs cluster late in one (docs/engine-profiles.md).
+        let frontend_free_ns = replica.frontend_free_ns;
         let outcome = replica.scheduler.finish_step();
         let records = &mut self.out.records;
         for &id in &outcome.left_cohort {
@@ -466,8 +470,10 @@ impl Simulation<'_> {
         // gap per delivery, as vLLM's benchmark client times the chunks it receives.
         for id in outcome.tokens.iter().copied().chain(outcome.chunks.iter().map(|c| c.request_id)) {
             let record = &mut records.requests[id as usize];
+            // Inter-token gaps stay the engine's, as the decode cohort counts them for its members
+            // (a gap after a first token held back is not shortened).
             match record.first_token_ns {
-                None => record.first_token_ns = Some(now_ns),
+                None => record.first_token_ns = Some(now_ns.max(frontend_free_ns)),
                 Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
             }
             self.last_token_ns[id as usize] = now_ns;
@@ -517,9 +523,10 @@ impl Simulation<'_> {
         self.completed += 1;
         let record = &mut self.out.records.requests[id as usize];
         record.success = success;
-        record.end_ns = self.now_ns;
-        // Time only moves forward: the last completion is the latest.
-        self.out.records.duration_ns = self.now_ns;
+        // Not before its first token, which the front end may have held back.
+        record.end_ns = self.now_ns.max(record.first_token_ns.unwrap_or(0));
+        let duration_ns = &mut self.out.records.duration_ns;
+        *duration_ns = (*duration_ns).max(record.end_ns);
         self.in_flight -= 1;
         let next = self.next_turn.get(id as usize).copied().unwrap_or(NO_TURN);
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {

@@ -491,6 +491,7 @@ fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new:
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,
+        stream_window_steps: false,
         speculative: None,
         tgi: None,
     };

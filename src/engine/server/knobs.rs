@@ -65,6 +65,8 @@ impl EngineKnobs {
             watermark: 0.0,
             enable_prefix_caching: self.enable_prefix_caching,
             num_scheduler_steps: self.num_scheduler_steps,
+            // servesim's engine hands a window's tokens out at its end.
+            stream_window_steps: false,
             speculative: self.speculative(),
             tgi: None,
         }
