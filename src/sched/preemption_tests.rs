@@ -8,23 +8,7 @@ use proptest::test_runner::TestRunner;
 
 use super::super::{Admission, Policy, Scheduler, SchedulerConfig};
 
-const BLOCK: u32 = 16;
-
-fn config(num_gpu_blocks: u32, enable_prefix_caching: bool) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 2048,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: BLOCK,
-        num_gpu_blocks,
-        watermark: 0.0,
-        enable_prefix_caching,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-    }
-}
+use crate::sched::prefix::scheduler_tests::{BLOCK, config};
 
 /// With ids and one sequence at a time, or (`fast`) as the simulator's fast path: counts and
 /// the decode cohort.

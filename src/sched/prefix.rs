@@ -323,4 +323,4 @@ mod tests {
 
 #[cfg(test)]
 #[path = "prefix_tests.rs"]
-mod scheduler_tests;
+pub(super) mod scheduler_tests;

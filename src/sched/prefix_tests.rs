@@ -4,10 +4,11 @@
 use super::super::{Admission, Policy, Scheduler, SchedulerConfig};
 use super::stream_block_hashes;
 
-const BLOCK: u32 = 16;
+pub(in crate::sched) const BLOCK: u32 = 16;
 
-fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -> Scheduler {
-    let config = SchedulerConfig {
+/// The scheduler knobs these tests and `preemption_tests` run with.
+pub(in crate::sched) fn config(num_gpu_blocks: u32, enable_prefix_caching: bool) -> SchedulerConfig {
+    SchedulerConfig {
         max_num_batched_tokens: 2048,
         max_num_seqs: 8,
         enable_chunked_prefill: true,
@@ -19,7 +20,11 @@ fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -
         stream_window_steps: false,
         speculative: None,
         tgi: None,
-    };
+    }
+}
+
+fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -> Scheduler {
+    let config = config(num_gpu_blocks, enable_prefix_caching);
     Scheduler::new(config.clone(), policy.build(&config))
 }
 
