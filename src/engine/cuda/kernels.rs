@@ -190,12 +190,13 @@ pub struct CudaKernels {
 }
 
 impl CudaKernels {
-    /// Compiles every kernel with NVRTC for the device's architecture and loads it.
+    /// Compiles every kernel the engine launches with NVRTC for the device's architecture and
+    /// loads it.
     pub fn load(device: &CudaDevice) -> Result<Self, DeviceError> {
         let arch = arch_for(device.compute_capability())?;
         let ctx = device.context();
         let mut functions = BTreeMap::new();
-        for kernel in KERNELS {
+        for kernel in KERNELS.iter().filter(|k| k.launched_by_engine()) {
             let ptx = compile(kernel, arch)?;
             let module = ctx.load_module(ptx).map_err(|e| {
                 DeviceError::Failed(format!(
