@@ -46,8 +46,15 @@
 // Shared memory: S * 2 * BN * (D + 8) * 2 bytes of K/V slots, plus BM * (D + 8) * 2 of Q unless
 // QREG (then Q is staged in the last slot before the loop).
 //
+// Registers (ptxas 12.9): d128 255 with no spills on sm_90 (sm_80's ptxas spills 48 bytes), d64
+// 235; the launch bounds ask for 2 blocks per SM, which the shared memory allows too.
+//
 // Other configurations are compiled as extra entry points only when SERVESIM_TC_VARIANTS is
 // defined (scripts/gpu/attn_bench.cu times them against the default; see the list at the end).
+// On an H200 (scripts/gpu/results/2026-11-27-h200-variants.md) the default gave 287 TFLOP/s at a
+// 4k prompt (d128), 236 at 1k over 8k cached; 16 rows per warp with Q in registers
+// (w4m1n64s2q) 235 / 169, three stages (w4m2n64s3, one block per SM) 198 / 147, BN 32 (w4m2n32s3)
+// 265 / 219, 256-row blocks (w8m2n64s2, one block per SM) 289 / 254 but slower on short prompts.
 
 #define TC_PAD 8
 #define TC_LOG2E 1.4426950408889634f

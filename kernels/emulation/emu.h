@@ -26,6 +26,8 @@ inline float* g_dyn_smem;
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define SERVESIM_EMULATION 1
+#define SERVESIM_TC_VARIANTS 1  // also check the variants scripts/gpu/attn_bench.cu times
+#define SERVESIM_DS_VARIANTS 1
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }

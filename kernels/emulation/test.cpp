@@ -108,18 +108,54 @@ static void decode_split_case(const Case& c, int ps, int ws_context = 0, bool ge
     if (stride > 1) { auto rf = F16MODE ? attention_decode_split_reduce_f16 : attention_decode_split_reduce_bf16;
       emu_launch({(unsigned)c.h, (unsigned)S}, {256}, 0, [&] { rf(out.data(), to.data(), tm.data(), ts.data(), cl.data(), c.h, c.d, stride, ps); }); }
     char buf[200]; snprintf(buf, sizeof buf, "decode_split%s h%d kv%d d%d S%d maxctx %d part %d stride %d", spec ? "_spec" : "", c.h, c.kv, c.d, S, maxc, ps, stride); check(buf, out, want); } }
-// Tensor-core prefill (attention_prefill_tc.cu): head_dim a multiple of 8, at most 128.
-static void prefill_tc_case(const Case& c) {
+// The bench's split-KV decode variants (bf16, D 128, G 4, their own warp counts), on one case.
+static void decode_split_variants() {
+  if (F16MODE) return;
+  struct V { const char* name; int w; DsFn fn; };
+  static const V vars[] = {
+#define X(VD, VG, VW, VU, VS, VMINB, VNAME) {#VNAME, VW, VNAME},
+    SERVESIM_DS_VARIANT_LIST(X)
+#undef X
+#define X(VD, VG, VW, VS, VMINB, VNAME) {#VNAME, VW, VNAME},
+    SERVESIM_DT_VARIANT_LIST(X)
+#undef X
+  };
+  Case c{8, 2, 120, {70, 300}, {1, 1}}; const int ps = 128;
+  Data D = build(c); auto want = ref(c, D); int S = c.cached.size();
+  auto kc = D.kc, vc = D.vc;
+  emu_launch({(unsigned)S}, {128}, 0, [&] { reshape_and_cache_u16(D.kn.data(), D.vn.data(), kc.data(), vc.data(), D.slots.data(), c.kv * c.d, c.kv, c.d); });
+  std::vector<int> cl(S); int maxc = 0; for (int s = 0; s < S; ++s) { cl[s] = c.cached[s] + 1; maxc = std::max(maxc, cl[s]); }
+  int parts = (maxc + ps - 1) / ps;
+  for (const auto& v : vars) {
+    std::vector<float> to((size_t)S * c.h * parts * c.d), tm((size_t)S * c.h * parts), ts((size_t)S * c.h * parts);
+    std::vector<u16t> out((size_t)S * c.h * c.d, 0xffff);
+    emu_launch({(unsigned)c.kv, (unsigned)S, (unsigned)parts}, {(unsigned)(v.w * 32)}, 0, [&] {
+      v.fn(out.data(), D.q.data(), kc.data(), vc.data(), D.bt.data(), cl.data(), to.data(), tm.data(), ts.data(), 1.0f / sqrtf(c.d), c.h, c.kv, c.d, c.h * c.d, BS, D.maxb, parts, ps); });
+    emu_launch({(unsigned)c.h, (unsigned)S}, {256}, 0, [&] { attention_decode_split_reduce_bf16(out.data(), to.data(), tm.data(), ts.data(), cl.data(), c.h, c.d, parts, ps); });
+    char buf[200]; snprintf(buf, sizeof buf, "decode_split %s h%d kv%d d%d part %d", v.name, c.h, c.kv, c.d, ps); check(buf, out, want); } }
+// Tensor-core prefill (attention_prefill_tc.cu): head_dim a multiple of 8, at most 128. `variant`
+// null: the default entry point of the case's head-dim bucket (geometry TC_BM / TC_THREADS /
+// TC_SMEM_BYTES); otherwise one of the bench's variants (bf16 only) with its own geometry.
+typedef void (*TcFn)(u16*, const u16*, const u16*, const u16*, const u16*, const u16*, const int*, const int*, const int*, float, int, int, int, int, int, int, int);
+struct TcVariant { const char* name; int d, w, mt, bn, s, qreg; TcFn fn; };
+static const TcVariant tc_variants[] = {
+#define X(D, W, MT, BN, S, QREG, MINB, NAME) {#NAME, D, W, MT, BN, S, QREG, NAME},
+  SERVESIM_TC_VARIANT_LIST(X)
+#undef X
+};
+static void prefill_tc_case(const Case& c, const TcVariant* variant = nullptr) {
   Data D = build(c); auto want = ref(c, D); int S = c.cached.size(); int T = D.cu.back(); int maxq = *std::max_element(c.nw.begin(), c.nw.end());
   std::vector<int> cl(c.cached.begin(), c.cached.end());
   std::vector<u16t> out((size_t)T * c.h * c.d, 0xffff);
   int bucket = c.d <= 64 ? 64 : 128;
-  auto fn = F16MODE ? (bucket == 64 ? attention_prefill_tc_f16_d64 : attention_prefill_tc_f16_d128)
+  TcFn fn = F16MODE ? (bucket == 64 ? attention_prefill_tc_f16_d64 : attention_prefill_tc_f16_d128)
                     : (bucket == 64 ? attention_prefill_tc_bf16_d64 : attention_prefill_tc_bf16_d128);
-  size_t smem = (size_t)2 * 64 * (bucket + 8) * 2;  // TC_SMEM_BYTES(bucket)
-  emu_launch({(unsigned)((maxq + 63) / 64), (unsigned)c.h, (unsigned)S}, {128}, smem, [&] {
+  int bm = TC_BM, threads = TC_THREADS; size_t smem = TC_SMEM_BYTES(bucket);
+  if (variant) { fn = variant->fn; bm = variant->w * variant->mt * 16; threads = variant->w * 32;
+    smem = TC_SMEM_BYTES_CFG(variant->d, variant->w, variant->mt, variant->bn, variant->s, variant->qreg); }
+  emu_launch({(unsigned)((maxq + bm - 1) / bm), (unsigned)c.h, (unsigned)S}, {(unsigned)threads}, smem, [&] {
     fn(out.data(), D.q.data(), D.kn.data(), D.vn.data(), D.kc.data(), D.vc.data(), D.bt.data(), cl.data(), D.cu.data(), 1.0f / sqrtf(c.d), c.h, c.kv, c.d, c.h * c.d, c.kv * c.d, BS, D.maxb); });
-  char buf[200]; snprintf(buf, sizeof buf, "prefill_tc h%d kv%d d%d S%d", c.h, c.kv, c.d, S); check(buf, out, want); }
+  char buf[200]; snprintf(buf, sizeof buf, "prefill_tc%s%s h%d kv%d d%d S%d", variant ? " " : "", variant ? variant->name : "", c.h, c.kv, c.d, S); check(buf, out, want); }
 static void elementwise() {
   int T = 3, H = 1000; std::vector<u16t> x, w, out(T * H); std::vector<double> xh, wh; randvec(T * H, 2, x, xh); randvec(H, 1.5, w, wh);
   std::vector<double> want(T * H);
@@ -154,6 +190,9 @@ int main(int argc, char** argv) {
     prefill_tc_case({14, 2, 80, {16, 3}, {31, 9}});
     prefill_tc_case({6, 3, 96, {300, 47, 0}, {1, 1, 130}});
     prefill_tc_case({2, 1, 64, {70}, {150}});
+    if (!F16MODE)  // the bench's variants: one odd case each (cached context, ragged tiles)
+      for (const auto& v : tc_variants)
+        prefill_tc_case(v.d == 64 ? Case{4, 2, 56, {70, 0}, {150, 9}} : Case{4, 1, 120, {100, 3}, {140, 33}}, &v);
     }
     if (do_decode_split) {
     decode_split_case({4, 4, 64, {0, 15, 16, 31}, {1, 1, 1, 1}}, 16);
@@ -164,6 +203,7 @@ int main(int argc, char** argv) {
     decode_split_case({2, 1, 64, {1, 40}, {1, 1}}, 32, 0, true);
     decode_split_case({8, 2, 64, {3, 200}, {1, 1}}, 64, 3000);
     decode_split_case({32, 8, 128, {2000}, {1}}, 128);
+    decode_split_variants();
     }
     if (only_new) continue;
     elementwise();

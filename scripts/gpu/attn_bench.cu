@@ -6,6 +6,10 @@
 //
 //   attn_bench OUT_DIR      writes OUT_DIR/results.json and OUT_DIR/results.md
 //
+// Besides the default entry points it times the variants the kernel files compile under
+// SERVESIM_TC_VARIANTS / SERVESIM_DS_VARIANTS (each checked against the old kernel like the
+// default), so that one GPU run shows which configuration is fastest.
+//
 // Exit status: 0 when every new kernel matches the old one, 1 on a mismatch, 2 on a CUDA error.
 #include <cuda_runtime.h>
 
@@ -18,6 +22,10 @@
 #include <string>
 #include <vector>
 
+// The extra prefill / decode configurations (kernels/attention_prefill_tc.cu and
+// attention_decode_split.cu compile them only when asked), timed against the default entries.
+#define SERVESIM_TC_VARIANTS 1
+#define SERVESIM_DS_VARIANTS 1
 #include "kernels_all.cuh"
 
 #define CK(x)                                                                                  \
@@ -157,6 +165,8 @@ static std::vector<int> shuffled_blocks(int n, unsigned seed) {
 static std::string json_rows;   // accumulated JSON objects
 static std::string md_prefill;  // markdown table rows
 static std::string md_decode;
+static std::string md_prefill_var;  // variant tables
+static std::string md_decode_var;
 static int g_failures = 0;
 
 static void add_json(const std::string& obj) {
@@ -171,6 +181,7 @@ struct PrefillCfg {
     const char* name;
     int new_tokens, cached, heads, kv_heads, d;
     bool f16;
+    bool variants;  // also time the SERVESIM_TC_VARIANTS entries
 };
 
 static void bench_prefill(const PrefillCfg& c) {
@@ -222,6 +233,9 @@ static void bench_prefill(const PrefillCfg& c) {
     }
     const size_t old_smem = 32 * (old_d + 1) * 4 + 2 * 32 * (old_d + 2) * 2 + 32 * 33 * 4;
     const size_t new_smem = TC_SMEM_BYTES(new_d);
+    // Over 48 KiB of dynamic shared memory: the entry must opt in first (see the kernel header).
+    CK(cudaFuncSetAttribute((const void*)new_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)new_smem));
     const dim3 old_grid((N + PF_BM - 1) / PF_BM, H, 1), new_grid((N + TC_BM - 1) / TC_BM, H, 1);
     auto run_old = [&] {
         old_fn<<<old_grid, PF_THREADS, old_smem>>>(o_old, q, k, v, kc, vc, bt, cl, cu, scale, H,
@@ -260,6 +274,69 @@ static void bench_prefill(const PrefillCfg& c) {
     md_prefill += buf;
     printf("%s", buf);
     fflush(stdout);
+
+    // The variants of this head-dim bucket (bf16 cases only), each checked like the default.
+    if (c.variants && !c.f16) {
+        struct Var { const char* name; int d, w, mt, bn, st, qreg; PF fn; };
+        static const Var vars[] = {
+#define X(VD, VW, VMT, VBN, VS, VQ, VMINB, VNAME) {#VNAME, VD, VW, VMT, VBN, VS, VQ, VNAME},
+            SERVESIM_TC_VARIANT_LIST(X)
+#undef X
+        };
+        for (const Var& var : vars) {
+            if (var.d != new_d) continue;
+            const int bm = var.w * var.mt * 16;
+            const size_t smem = TC_SMEM_BYTES_CFG(var.d, var.w, var.mt, var.bn, var.st, var.qreg);
+            cudaFuncAttributes fa;
+            CK(cudaFuncGetAttributes(&fa, (const void*)var.fn));
+            if (cudaFuncSetAttribute((const void*)var.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem) != cudaSuccess) {
+                cudaGetLastError();
+                snprintf(buf, sizeof buf, "| %s | %s | %zu B smem: not launchable here | | | |\n", c.name, var.name, smem);
+                md_prefill_var += buf;
+                printf("%s", buf);
+                continue;
+            }
+            int occ = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void*)var.fn, var.w * 32, smem));
+            const dim3 grid((N + bm - 1) / bm, H, 1);
+            auto run_var = [&] {
+                var.fn<<<grid, var.w * 32, smem>>>(o_new, q, k, v, kc, vc, bt, cl, cu, scale, H, KV,
+                                                   D, H * D, KV * D, BS, nblk);
+            };
+            CK(cudaMemset(o_new, 0xff, q_n * 2));
+            run_var();
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            const Cmp vc_ = compare(o_new, o_old, q_n, c.f16);
+            if (!vc_.ok()) ++g_failures;
+            const double t = median_ms(run_var);
+            const double tf = flops / (t * 1e-3) / 1e12;
+            snprintf(buf, sizeof buf,
+                     "{\"kind\": \"prefill_variant\", \"name\": \"%s\", \"variant\": \"%s\", "
+                     "\"regs\": %d, \"smem\": %zu, \"blocks_per_sm\": %d, \"ms\": %.5f, "
+                     "\"tflops\": %.2f, \"pct_bf16_peak\": %.2f, \"default_ms\": %.5f, \"match\": %s}",
+                     c.name, var.name, fa.numRegs, smem, occ, t, tf, 100.0 * tf / kBf16PeakTflops,
+                     t_new, vc_.ok() ? "true" : "false");
+            add_json(buf);
+            snprintf(buf, sizeof buf, "| %s | %s | %d / %zu / %d | %.3f | %.1f (%.1f%%) | %.2fx | %.2e %s |\n",
+                     c.name, var.name, fa.numRegs, smem, occ, t, tf, 100.0 * tf / kBf16PeakTflops,
+                     t_new / t, vc_.max_err, vc_.ok() ? "ok" : "**MISMATCH**");
+            md_prefill_var += buf;
+            printf("%s", buf);
+            fflush(stdout);
+        }
+        // The default entry's own line, for comparison.
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, (const void*)new_fn));
+        int occ = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void*)new_fn, TC_THREADS, new_smem));
+        snprintf(buf, sizeof buf, "| %s | default (w%dm%dn%ds%d) | %d / %zu / %d | %.3f | %.1f (%.1f%%) | 1.00x | %.2e %s |\n",
+                 c.name, TC_WARPS, TC_MT, TC_BN, TC_STAGES, fa.numRegs, new_smem, occ, t_new, tf_new,
+                 100.0 * tf_new / kBf16PeakTflops, cmp.max_err, cmp.ok() ? "ok" : "**MISMATCH**");
+        md_prefill_var += buf;
+        printf("%s", buf);
+    }
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)kc, (void*)vc, (void*)o_old,
                     (void*)o_new, (void*)bt, (void*)cl, (void*)cu})
         CK(cudaFree(p));
@@ -270,13 +347,19 @@ static void bench_prefill(const PrefillCfg& c) {
 
 struct DecodeCfg {
     int batch, ctx, heads, kv_heads, d;
+    bool variants;  // also time the SERVESIM_DS_VARIANTS entries (G 4, D 128 only)
 };
 
-// The largest power of two in [64, DS_MAX_PART] giving >= 4 blocks per SM.
-static int auto_partition(int batch, int ctx, int kv_blocks) {
-    int ps = DS_MAX_PART;
-    while (ps > 64 && (long long)batch * kv_blocks * ((ctx + ps - 1) / ps) < 4LL * g_sms) ps /= 2;
-    return ps;
+// Partition size: the largest power of two in [64, DS_MAX_PART] whose grid still fills 80% of
+// one wave (blocks_per_sm resident blocks on every SM); 64 when none does. Fewer, longer
+// partitions cost less per token (block start-up, partial writes, the reduce), but a grid short
+// of a wave leaves SMs (bandwidth) idle; beyond a wave the split buys nothing.
+static int auto_partition(int batch, int ctx, int kv_blocks, int blocks_per_sm) {
+    const long long wave = (long long)blocks_per_sm * g_sms;
+    for (int ps = DS_MAX_PART; ps >= 64; ps /= 2) {
+        if ((long long)batch * kv_blocks * ((ctx + ps - 1) / ps) * 10 >= wave * 8) return ps;
+    }
+    return 64;
 }
 
 static void bench_decode(const DecodeCfg& c) {
@@ -322,7 +405,8 @@ static void bench_decode(const DecodeCfg& c) {
     };
     // New kernel: the specialised entry point for (D bucket, G = smallest of 1/2/4/8 >= group),
     // `which` = 0; the generic entry point (G = 8 slots per block), `which` = 1; for groups above
-    // 4, the g4 kernel with two blocks per KV head, `which` = 2.
+    // 4, the g4 kernel with two blocks per KV head, `which` = 2; a variant, `which` = 3 (var_fn,
+    // var_threads, G 4).
     typedef void (*DF)(u16*, const u16*, const u16*, const u16*, const int*, const int*, float*,
                        float*, float*, float, int, int, int, int, int, int, int, int);
     static const DF spec_fns[3][4] = {
@@ -337,11 +421,15 @@ static void bench_decode(const DecodeCfg& c) {
     const int gi_spec = g_spec == 1 ? 0 : g_spec == 2 ? 1 : g_spec == 4 ? 2 : 3;
     int which = 0;
     int ps = 0;
+    DF var_fn = nullptr;
+    int var_threads = DS_THREADS, var_g = 4;
     auto run_new = [&] {
         const int parts = (L + ps - 1) / ps;
-        DF fn = which == 1 ? attention_decode_split_bf16 : spec_fns[di][which == 2 ? 2 : gi_spec];
-        const int gsz = which == 1 ? DS_MAX_G : which == 2 ? 4 : g_spec;
-        fn<<<dim3(KV * ((G + gsz - 1) / gsz), B, parts), DS_THREADS>>>(
+        DF fn = which == 1 ? attention_decode_split_bf16
+                : which == 3 ? var_fn
+                : spec_fns[di][which == 2 ? 2 : gi_spec];
+        const int gsz = which == 1 ? DS_MAX_G : which == 3 ? var_g : which == 2 ? 4 : g_spec;
+        fn<<<dim3(KV * ((G + gsz - 1) / gsz), B, parts), which == 3 ? var_threads : DS_THREADS>>>(
             o_new, q, kc, vc, bt, cl, to, tm, ts, scale, H, KV, D, H * D, BS, bps, parts, ps);
         if (parts > 1)
             attention_decode_split_reduce_bf16<<<dim3(H, B), DS_RED_THREADS>>>(o_new, to, tm, ts,
@@ -349,7 +437,10 @@ static void bench_decode(const DecodeCfg& c) {
     };
     const int new_groups = (G + g_spec - 1) / g_spec;
     const double bytes = 2.0 * B * (double)L * KV * D * 2.0;  // K and V rows read once
-    const int ps_auto = auto_partition(B, L, KV * new_groups);
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, (const void*)spec_fns[di][gi_spec],
+                                                     DS_THREADS, 0));
+    const int ps_auto = auto_partition(B, L, KV * new_groups, std::max(occ, 1));
     run_old();
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -388,6 +479,80 @@ static void bench_decode(const DecodeCfg& c) {
         all_ok = all_ok && cmp.ok();
         (w == 1 ? t_generic : t_g4) = median_ms(run_new);
     }
+    // The pipeline variants (G 4, D 128 cases only) at partitions 128 / 256 / 512.
+    if (c.variants && g_spec == 4 && di == 1) {
+        struct Var { const char* name; int w, g; DF fn; };
+        static const Var vars[] = {
+#define X(VD, VG, VW, VU, VS, VMINB, VNAME) {#VNAME, VW, VG, VNAME},
+            SERVESIM_DS_VARIANT_LIST(X)
+#undef X
+#define X(VD, VG, VW, VS, VMINB, VNAME) {#VNAME, VW, VG, VNAME},
+            SERVESIM_DT_VARIANT_LIST(X)
+#undef X
+        };
+        which = 3;
+        for (const Var& var : vars) {
+            var_fn = var.fn;
+            var_threads = var.w * 32;
+            var_g = var.g;
+            cudaFuncAttributes fa;
+            CK(cudaFuncGetAttributes(&fa, (const void*)var.fn));
+            int vocc = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&vocc, (const void*)var.fn, var_threads, 0));
+            const int vps_auto = auto_partition(B, L, KV * ((G + var.g - 1) / var.g), std::max(vocc, 1));
+            std::string line;
+            char cell[160];
+            snprintf(cell, sizeof cell, "| %d | %d | %s | %d / %zu / %d | %d |", B, L, var.name,
+                     fa.numRegs, fa.sharedSizeBytes, vocc, vps_auto);
+            line = cell;
+            std::string js;
+            double vbest = 1e30;
+            for (int p = 128; p <= DS_MAX_PART; p *= 2) {
+                ps = p;
+                const Cmp cmp = run_checked();
+                all_ok = all_ok && cmp.ok();
+                const double t = median_ms(run_new);
+                vbest = std::min(vbest, t);
+                const double pct = 100 * bytes / (t * 1e-3) / 1e9 / g_hbm_gbs;
+                snprintf(cell, sizeof cell, " %.4f (%.1f%%)%s |", t, pct, cmp.ok() ? "" : " **MISMATCH**");
+                line += cell;
+                snprintf(cell, sizeof cell, "%s\"%d\": %.5f", js.empty() ? "" : ", ", p, t);
+                js += cell;
+            }
+            line += "\n";
+            md_decode_var += line;
+            printf("%s", line.c_str());
+            char jb[768];
+            snprintf(jb, sizeof jb,
+                     "{\"kind\": \"decode_variant\", \"batch\": %d, \"context\": %d, \"variant\": \"%s\", "
+                     "\"regs\": %d, \"static_smem\": %zu, \"blocks_per_sm\": %d, \"partition_auto\": %d, "
+                     "\"sweep_ms\": {%s}, \"best_pct_hbm\": %.1f}",
+                     B, L, var.name, fa.numRegs, fa.sharedSizeBytes, vocc, vps_auto, js.c_str(),
+                     100 * bytes / (vbest * 1e-3) / 1e9 / g_hbm_gbs);
+            add_json(jb);
+        }
+        // The default entry's line, same columns.
+        {
+            cudaFuncAttributes fa;
+            CK(cudaFuncGetAttributes(&fa, (const void*)spec_fns[di][gi_spec]));
+            char cell[160];
+            snprintf(cell, sizeof cell, "| %d | %d | default (w%du%ds%d) | %d / %zu / %d | %d |", B, L,
+                     DS_WARPS, DS_U_FOR(4), DS_STAGES, fa.numRegs, fa.sharedSizeBytes, occ, ps_auto);
+            std::string line = cell;
+            const char* sw = sweep.c_str();
+            for (int p = 128; p <= DS_MAX_PART; p *= 2) {
+                char key[16];
+                snprintf(key, sizeof key, "\"%d\": ", p);
+                const char* at = strstr(sw, key);
+                const double t = at ? atof(at + strlen(key)) : 0;
+                snprintf(cell, sizeof cell, " %.4f (%.1f%%) |", t, t > 0 ? 100 * bytes / (t * 1e-3) / 1e9 / g_hbm_gbs : 0.0);
+                line += cell;
+            }
+            line += "\n";
+            md_decode_var += line;
+            printf("%s", line.c_str());
+        }
+    }
     which = 0;
     if (!all_ok) ++g_failures;
     const double gbs_generic = bytes / (t_generic * 1e-3) / 1e9,
@@ -403,12 +568,13 @@ static void bench_decode(const DecodeCfg& c) {
              "\"old_ms\": %.5f, \"old_gbs\": %.1f, \"old_pct_hbm\": %.1f, \"partition_auto\": %d, "
              "\"new_ms\": %.5f, \"new_gbs\": %.1f, \"new_pct_hbm\": %.1f, \"partition_best\": %d, "
              "\"best_ms\": %.5f, \"best_pct_hbm\": %.1f, \"sweep_ms\": {%s}, \"entry_g\": %d, "
+             "\"blocks_per_sm\": %d, "
              "\"generic_ms\": %.5f, \"generic_pct_hbm\": %.1f, \"g4_ms\": %.5f, \"g4_pct_hbm\": %.1f, "
              "\"max_abs_err\": "
              "%.3e, \"max_abs_ref\": %.3e, \"mean_abs_err\": %.3e, \"match\": %s}",
              B, L, H, KV, D, bytes, t_old, gbs_old, 100 * gbs_old / g_hbm_gbs, ps_auto, t_auto,
              gbs_auto, 100 * gbs_auto / g_hbm_gbs, ps_best, t_best, 100 * gbs_best / g_hbm_gbs,
-             sweep.c_str(), g_spec, t_generic, 100 * gbs_generic / g_hbm_gbs, t_g4,
+             sweep.c_str(), g_spec, occ, t_generic, 100 * gbs_generic / g_hbm_gbs, t_g4,
              100 * gbs_g4 / g_hbm_gbs, cmp_auto.max_err, cmp_auto.max_ref, cmp_auto.mean_err,
              all_ok ? "true" : "false");
     add_json(buf);
@@ -470,20 +636,22 @@ int main(int argc, char** argv) {
 
     printf("\n## prefill\n| case | dtype | new | cached | H/KV/D | old ms | new ms | old TFLOP/s | new TFLOP/s (%% of 989) | speedup | max err / max ref |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     const PrefillCfg pcs[] = {
-        {"prompt 4k", 4096, 0, 32, 8, 128, false},
-        {"chunk 1k over 8k", 1024, 8192, 32, 8, 128, false},
-        {"prompt 4k d64", 4096, 0, 32, 8, 64, false},
-        {"prompt 4k f16", 4096, 0, 32, 8, 128, true},
-        {"odd 1000+77", 1000, 77, 28, 4, 128, false},
+        {"prompt 4k", 4096, 0, 32, 8, 128, false, true},
+        {"chunk 1k over 8k", 1024, 8192, 32, 8, 128, false, true},
+        {"prompt 4k d64", 4096, 0, 32, 8, 64, false, true},
+        {"prompt 4k f16", 4096, 0, 32, 8, 128, true, false},
+        {"odd 1000+77", 1000, 77, 28, 4, 128, false, true},
+        {"prompt 16k", 16384, 0, 32, 8, 128, false, false},
     };
     for (const auto& c : pcs) bench_prefill(c);
 
     printf("\n## decode (bf16; %% of %.0f GB/s)\n| batch | context | H/KV/D | old ms (%%HBM) | entry | auto part | new ms (%%HBM) | best part | best ms (%%HBM) | generic entry ms (%%HBM) | g4 x2 ms (%%HBM) | speedup (auto) | max err / max ref |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", g_hbm_gbs);
     const DecodeCfg dcs[] = {
-        {1, 4096, 32, 8, 128},  {8, 4096, 32, 8, 128},   {64, 4096, 32, 8, 128},
-        {1, 32768, 32, 8, 128}, {8, 32768, 32, 8, 128},  {64, 32768, 32, 8, 128},
-        {3, 5001, 28, 4, 128},  {8, 32768, 64, 8, 128},  {8, 32768, 32, 32, 128},
-        {8, 32768, 32, 8, 64},
+        {1, 4096, 32, 8, 128, true},   {8, 4096, 32, 8, 128, false},
+        {64, 4096, 32, 8, 128, false}, {1, 32768, 32, 8, 128, true},
+        {8, 32768, 32, 8, 128, true},  {64, 32768, 32, 8, 128, true},
+        {3, 5001, 28, 4, 128, false},  {8, 32768, 64, 8, 128, false},
+        {8, 32768, 32, 32, 128, false}, {8, 32768, 32, 8, 64, false},
     };
     for (const auto& c : dcs) bench_decode(c);
 
@@ -503,6 +671,8 @@ int main(int argc, char** argv) {
             prop.name, g_sms, g_hbm_gbs, g_read_gbs);
     fprintf(f, "## prefill (causal FLOPs = 4 d heads pairs)\n\n| case | dtype | new | cached | H/KV/D | old ms | new ms | old TFLOP/s | new TFLOP/s (%% of 989) | speedup | max err / max ref |\n|---|---|---|---|---|---|---|---|---|---|---|\n%s\n", md_prefill.c_str());
     fprintf(f, "## decode (bf16; bytes = K + V rows read; %% of %.0f GB/s)\n\n| batch | context | H/KV/D | old ms (%%HBM) | entry | auto part | new ms (%%HBM) | best part | best ms (%%HBM) | generic entry ms (%%HBM) | g4 x2 ms (%%HBM) | speedup (auto) | max err / max ref |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s\n", g_hbm_gbs, md_decode.c_str());
+    fprintf(f, "## prefill variants (bf16; same check against the old kernel; regs / dynamic smem B / blocks per SM)\n\n| case | variant | regs / smem / blocks | ms | TFLOP/s (%% of 989) | speedup vs default | max err |\n|---|---|---|---|---|---|---|\n%s\n", md_prefill_var.c_str());
+    fprintf(f, "## decode variants (bf16, 32/8/128, G 4; regs / static smem B / blocks per SM; ms (%%HBM) at partition 128 / 256 / 512)\n\n| batch | context | variant | regs / smem / blocks | auto part | p128 | p256 | p512 |\n|---|---|---|---|---|---|---|---|\n%s\n", md_decode_var.c_str());
     fprintf(f, "failures: %d\n", g_failures);
     fclose(f);
     printf("\nfailures: %d\nwrote %s/results.json and %s/results.md\n", g_failures, out_dir.c_str(), out_dir.c_str());
