@@ -837,13 +837,16 @@ impl Calibrated {
         params: &CostParams,
     ) -> Calibrated {
         let mut index = ProfileIndex::new(profile);
-        index.peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
+        // Pricing at r × the peaks is each kernel reaching r × the utilisation it reached there.
+        let r = params.transfer_utilisation;
+        index.peak = Peak { flops_per_s: gpu.peak_flops_16bit * r, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s * r };
         index.allreduce.clear();
         index.alltoall.clear();
         // The host sampler ran on the other machine's CPU.
         index.sampling.clear();
+        let share = if r == 1.0 { String::new() } else { format!(" × {r:.3} (cost.transfer_utilisation)") };
         let note = format!(
-            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there",
+            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there{share}",
             profile.provenance.measured_on(),
             gpu.name,
             gpu.name
@@ -1638,6 +1641,22 @@ mod tests {
         }
         let ring = Roofline::new(&model, &mi300x, 2, &params).predict(&batches[1]).communication_ns;
         assert_eq!(there.predict(&batches[1]).communication_ns, ring);
+
+        // At half the utilisation share every measured kernel takes twice as long (at TP 1, the
+        // GEMMs' split the profile measured); the ring does not move.
+        let half = CostParams { transfer_utilisation: 0.5, ..params.clone() };
+        let slower = Calibrated::transferred(&profile, &model, &mi300x, 1, &half);
+        let full = Calibrated::transferred(&profile, &model, &mi300x, 1, &params);
+        assert!(slower.notices()[0].contains("× 0.500 (cost.transfer_utilisation)"), "{:#?}", slower.notices());
+        for batch in &batches {
+            let (a, b) = (full.predict(batch), slower.predict(batch));
+            assert!(a.gemm_ns > 0 && a.attention_ns > 0, "{a:?}");
+            for (name, full, halved) in [("GEMM", a.gemm_ns, b.gemm_ns), ("attention", a.attention_ns, b.attention_ns)] {
+                let ratio = halved as f64 / full as f64;
+                assert!((ratio - 2.0).abs() < 1e-3, "{name}: {ratio}");
+            }
+            assert_eq!(a.communication_ns, b.communication_ns);
+        }
     }
 
     #[test]

@@ -663,6 +663,7 @@ mod tests {
             frontend_overhead_us: 0.0,
             frontend_per_token_us: 0.0,
             cpu_overlap: 0.0,
+            transfer_utilisation: 1.0,
         }
     }
 
@@ -697,6 +698,7 @@ mod tests {
             frontend_overhead_us: 0.0,
             frontend_per_token_us: 0.0,
             cpu_overlap: 0.0,
+            transfer_utilisation: 1.0,
         }
     }
 

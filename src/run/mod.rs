@@ -11,7 +11,7 @@ use crate::calibrate::profile::Profile;
 use crate::cost::calibrated::Calibrated;
 use crate::cost::bundled;
 use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
-use crate::scenario::{KernelProfile, PoolRole, Scenario, ScenarioError, SweepPoint};
+use crate::scenario::{KernelProfile, PoolRole, Scenario, ScenarioError, SweepPoint, transfer};
 use crate::sim::link::LinkSpec;
 use crate::sched::{Batch, SchedulerConfig, SeqWork};
 use crate::sim::{self, SimConfig, SimOutput};
@@ -163,6 +163,24 @@ pub fn scenario_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<Scenar
 
 /// [`scenario_cost`] of the target model alone.
 fn target_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
+    let cost = target_cost_of_profile(scenario, allow_mismatch)?;
+    let share = scenario.cost.transfer_utilisation;
+    if cost.kind != CostKind::Transferred && share != 1.0 {
+        return Err(ScenarioError::Invalid {
+            file: scenario.path.clone(),
+            field: "cost.transfer_utilisation".into(),
+            value: share.to_string(),
+            reason: format!(
+                "applies only to a kernel profile carried over from another GPU (cost.profile = \"auto\" on a GPU without a bundled profile); {} is priced by {}",
+                scenario.hardware.gpu.name, cost.label
+            ),
+        });
+    }
+    Ok(cost)
+}
+
+/// [`target_cost`] before its check that a transfer-only parameter is not set in vain.
+fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
     let invalid = |value: String, reason: String| ScenarioError::Invalid {
         file: scenario.path.clone(),
         field: "cost.profile".into(),
@@ -217,6 +235,18 @@ fn target_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost
                     );
                     let mut notes = auto_notes(name, kernel_mismatches(profile, scenario));
                     notes.extend_from_slice(model.notices());
+                    match (scenario.transfer_correction, transfer::for_gpu(&gpu.name)) {
+                        (Some(applied), _) => notes.push(applied.describe()),
+                        (None, Some(unused)) => notes.push(format!(
+                            "{} is not applied here: [cost] is shared by pools of different GPUs",
+                            unused.describe()
+                        )),
+                        (None, None) => notes.push(format!(
+                            "no correction is bundled for {}: its kernels are assumed as well tuned as {}'s",
+                            gpu.name,
+                            profile.provenance.measured_on()
+                        )),
+                    }
                     return Ok(ScenarioCost { model: Box::new(model), kind: CostKind::Transferred, label, notes, warnings });
                 }
                 None => {

@@ -209,7 +209,7 @@ macro_rules! param {
 /// Every parameter of [`CostParams`], in the struct's order (the order profiles list them in).
 /// The exhaustive destructuring in the test `registry_covers_every_field` fails to compile when
 /// a field is added to `CostParams` and not here.
-pub const PARAMS: [ParamSpec; 14] = [
+pub const PARAMS: [ParamSpec; 15] = [
     param!(gemm_efficiency, ParamKind::Fraction),
     param!(attention_efficiency, ParamKind::Fraction),
     param!(memory_bandwidth_efficiency, ParamKind::Fraction),
@@ -224,6 +224,7 @@ pub const PARAMS: [ParamSpec; 14] = [
     param!(frontend_overhead_us, ParamKind::NonNegativeMicros),
     param!(frontend_per_token_us, ParamKind::NonNegativeMicros),
     param!(cpu_overlap, ParamKind::Share),
+    param!(transfer_utilisation, ParamKind::Fraction),
 ];
 
 /// The names of all parameters, comma-separated, for error messages.
@@ -277,6 +278,7 @@ mod tests {
             frontend_overhead_us: 9.5,
             frontend_per_token_us: 9.75,
             cpu_overlap: 0.25,
+            transfer_utilisation: 0.875,
         }
     }
 
@@ -298,6 +300,7 @@ mod tests {
             frontend_overhead_us,
             frontend_per_token_us,
             cpu_overlap,
+            transfer_utilisation,
         } = sample();
         let expected = [
             gemm_efficiency,
@@ -314,6 +317,7 @@ mod tests {
             frontend_overhead_us,
             frontend_per_token_us,
             cpu_overlap,
+            transfer_utilisation,
         ];
         let p = sample();
         let got: Vec<f64> = PARAMS.iter().map(|s| s.get(&p)).collect();

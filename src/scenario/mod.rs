@@ -14,6 +14,7 @@ pub mod model;
 pub mod schema;
 pub mod speculative;
 pub mod trace;
+pub mod transfer;
 mod resolve;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,9 @@ pub struct Scenario {
     /// The fitted profile (`servesim fit`) whose values `cost` holds, if `[cost] profile` names
     /// one.
     pub fitted_profile: Option<FittedProfile>,
+    /// The bundled correction whose values `cost` holds (`calibration/transfer/`): for
+    /// `cost.profile = "auto"` on a GPU priced by another GPU's profile, every pool on that GPU.
+    pub transfer_correction: Option<&'static transfer::TransferCorrection>,
     /// `[[cluster.pools]]`, in routing order; empty for the one pool that `hardware` and `engine`
     /// describe. With pools, `hardware` and `engine` are the first pool's.
     pub pools: Vec<Pool>,
@@ -265,6 +269,11 @@ pub struct CostParams {
     /// this one (V1's async scheduling, SGLang's overlap scheduler). The hidden part is at most
     /// the GPU time of the step.
     pub cpu_overlap: f64,
+    /// Only for a profile transferred to a GPU it was not measured on: the share of the measured
+    /// GPU's kernel utilisation that this GPU's kernels reach (1 = the same share of its
+    /// datasheet peaks). A vendor's kernels and libraries are not equally tuned on every GPU, so
+    /// the share is fitted to recorded runs of the GPU (`calibration/transfer/`).
+    pub transfer_utilisation: f64,
 }
 
 impl Default for CostParams {

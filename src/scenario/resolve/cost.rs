@@ -4,6 +4,7 @@ use super::context::{Cx, quote};
 use crate::scenario::cost_params;
 use crate::scenario::engine_profile::EngineProfile;
 use crate::scenario::schema::{RawCost, RawProfile};
+use crate::scenario::transfer::TransferCorrection;
 use crate::scenario::{CostParams, FittedProfile, KernelProfile, ScenarioError};
 use std::path::Path;
 
@@ -31,16 +32,23 @@ pub(in crate::scenario) const DEFAULT_COST: CostParams = CostParams {
     frontend_overhead_us: 0.0,
     frontend_per_token_us: 0.0,
     cpu_overlap: 0.0,
+    // Kernels reach the utilisation they reached on the measured GPU.
+    transfer_utilisation: 1.0,
 };
 
 /// `[cost]`: defaults, replaced by a fitted profile's values if one is named, then overridden
 /// by the keys given in the scenario; and the kernel profile, if `profile` names one (`auto`,
 /// or a profile CSV) rather than a fitted profile (TOML).
+///
+/// `correction` is the bundled correction for the deployment's GPU, if any: it applies where the
+/// kernel profile is `auto` (a GPU with a correction has no bundled profile of its own, so `auto`
+/// carries another GPU's over), before the scenario's keys, and is returned when it applied.
 pub(super) fn resolve_cost(
     raw: &RawCost,
     engine_profile: Option<&EngineProfile>,
+    correction: Option<&'static TransferCorrection>,
     cx: &Cx,
-) -> Result<(CostParams, Option<KernelProfile>, Option<FittedProfile>), ScenarioError> {
+) -> Result<(CostParams, Option<KernelProfile>, Option<FittedProfile>, Option<&'static TransferCorrection>), ScenarioError> {
     // The kernel defaults, with the engine's time in place of the guesses where its release has
     // a profile; a fitted profile then replaces every value it holds.
     let mut defaults = DEFAULT_COST;
@@ -51,10 +59,17 @@ pub(super) fn resolve_cost(
     // from scenarios that normally load it.
     // Left out, `auto`: measured kernels where servesim bundles them for the GPU, else the
     // roofline. `roofline` (or an empty path) asks for the roofline with the default guesses.
+    let corrected = || {
+        let mut params = defaults.clone();
+        if let Some(c) = correction {
+            c.apply(&mut params);
+        }
+        params
+    };
     let (base, kernel, fitted) = match raw.get("profile") {
-        None => (defaults.clone(), Some(KernelProfile::Auto), None),
+        None => (corrected(), Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (defaults.clone(), None, None),
-        Some(toml::Value::String(path)) if path == "auto" => (defaults.clone(), Some(KernelProfile::Auto), None),
+        Some(toml::Value::String(path)) if path == "auto" => (corrected(), Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
             let file = cx.relative(path);
             if !file.is_file() {
@@ -68,7 +83,8 @@ pub(super) fn resolve_cost(
         }
         Some(other) => return Err(cx.invalid("cost.profile", other, "must be `auto`, `roofline`, a kernel profile (.csv) or a fitted profile (.toml)")),
     };
-    Ok((resolve_cost_over(raw, base, cx)?, kernel, fitted))
+    let applied = correction.filter(|_| kernel == Some(KernelProfile::Auto));
+    Ok((resolve_cost_over(raw, base, cx)?, kernel, fitted, applied))
 }
 
 /// Reads a profile written by `servesim fit`, and what it says it was fitted on; errors name the

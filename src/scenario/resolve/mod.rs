@@ -139,7 +139,11 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             (first.gpu.clone(), first.engine.clone(), count, pools, kv_link)
         }
     };
-    let (cost, kernel_profile, fitted_profile) = cost::resolve_cost(&raw.cost, engine.profile.as_ref(), cx)?;
+    // A correction is per GPU, and `[cost]` is the deployment's: only one GPU type can have it.
+    let one_gpu = pools.iter().all(|p| p.gpu.name == gpu.name);
+    let correction = if one_gpu { crate::scenario::transfer::for_gpu(&gpu.name) } else { None };
+    let (cost, kernel_profile, fitted_profile, transfer_correction) =
+        cost::resolve_cost(&raw.cost, engine.profile.as_ref(), correction, cx)?;
     let workload = workload::resolve_workload(&raw.workload, &engine, cx)?;
     let validation = raw.validation.as_ref().map(|v| resolve_validation(v, &workload, cx)).transpose()?;
     Ok(Scenario {
@@ -153,6 +157,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         validation,
         kernel_profile,
         fitted_profile,
+        transfer_correction,
         pools,
         kv_link,
     })
