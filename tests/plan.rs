@@ -8,7 +8,7 @@ use common::{ONE_AT_A_TIME, one_seq_batch};
 
 use servesim::cost::CostModel;
 use servesim::metrics::LatencyMetric;
-use servesim::plan::{Bound, Objectives, SearchOptions, Slo, Statistic, max_sustainable_rate, search};
+use servesim::plan::{Binding, Bound, Objectives, SearchOptions, Slo, Statistic, max_sustainable_rate, search};
 use servesim::run::cost_model;
 use servesim::scenario::Scenario;
 
@@ -70,6 +70,34 @@ fn max_rate_under_a_mean_queueing_delay_matches_pollaczek_khinchine() {
     );
     assert_eq!(found.bound, Bound::Found);
     assert!(error < 0.03, "max rate {} vs {expected}", found.max_rate);
+}
+
+/// Past saturation a queue grows without bound, yet a short probe can still meet a loose
+/// objective: its queue had no time to grow. The steady-state check fails that probe, and a probe
+/// ten times longer at the same rate misses the objective itself, as a real day would.
+#[test]
+fn a_short_probe_past_saturation_is_not_steady_and_a_long_one_misses() {
+    let s = scenario(&ONE_AT_A_TIME.replace("RATE", "1.0"));
+    let cost = cost_model(&s);
+    let service_ms = cost.predict(&one_seq_batch(512, 0, true)).total_ns as f64 / 1e6;
+    let limit_ms = 80.0 * service_ms;
+    let objectives =
+        Objectives { slos: vec![Slo { metric: LatencyMetric::Ttft, statistic: Statistic::Mean, limit_ms }], attainment: None };
+    let saturation = 1000.0 / service_ms;
+
+    let short = search::probe(&s, &cost, &objectives, 1.03 * saturation, 2_000);
+    let steady = short.steady.expect("checked");
+    println!("3% past saturation, 2,000 requests: mean TTFT {:.1} ms (limit {limit_ms:.1}), {steady:?}", short.verdict.values_ms[0]);
+    assert!(short.verdict.values_ms[0] <= limit_ms, "the objective alone would pass: {short:?}");
+    assert!(!steady.steady && !short.verdict.met, "{short:?}");
+    assert_eq!(short.verdict.binding, Binding::Unsteady);
+
+    let long = search::probe(&s, &cost, &objectives, 1.03 * saturation, 20_000);
+    println!("20,000 requests: mean TTFT {:.1} ms", long.verdict.values_ms[0]);
+    assert!(long.verdict.values_ms[0] > limit_ms, "{long:?}");
+
+    let below = search::probe(&s, &cost, &objectives, 0.8 * saturation, 2_000);
+    assert!(below.steady.is_some_and(|s| s.steady) && below.verdict.met, "{below:?}");
 }
 
 /// The answer checks itself: the objectives hold at the reported rate and fail 5% above it.

@@ -110,7 +110,7 @@ impl Evaluated {
         self.per_replica.probes.iter().fold((f64::INFINITY, None), |best, p| {
             let ratio = match p.verdict.binding {
                 Binding::Slo(i) => p.verdict.values_ms[i] / plan.objectives.slos[i].limit_ms,
-                Binding::Attainment | Binding::Failures => f64::INFINITY,
+                Binding::Attainment | Binding::Failures | Binding::Unsteady | Binding::Uncertain => f64::INFINITY,
             };
             if ratio < best.0 { (ratio, Some(p)) } else { best }
         })

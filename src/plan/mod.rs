@@ -19,6 +19,7 @@ pub mod output;
 pub mod prices;
 pub mod search;
 pub mod shard;
+pub mod steady;
 
 pub use candidate::Candidate;
 pub use evaluate::{Evaluated, Evaluation, Outcome, evaluate, rank};

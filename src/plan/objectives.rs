@@ -62,6 +62,12 @@ pub enum Binding {
     Attainment,
     /// Requests failed (refused, or could never fit): no latency makes up for a lost request.
     Failures,
+    /// The objectives held over the probe, but its queue was still growing
+    /// ([`super::steady::SteadyState`]): the rate is past what the deployment sustains.
+    Unsteady,
+    /// The objectives held over the probe, but not at the high end of their 95% interval over
+    /// its batches ([`super::steady::upper_bounds_ms`]): too close to call, so it fails.
+    Uncertain,
 }
 
 /// One run judged against [`Objectives`].
@@ -101,9 +107,9 @@ impl Objectives {
     }
 
     /// Judges a run. `summary` must have been built from `records` with [`Objectives::percentiles`].
-    pub fn judge(&self, records: &RunRecords, summary: &Summary) -> Verdict {
-        let values_ms: Vec<f64> = self
-            .slos
+    /// Each objective's value in `summary` (built with [`Objectives::percentiles`]), ms.
+    pub fn values_ms(&self, summary: &Summary) -> Vec<f64> {
+        self.slos
             .iter()
             .map(|slo| {
                 let stat = summary.stat(slo.metric);
@@ -112,7 +118,11 @@ impl Objectives {
                     Statistic::Percentile(p) => stat.percentile_ms(p).expect("summary built with Objectives::percentiles"),
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    pub fn judge(&self, records: &RunRecords, summary: &Summary) -> Verdict {
+        let values_ms = self.values_ms(summary);
         let meets_every = |record: &crate::metrics::RequestRecord| {
             record.success && self.slos.iter().all(|slo| slo.request_value_ms(record).is_none_or(|v| v <= slo.limit_ms))
         };

@@ -20,6 +20,8 @@ fn binding_name(plan: &Plan, binding: Binding) -> String {
         Binding::Slo(i) => plan.objectives.slos[i].name(),
         Binding::Attainment => "attainment".into(),
         Binding::Failures => "failed requests".into(),
+        Binding::Unsteady => "not steady (queue grows)".into(),
+        Binding::Uncertain => "interval over the limit".into(),
     }
 }
 

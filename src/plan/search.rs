@@ -11,7 +11,9 @@ use crate::run::{run_point_shared_cost, sim_config};
 use crate::scenario::{Scenario, SweepPoint};
 
 use super::file::PROBE_REQUESTS_MAX;
-use super::objectives::{Objectives, Verdict};
+use super::objectives::{Binding, Objectives, Verdict};
+use super::steady::{SteadyState, second_half, upper_bounds_ms};
+use crate::metrics::Summary;
 
 /// How the search runs. [`SearchOptions::default`] is what a plan uses.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,6 +63,14 @@ pub struct Probe {
     pub total_token_throughput: f64,
     /// Mean TPOT, ms: 1000 / it is the tokens per second one user sees.
     pub mean_tpot_ms: f64,
+    /// Whether the run was in steady state; a probe that met the objectives without it fails
+    /// ([`Binding::Unsteady`]). Absent in logs written before the check.
+    #[serde(default)]
+    pub steady: Option<SteadyState>,
+    /// Each objective's 95% upper bound over the probe's batches, ms (parallel to the verdict's
+    /// values); empty in logs written before the check.
+    #[serde(default)]
+    pub upper_ms: Vec<f64>,
 }
 
 /// Whether the search range, rather than the objectives, decided the answer.
@@ -102,10 +112,26 @@ pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives,
     at_rate.workload.output_tokens_total = None;
     let point = SweepPoint::new(num_prompts, rate);
     let result = run_point_shared_cost(&at_rate, &sim_config(&at_rate), cost, &point, &objectives.percentiles());
-    let verdict = objectives.judge(&result.output.records, &result.summary);
+    // Judged on the steady part of the run, not its warm-up (see `steady::second_half`).
+    let steady_part = second_half(&result.output.records);
+    let mut verdict = objectives.judge(&steady_part, &Summary::from_records(&steady_part, &objectives.percentiles()));
+    // Meeting the objectives over a finite run is not enough where the queue still grows: a
+    // longer run, or a real day, would miss them (see `steady`).
+    let steady = SteadyState::of(&result.output.records);
+    // And conservatively: each objective must hold at the high end of its interval.
+    let upper_ms = upper_bounds_ms(&steady_part, objectives);
+    if verdict.met && !steady.steady {
+        verdict.met = false;
+        verdict.binding = Binding::Unsteady;
+    } else if verdict.met && upper_ms.iter().zip(&objectives.slos).any(|(u, slo)| *u > slo.limit_ms) {
+        verdict.met = false;
+        verdict.binding = Binding::Uncertain;
+    }
     Probe {
         rate,
         num_prompts,
+        steady: Some(steady),
+        upper_ms,
         verdict,
         output_throughput: result.summary.output_throughput,
         total_token_throughput: result.summary.total_token_throughput,
