@@ -100,6 +100,27 @@ fn a_short_probe_past_saturation_is_not_steady_and_a_long_one_misses() {
     assert!(below.steady.is_some_and(|s| s.steady) && below.verdict.met, "{below:?}");
 }
 
+/// With the planner's own settings (2,000 requests a probe, the steady-state check and the
+/// interval), the M/D/1 answer lands within 10% below Pollaczek–Khinchine's and never above it,
+/// at every seed.
+#[test]
+fn the_default_search_is_within_ten_percent_below_the_exact_m_d_1_rate_at_every_seed() {
+    for seed in 1..=5 {
+        let s = scenario(&ONE_AT_A_TIME.replace("RATE", "1.0").replace("seed = 42", &format!("seed = {seed}")));
+        let cost = cost_model(&s);
+        let service_ms = cost.predict(&one_seq_batch(512, 0, true)).total_ns as f64 / 1e6;
+        let objectives = Objectives {
+            slos: vec![Slo { metric: LatencyMetric::Ttft, statistic: Statistic::Mean, limit_ms: 1.5 * service_ms }],
+            attainment: None,
+        };
+        let found = max_sustainable_rate(&s, &cost, &objectives, &SearchOptions::default());
+        let exact = 0.5 / (service_ms / 1e3);
+        let error = found.max_rate / exact - 1.0;
+        println!("seed {seed}: {:.2} req/s against {exact:.2}, {:+.1}%", found.max_rate, error * 100.0);
+        assert!((-0.10..=0.0).contains(&error), "seed {seed}: {} against {exact}", found.max_rate);
+    }
+}
+
 /// The answer checks itself: the objectives hold at the reported rate and fail 5% above it.
 #[test]
 fn the_objectives_hold_at_the_answer_and_fail_just_above_it() {

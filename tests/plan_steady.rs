@@ -37,3 +37,55 @@ fn every_candidate_meets_its_objectives_at_its_rate_over_ten_times_the_requests(
     }
     assert!(checked >= 4, "too few candidates searched: {checked}");
 }
+
+/// M/D/c: one request at a time per replica (deterministic service D), replicas behind a
+/// least-outstanding router, which pools their queues. At the same load per replica a pool waits
+/// less than one replica, so ⌈target ÷ one replica's rate⌉ is more than enough; the planner must
+/// answer the fewest count that meets the objective at the target, which simulating every count
+/// from one up confirms.
+#[test]
+fn the_replica_count_is_the_fewest_that_meets_the_objective() {
+    let text = r#"
+        name = "mdc"
+        [model]
+        preset = "Llama-3.2-1B"
+        [engine]
+        router = "least-outstanding"
+        [workload]
+        seed = 42
+        [workload.dataset]
+        kind = "fixed"
+        input_len = 512
+        output_len = 1
+        [target]
+        rate = TARGET
+        [slo]
+        ttft_mean_ms = 9.3
+        [search]
+        tensor_parallel = [1]
+        max_num_seqs = [1]
+        [[search.gpu]]
+        name = "H100-SXM"
+        price_per_gpu_hour = 3.0
+    "#;
+    let options = SearchOptions::default();
+    for target in ["200.0", "500.0"] {
+        let plan = Plan::from_toml_str(&text.replace("TARGET", target), Path::new("mdc.toml")).unwrap();
+        let candidates = plan.space.candidates();
+        let evaluations = evaluate(&plan, &candidates, &options).unwrap();
+        let Outcome::Evaluated(v) = &evaluations[0].outcome else { panic!("{:?}", evaluations[0].outcome) };
+        assert!(v.meets, "{target} req/s: {:?}", v.cluster);
+        let guess = (plan.target_rate.unwrap() / v.per_replica.max_rate).ceil() as u32;
+        let cost = servesim::run::scenario_cost(&v.scenario, false).unwrap().model;
+        let requests = options.requests_for_cluster(&plan.objectives, 1);
+        let fewest = (1..=guess)
+            .find(|&r| {
+                let s = candidates[0].scenario(&plan, r).unwrap();
+                search::probe(&s, cost.as_ref(), &plan.objectives, plan.target_rate.unwrap(), requests * r).verdict.met
+            })
+            .expect("the guess meets");
+        println!("{target} req/s: one replica sustains {:.1}; guess {guess}, planner {}, fewest {fewest}", v.per_replica.max_rate, v.replicas);
+        assert_eq!(v.replicas, fewest, "{target} req/s");
+        assert_eq!(v.replicas_saved, guess - fewest);
+    }
+}

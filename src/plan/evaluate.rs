@@ -57,6 +57,10 @@ pub struct Searched {
     pub replicas: u32,
     /// Replicas the whole-cluster check added to ⌈target ÷ per-replica rate⌉ (routing imbalance).
     pub replicas_added: u32,
+    /// Replicas fewer than ⌈target ÷ per-replica rate⌉ that the cluster check found enough
+    /// (queues pooled behind the router). Absent in logs written before the search.
+    #[serde(default)]
+    pub replicas_saved: u32,
     /// The whole cluster at the target rate, when there is a target.
     pub cluster: Option<Probe>,
     /// The objectives hold at the operating point (and, with a target, at the target rate).
@@ -179,6 +183,7 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
     let gpus_per_replica = candidate.gpus_per_replica();
     let mut replicas = 1;
     let mut replicas_added = 0;
+    let mut replicas_saved = 0;
     let mut cluster = None;
     let mut meets = per_replica.max_rate > 0.0;
     // Over budget, or past the clusters the planner simulates: no need to simulate it.
@@ -193,14 +198,20 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
         }
     };
     if let (Some(target), true) = (plan.target_rate, meets) {
-        replicas = (target / per_replica.max_rate).ceil().max(1.0).min(u32::MAX as f64) as u32;
-        if per_replica.bound == Bound::AboveRange && per_replica.max_rate >= target {
-            replicas = 1;
-        }
-        while over_budget_with(replicas).is_none() {
-            let at_target = candidate.scenario(plan, replicas)?;
+        let guess = if per_replica.bound == Bound::AboveRange && per_replica.max_rate >= target {
+            1
+        } else {
+            (target / per_replica.max_rate).ceil().max(1.0).min(u32::MAX as f64) as u32
+        };
+        let at_target = |replicas: u32| -> Result<Probe, ScenarioError> {
+            let scenario = candidate.scenario(plan, replicas)?;
             let requests = options.requests_for_cluster(&plan.objectives, replicas);
-            let p = probe(&at_target, cost.as_ref(), &plan.objectives, target, requests);
+            Ok(probe(&scenario, cost.as_ref(), &plan.objectives, target, requests))
+        };
+        // ⌈target ÷ one replica's rate⌉ first, and more while routing imbalance makes it miss.
+        replicas = guess;
+        while over_budget_with(replicas).is_none() {
+            let p = at_target(replicas)?;
             meets = p.verdict.met;
             cluster = Some(p);
             if meets || replicas_added == EXTRA_REPLICAS_MAX || over_budget_with(replicas + 1).is_some() {
@@ -209,15 +220,45 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
             replicas += 1;
             replicas_added += 1;
         }
+        // Then fewer: behind one router, c replicas pool their queues, and at the same load per
+        // replica a pool of c waits less than one replica does (M/D/c against M/D/1), so fewer
+        // than the guess can meet the objectives. No count below ⌈target ÷ capacity⌉ can (it
+        // would be past saturation); the fewest that meets is found by bisection between.
+        if meets && replicas == guess && guess > 1 {
+            let lowest = (target / replica_capacity(&per_replica)).ceil().clamp(1.0, guess as f64) as u32;
+            let (mut lo, mut hi) = (lowest, guess);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let p = at_target(mid)?;
+                if p.verdict.met {
+                    hi = mid;
+                    cluster = Some(p);
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            replicas_saved = guess - hi;
+            replicas = hi;
+        }
     }
     let gpus = gpus_per_replica.saturating_mul(replicas);
     let price_per_hour = gpus as f64 * gpu.price_per_gpu_hour;
     let over_budget = over_budget_with(replicas);
     let evaluated = Evaluated {
         scenario,
-        searched: Searched { cost_source, per_replica, replicas, replicas_added, cluster, meets, over_budget, gpus, price_per_hour },
+        searched: Searched { cost_source, per_replica, replicas, replicas_added, replicas_saved, cluster, meets, over_budget, gpus, price_per_hour },
     };
     Ok(Evaluation { candidate: candidate.clone(), outcome: Outcome::Evaluated(Box::new(evaluated)) })
+}
+
+/// What one replica completes per second at most: the highest rate a probe sent, times the share
+/// of its arrivals it kept up with (past saturation, completions run at the service rate).
+fn replica_capacity(search: &RateSearch) -> f64 {
+    search
+        .probes
+        .iter()
+        .map(|p| p.rate * p.steady.map_or(1.0, |s| s.completion_ratio.min(1.0)))
+        .fold(search.max_rate, f64::max)
 }
 
 /// The candidates that answer the plan, best first: with a target, those that meet it within

@@ -65,8 +65,9 @@ pub enum Binding {
     /// The objectives held over the probe, but its queue was still growing
     /// ([`super::steady::SteadyState`]): the rate is past what the deployment sustains.
     Unsteady,
-    /// The objectives held over the probe, but not at the high end of their 95% interval over
-    /// its batches ([`super::steady::upper_bounds_ms`]): too close to call, so it fails.
+    /// An objective's 98% interval over the probe's batches holds its limit
+    /// ([`super::steady::intervals_ms`]): too close to call, so it fails unless a longer probe
+    /// decides it.
     Uncertain,
 }
 

@@ -21,7 +21,7 @@ fn binding_name(plan: &Plan, binding: Binding) -> String {
         Binding::Attainment => "attainment".into(),
         Binding::Failures => "failed requests".into(),
         Binding::Unsteady => "not steady (queue grows)".into(),
-        Binding::Uncertain => "interval over the limit".into(),
+        Binding::Uncertain => "too close to call".into(),
     }
 }
 
@@ -147,7 +147,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
     writeln!(
         out,
         "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,expert_parallel,\
-         status,reason,cost_source,max_rate_per_replica,search_bound,probes,replicas,replicas_added,gpus,price_per_hour,\
+         status,reason,cost_source,max_rate_per_replica,search_bound,probes,replicas,replicas_added,replicas_saved,gpus,price_per_hour,\
          operating_rate,goodput_rps,attainment,output_tok_s,total_tok_s,tokens_per_user,binding,{},price_per_1m_output,price_per_1m_total",
         slo_columns.join(",")
     )
@@ -173,7 +173,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
         match &e.outcome {
             Outcome::Infeasible(reason) => {
                 row.extend(["infeasible".into(), csv_field(reason)]);
-                row.extend(std::iter::repeat_n(String::new(), 15 + slo_columns.len() + 2));
+                row.extend(std::iter::repeat_n(String::new(), 16 + slo_columns.len() + 2));
             }
             Outcome::Evaluated(v) => {
                 let status = v.status();
@@ -193,6 +193,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
                     v.per_replica.probes.len().to_string(),
                     v.replicas.to_string(),
                     v.replicas_added.to_string(),
+                    v.replicas_saved.to_string(),
                     v.gpus.to_string(),
                     format!("{:.4}", v.price_per_hour),
                     opt(op.map(|p| format!("{:.4}", p.rate))),
@@ -257,6 +258,8 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
                             "output_throughput": p.output_throughput,
                             "total_token_throughput": p.total_token_throughput,
                             "mean_tpot_ms": p.mean_tpot_ms,
+                            "interval_ms": p.interval_ms,
+                            "steady": p.steady,
                         })
                     };
                     obj.insert("status".into(), json!(v.status()));
@@ -265,6 +268,7 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
                     obj.insert("max_rate_per_replica".into(), json!(v.per_replica.max_rate));
                     obj.insert("replicas".into(), json!(v.replicas));
                     obj.insert("replicas_added".into(), json!(v.replicas_added));
+                    obj.insert("replicas_saved".into(), json!(v.replicas_saved));
                     obj.insert("gpus".into(), json!(v.gpus));
                     obj.insert("price_per_hour".into(), json!(v.price_per_hour));
                     obj.insert("probes".into(), json!(v.per_replica.probes.iter().map(probe_json).collect::<Vec<_>>()));

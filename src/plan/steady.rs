@@ -47,21 +47,22 @@ pub fn second_half(records: &RunRecords) -> RunRecords {
 }
 
 /// Batches the steady part of a probe is cut into for the interval of each objective.
-pub const BATCHES: usize = 5;
-/// Student's t at 95%, one-sided, for `BATCHES − 1` degrees of freedom.
-const T_95_4: f64 = 2.132;
+pub const BATCHES: usize = 10;
+/// Student's t at 99%, one-sided, for `BATCHES − 1` degrees of freedom: a search makes a dozen
+/// decisions, so each is held to 1% rather than 5%.
+const T_99_9: f64 = 2.821;
 
-/// Each objective's one-sided 95% upper bound over `part` (a probe's steady part), ms, by batch
-/// means: `part`'s requests in arrival order cut into [`BATCHES`] runs of their own, the
-/// objective's value in each, and mean + t · sd / √batches. Near saturation the queue's slow
-/// excursions make batches differ, and the bound rises above the whole run's value: one run's
-/// p90 of 280 ms under a 300 ms limit was a draw from a spread that reached 400 ms.
-pub fn upper_bounds_ms(part: &RunRecords, objectives: &Objectives) -> Vec<f64> {
+/// Each objective's 98% interval over `part` (a probe's steady part), ms, by batch means:
+/// `part`'s requests in arrival order cut into [`BATCHES`] runs of their own, the objective's
+/// value in each, and mean ∓ t · sd / √batches (each end one-sided at 99%). Near saturation the
+/// queue's slow excursions make batches differ and the interval widens: one run's p90 of 280 ms
+/// under a 300 ms limit was a draw from a spread that reached 400 ms.
+pub fn intervals_ms(part: &RunRecords, objectives: &Objectives) -> Vec<[f64; 2]> {
     let mut order: Vec<usize> = (0..part.requests.len()).collect();
     order.sort_by_key(|&i| (part.requests[i].send_ns, i));
     let size = order.len() / BATCHES;
     if size == 0 {
-        return vec![f64::INFINITY; objectives.slos.len()];
+        return vec![[0.0, f64::INFINITY]; objectives.slos.len()];
     }
     let per_batch: Vec<Vec<f64>> = (0..BATCHES)
         .map(|b| {
@@ -76,7 +77,8 @@ pub fn upper_bounds_ms(part: &RunRecords, objectives: &Objectives) -> Vec<f64> {
             let n = values.len() as f64;
             let mean = values.iter().sum::<f64>() / n;
             let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
-            mean + T_95_4 * var.sqrt() / n.sqrt()
+            let half = T_99_9 * var.sqrt() / n.sqrt();
+            [mean - half, mean + half]
         })
         .collect()
 }
@@ -177,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn the_interval_is_the_value_where_batches_agree_and_above_it_where_they_do_not() {
+    fn the_interval_is_the_value_where_batches_agree_and_wide_where_they_do_not() {
         use crate::metrics::LatencyMetric;
         use super::super::objectives::{Slo, Statistic};
         let objectives = Objectives {
@@ -186,15 +188,15 @@ mod tests {
         };
         // Every request waits the same: each batch's mean is the run's, the bound is it.
         let steady = second_half(&one_server(2000, 10_000, 9_000));
-        let upper = upper_bounds_ms(&steady, &objectives);
-        assert!((upper[0] - 4.5).abs() < 1e-9, "{upper:?}");
+        let interval = intervals_ms(&steady, &objectives);
+        assert!((interval[0][0] - 4.5).abs() < 1e-9 && (interval[0][1] - 4.5).abs() < 1e-9, "{interval:?}");
         // A queue that builds up: later batches wait longer, the bound is above the mean.
         let growing = second_half(&one_server(2000, 10_000, 10_100));
         let mean = objectives.values_ms(&Summary::from_records(&growing, &[]))[0];
-        let upper = upper_bounds_ms(&growing, &objectives);
-        assert!(upper[0] > mean * 1.05, "{upper:?} vs {mean}");
+        let interval = intervals_ms(&growing, &objectives);
+        assert!(interval[0][1] > mean * 1.05 && interval[0][0] < mean * 0.95, "{interval:?} vs {mean}");
         // Too few requests for batches: no bound can pass.
-        assert!(upper_bounds_ms(&second_half(&one_server(6, 10_000, 9_000)), &objectives)[0].is_infinite());
+        assert!(intervals_ms(&second_half(&one_server(6, 10_000, 9_000)), &objectives)[0][1].is_infinite());
     }
 
     #[test]
