@@ -146,15 +146,22 @@ pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives,
 
 /// A probe too close to call ([`Binding::Uncertain`]: an objective's interval holds its limit)
 /// runs again with twice the requests, up to
-/// [`UNCERTAIN_GROWTH_MAX`] times the first count: the interval narrows with the run's length, so
+/// `most_prompts`: the interval narrows with the run's length, so
 /// a rate near the answer is decided by the evidence rather than failed for want of it. Only
 /// probes near the answer grow, so a search costs little more.
-pub fn probe_until_decided(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives, rate: f64, num_prompts: u32) -> Probe {
+pub fn probe_until_decided(
+    scenario: &Scenario,
+    cost: &dyn CostModel,
+    objectives: &Objectives,
+    rate: f64,
+    num_prompts: u32,
+    most_prompts: u32,
+) -> Probe {
     let mut n = num_prompts;
     loop {
         let p = probe(scenario, cost, objectives, rate, n);
         let grown = n.saturating_mul(2);
-        if p.verdict.binding != Binding::Uncertain || grown > num_prompts.saturating_mul(UNCERTAIN_GROWTH_MAX) || grown > PROBE_REQUESTS_MAX {
+        if p.verdict.binding != Binding::Uncertain || grown > most_prompts || grown > PROBE_REQUESTS_MAX {
             return p;
         }
         n = grown;
@@ -191,7 +198,8 @@ pub fn requests_near_saturation(base: u32, rate: f64, capacity: Option<f64>) -> 
 /// of 8,000 requests met a 300 ms TTFT p90 that 20,000 requests put at 368 ms.
 pub const LOAD_MAX: f64 = 0.9;
 
-/// The most a probe too close to call grows, as a multiple of its first request count.
+/// The most a probe grows, near saturation or too close to call, as a multiple of the search's
+/// base request count.
 pub const UNCERTAIN_GROWTH_MAX: u32 = 4;
 
 /// The highest rate (req/s) at which `scenario`'s deployment meets `objectives`, to within
@@ -208,7 +216,10 @@ pub fn max_sustainable_rate(scenario: &Scenario, cost: &dyn CostModel, objective
     let mut run = |rate: f64| {
         let known = capacity(&probes);
         let n = requests_near_saturation(num_prompts, rate, known);
-        let mut p = probe_until_decided(scenario, cost, objectives, rate, n);
+        // Both ways of growing a probe share one cap, so a search costs at most that many times
+        // the fixed-count one.
+        let most = num_prompts.saturating_mul(UNCERTAIN_GROWTH_MAX);
+        let mut p = probe_until_decided(scenario, cost, objectives, rate, n, most);
         if p.verdict.met && known.is_some_and(|c| rate > LOAD_MAX * c) {
             p.verdict.met = false;
             p.verdict.binding = Binding::Unsteady;

@@ -237,6 +237,14 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
                     notes.extend_from_slice(model.notices());
                     match (scenario.transfer_correction, transfer::for_gpu(&gpu.name)) {
                         (Some(applied), _) => notes.push(applied.describe()),
+                        (None, Some(unused)) if !unused.fitted_on(scenario.engine.policy.name()) => notes.push(format!(
+                            "{} is not applied: it was fitted on {} runs, and engine time on {} under {} was never recorded; kernels are assumed as well tuned as {}'s",
+                            unused.file,
+                            unused.policies.join(" and "),
+                            gpu.name,
+                            scenario.engine.policy.name(),
+                            profile.provenance.measured_on()
+                        )),
                         (None, Some(unused)) => notes.push(format!(
                             "{} is not applied here: [cost] is shared by pools of different GPUs",
                             unused.describe()

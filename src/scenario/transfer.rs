@@ -30,9 +30,18 @@ pub struct TransferCorrection {
     pub values: Vec<(&'static str, f64)>,
     /// The command that fitted them (the file's `provenance.command_line`).
     pub command_line: String,
+    /// The engine policies of the runs fitted (`provenance.engine_policy`): the correction holds
+    /// engine time as well as the GPU's (a fixed time per prefill step, say), so it applies to
+    /// these engines only.
+    pub policies: Vec<String>,
 }
 
 impl TransferCorrection {
+    /// Whether it was fitted on runs of the engine policy called `policy`.
+    pub fn fitted_on(&self, policy: &str) -> bool {
+        self.policies.iter().any(|p| p == policy)
+    }
+
     /// `params` with the correction's values in place.
     pub fn apply(&self, params: &mut CostParams) {
         for (name, value) in &self.values {
@@ -79,7 +88,9 @@ fn parse(gpu: &'static str, file: &'static str, text: &str) -> Result<TransferCo
     if values.is_empty() {
         return Err("provenance.fitted_parameters is empty".into());
     }
-    Ok(TransferCorrection { gpu, file, values, command_line: command_line.to_string() })
+    let policies = provenance.get("engine_policy").and_then(|p| p.as_str()).ok_or("no provenance.engine_policy")?;
+    let policies: Vec<String> = policies.split(", ").map(str::to_string).collect();
+    Ok(TransferCorrection { gpu, file, values, command_line: command_line.to_string(), policies })
 }
 
 #[cfg(test)]
@@ -105,8 +116,10 @@ mod tests {
 
     #[test]
     fn a_broken_correction_is_refused_with_the_field() {
-        let good = "[provenance]\ncommand_line = \"servesim fit\"\nfitted_parameters = [\"transfer_utilisation\"]\n[cost]\ntransfer_utilisation = 0.5\n";
-        assert_eq!(parse("X", "x.toml", good).unwrap().values, vec![("transfer_utilisation", 0.5)]);
+        let good = "[provenance]\ncommand_line = \"servesim fit\"\nengine_policy = \"vllm-v0, tgi\"\nfitted_parameters = [\"transfer_utilisation\"]\n[cost]\ntransfer_utilisation = 0.5\n";
+        let parsed = parse("X", "x.toml", good).unwrap();
+        assert_eq!(parsed.values, vec![("transfer_utilisation", 0.5)]);
+        assert!(parsed.fitted_on("tgi") && parsed.fitted_on("vllm-v0") && !parsed.fitted_on("vllm-v1"));
         for (bad, says) in [
             (good.replace("= 0.5", "= 1.5"), "cost.transfer_utilisation = 1.5"),
             (good.replace("[\"transfer_utilisation\"]", "[\"gemm_eff\"]"), "unknown parameter gemm_eff"),

@@ -141,7 +141,8 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
     };
     // A correction is per GPU, and `[cost]` is the deployment's: only one GPU type can have it.
     let one_gpu = pools.iter().all(|p| p.gpu.name == gpu.name);
-    let correction = if one_gpu { crate::scenario::transfer::for_gpu(&gpu.name) } else { None };
+    // It holds engine time too, so only the engines it was fitted on get it.
+    let correction = crate::scenario::transfer::for_gpu(&gpu.name).filter(|c| one_gpu && c.fitted_on(engine.policy.name()));
     let (cost, kernel_profile, fitted_profile, transfer_correction) =
         cost::resolve_cost(&raw.cost, engine.profile.as_ref(), correction, cx)?;
     let workload = workload::resolve_workload(&raw.workload, &engine, cx)?;
