@@ -113,9 +113,10 @@ fn sigterm_exits_despite_a_half_open_connection() {
     // The server has the connection once it answers another.
     assert!(http_get(&base, "/health").contains("{}"));
     let status = sigterm_and_wait(&mut server, Duration::from_secs(60));
-    let log = log.lock().unwrap().clone();
+    let closed = "closed 1 connections still open after --drain-timeout 1 s";
+    let log = log_once_it_has(&log, closed);
     assert!(status.success(), "exit status {status}: {log}");
-    assert!(log.contains("closed 1 connections still open after --drain-timeout 1 s"), "{log}");
+    assert!(log.contains(closed), "{log}");
     assert!(!log.contains("panicked"), "{log}");
 }
 

@@ -78,6 +78,20 @@ pub fn spawn_serve(args: &[&str]) -> (KillOnDrop, String) {
 }
 
 /// [`spawn_serve`], also keeping every line the server writes to stderr, for as long as it runs.
+/// The server's log once it holds `needle`, or after 10 s: the reader thread of
+/// [`spawn_serve_logged`] may still be taking the last lines from the pipe when the process has
+/// exited, so a log read at once can lack them.
+pub fn log_once_it_has(log: &std::sync::Mutex<String>, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if text.contains(needle) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn spawn_serve_logged(args: &[&str]) -> (KillOnDrop, String, std::sync::Arc<std::sync::Mutex<String>>) {
     use std::io::BufRead;
     use std::process::Stdio;
