@@ -44,7 +44,12 @@ fn a_plan_ranks_its_candidates_and_writes_every_one() {
     let rerun = servesim(&["simulate", scenario.to_str().unwrap()]);
     assert!(rerun.status.success(), "{}", stderr(&rerun));
     let command = std::fs::read_to_string(out_dir.join("top-1.sh")).unwrap();
-    assert!(command.contains("vllm serve Llama-3.2-1B --tensor-parallel-size"), "{command}");
+    assert!(command.contains("vllm serve meta-llama/Llama-3.2-1B-Instruct --tensor-parallel-size"), "{command}");
+    assert!(command.contains("pip install vllm==") && command.contains("vllm/vllm-openai:v"), "the release is pinned: {command}");
+    // The script is what sh runs: it parses.
+    let parsed = std::process::Command::new("sh").arg("-n").arg(out_dir.join("top-1.sh")).output().unwrap();
+    assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+    kubernetes_validate(&out_dir.join("top-1.k8s.yaml"));
     // With a target, the cheapest comes first.
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
@@ -79,11 +84,25 @@ fn outputs_are_the_same_at_any_thread_count() {
 #[test]
 fn no_answer_exits_3_and_names_the_closest_miss() {
     let dir = tempfile::tempdir().unwrap();
-    let out = plan(dir.path(), &PLAN.replace("ttft_p90_ms = 300", "ttft_p90_ms = 0.5"), &[]);
+    let out_dir = dir.path().join("out");
+    let out = plan(dir.path(), &PLAN.replace("ttft_p90_ms = 300", "ttft_p90_ms = 0.5"), &["--out", out_dir.to_str().unwrap()]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("no configuration meets") && err.contains("the closest is") && err.contains("ttft_p90"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // Every miss says why, at the probe that decided it, with that probe's binding and metrics.
+    let csv = std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(csv.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    for row in rows.records().map(Result::unwrap) {
+        assert_eq!(&row[column("status")], "misses", "{row:?}");
+        let reason = &row[column("reason")];
+        assert!(reason.contains("the lowest rate searched: ttft_p90") && reason.contains("> 0.5 ms"), "{reason}");
+        assert_eq!(&row[column("binding")], "ttft_p90", "{row:?}");
+        assert!(row[column("ttft_p90_ms")].parse::<f64>().unwrap() > 0.5, "{row:?}");
+        assert!(!row[column("operating_rate")].is_empty(), "{row:?}");
+    }
 }
 
 #[test]
@@ -136,15 +155,26 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
 fn a_gpu_without_a_price_is_charged_the_default_and_its_source_named() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out");
-    let text = PLAN.replacen("name = \"A100-80G-SXM\"\nprice_per_gpu_hour = 1.5", "name = \"A100-80G-SXM\"", 1);
-    assert_ne!(text, PLAN);
-    let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap()]);
+    // The A100 has no price in the plan and none in the --prices file: the default. The H100 has
+    // none in the plan: the file's, with the file's source.
+    let text = PLAN
+        .replacen("name = \"A100-80G-SXM\"\nprice_per_gpu_hour = 1.5", "name = \"A100-80G-SXM\"", 1)
+        .replacen("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"H100-SXM\"", 1);
+    assert_eq!(text.matches("price_per_gpu_hour").count(), 0);
+    let prices = write_file(dir.path(), "prices.toml", "[[price]]\ngpu = \"h100-sxm\"\nprice_per_gpu_hour = 3.0\nsource = \"our quote of 2026-10-02\"\n");
+    let out = plan(dir.path(), &text, &["--out", out_dir.to_str().unwrap(), "--prices", prices.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
     assert!(table.contains("prices per GPU-hour: A100-80G-SXM $1.79, servesim's defaults"), "{table}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("plan.json")).unwrap()).unwrap();
     let gpus = json["gpus"].as_array().unwrap();
-    assert_eq!((gpus[0]["price_per_gpu_hour"].as_f64(), gpus[0]["price_source"].as_str()), (Some(3.0), Some("plan file")));
+    assert_eq!(gpus[0]["price_per_gpu_hour"].as_f64(), Some(3.0));
+    assert!(gpus[0]["price_source"].as_str().unwrap().starts_with("our quote of 2026-10-02 (--prices "), "{gpus:?}");
+    // A price file that is wrong is refused before anything runs, naming it.
+    let bad = write_file(dir.path(), "bad.toml", "[[price]]\ngpu = \"H100-SXM\"\nprice_per_gpu_hour = -3.0\nsource = \"s\"\n");
+    let out = plan(dir.path(), &text, &["--prices", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bad.toml") && stderr(&out).contains("price[0].price_per_gpu_hour"), "{}", stderr(&out));
     assert_eq!(gpus[1]["price_per_gpu_hour"].as_f64(), Some(1.79));
     assert!(gpus[1]["price_source"].as_str().unwrap().contains("Lambda on-demand"), "{gpus:?}");
     // Every evaluated A100 candidate costs its GPUs at the default price.
@@ -268,4 +298,31 @@ fn a_resumed_run_skips_what_it_logged_and_ends_as_an_uninterrupted_one() {
     let other = plan(dir.path(), PLAN, &["--out", d("resumed").to_str().unwrap(), "--resume"]);
     assert_eq!(other.status.code(), Some(2));
     assert!(stderr(&other).contains("another plan"), "{}", stderr(&other));
+}
+
+/// Checks a Kubernetes manifest against the Kubernetes API schemas with the `kubernetes-validate`
+/// package (offline: it carries the schemas). Skips, saying so, where python3 cannot import it,
+/// unless SERVESIM_REQUIRE_KUBERNETES_VALIDATE=1 (CI) makes that a failure.
+fn kubernetes_validate(manifest: &std::path::Path) {
+    let probe = std::process::Command::new("python3").args(["-c", "import kubernetes_validate"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("SERVESIM_REQUIRE_KUBERNETES_VALIDATE").as_deref() != Ok("1"),
+            "SERVESIM_REQUIRE_KUBERNETES_VALIDATE=1 but python3 cannot import kubernetes_validate"
+        );
+        println!("skipping the Kubernetes schema check: python3 cannot import kubernetes_validate");
+        return;
+    }
+    let out = std::process::Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict", "--kubernetes-version", "1.31.0"])
+        .arg(manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}{}",
+        manifest.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

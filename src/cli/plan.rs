@@ -10,7 +10,7 @@ use super::progress;
 use crate::Error;
 use crate::plan::shard::{self, Shard};
 use crate::plan::evaluate::evaluate_with_progress;
-use crate::plan::{Candidate, Evaluated, Evaluation, Plan, SearchOptions, output, rank};
+use crate::plan::{Candidate, Evaluated, Evaluation, Plan, SearchOptions, deploy, output, rank};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -32,6 +32,10 @@ pub struct PlanArgs {
     /// evaluated again (the log, DIR/.plan-progress.jsonl, is removed once a run completes).
     #[arg(long, requires = "out")]
     pub resume: bool,
+    /// A price table (TOML: `[[price]]` with `gpu`, `price_per_gpu_hour`, `source`) for the GPUs
+    /// the plan gives no price: your own quotes instead of servesim's default list prices.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Threads evaluating candidates (default: all cores); the output does not depend on it.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -67,6 +71,10 @@ pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
     }
     let path = args.plan.expect("clap requires the plan file without a subcommand");
     let text = std::fs::read_to_string(&path).map_err(|source| crate::scenario::ScenarioError::Io { file: path.clone(), source })?;
+    let text = match &args.prices {
+        Some(prices) => crate::plan::prices::apply_price_file(&text, prices)?,
+        None => text,
+    };
     let plan = Plan::from_toml_str(&text, &path)?;
     let shard = args.shard.as_deref().map(|s| Shard::parse(s).map_err(|reason| usage("--shard", s, reason))).transpose()?;
     let threads = args.threads.unwrap_or_else(flags::all_cores);
@@ -170,6 +178,15 @@ fn write(dir: &Path, name: &str, text: String) -> Result<(), Error> {
     std::fs::write(&path, text).map_err(|source| Error::Output { path, source })
 }
 
+/// What a plan's engine loads: a `model.hf_config`'s folder, as the plan names it (relative to
+/// the plan's folder, as a relative path stays); `None` for a preset, whose repository id the
+/// deployment takes.
+fn deploy_model(plan: &Plan) -> Option<String> {
+    let config = plan.model.get("hf_config")?.as_str()?;
+    let folder = Path::new(config).parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Some(folder.display().to_string())
+}
+
 fn write_outputs(dir: &Path, plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate, &Evaluated)]) -> Result<(), Error> {
     create_dir(dir)?;
     write(dir, "candidates.csv", output::candidates_csv(plan, evaluations, ranked))?;
@@ -185,9 +202,18 @@ fn write_outputs(dir: &Path, plan: &Plan, evaluations: &[Evaluation], ranked: &[
         let header = format!("# {}: written by servesim plan from {}\n", c.label(&plan.space), plan.path.display());
         let rate = plan.target_rate.unwrap_or(e.per_replica.max_rate);
         write(dir, &format!("top-{}.toml", k + 1), header + &c.scenario_text(plan, e.replicas, requests, rate))?;
-        let command = output::deploy_command(c, &e.scenario);
-        let replicas = if e.replicas > 1 { format!("# on each of {} replicas, behind a load balancer\n", e.replicas) } else { String::new() };
-        write(dir, &format!("top-{}.sh", k + 1), format!("#!/bin/sh\n# {}\n{replicas}{command}\n", c.label(&plan.space)))?;
+        let label = c.label(&plan.space);
+        match deploy::deployment(&e.scenario, e.replicas, deploy_model(plan)) {
+            Ok(d) => {
+                write(dir, &format!("top-{}.sh", k + 1), d.script(&label))?;
+                let name = format!("{} top-{}", plan.name, k + 1);
+                write(dir, &format!("top-{}.k8s.yaml", k + 1), deploy::kubernetes::manifest(&d, &name, &plan.space.gpus[c.gpu].name))?;
+            }
+            Err(why) => write(dir, &format!("top-{}.sh", k + 1), format!("#!/bin/sh
+# {label}
+# no deploy command: {}
+", why.0))?,
+        }
     }
     Ok(())
 }

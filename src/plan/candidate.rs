@@ -182,7 +182,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::plan::output::deploy_command;
+    use crate::plan::deploy::deployment;
     use crate::scenario::Dtype;
 
     const PLAN: &str = r#"
@@ -231,12 +231,12 @@ mod tests {
         let plain = find("bf16", "auto");
         let s = plain.scenario(&plan, 1).unwrap();
         assert_eq!((s.model.weight_dtype, s.model.kv_dtype), (Dtype::Bf16, Dtype::Bf16));
-        let command = deploy_command(plain, &s);
+        let command = deployment(&s, 1, None).unwrap().script("");
         assert!(!command.contains("--quantization") && !command.contains("--kv-cache-dtype"), "{command}");
         let both = find("fp8", "fp8");
         let s = both.scenario(&plan, 1).unwrap();
         assert_eq!((s.model.weight_dtype, s.model.kv_dtype), (Dtype::Fp8, Dtype::Fp8));
-        let command = deploy_command(both, &s);
+        let command = deployment(&s, 1, None).unwrap().script("");
         assert!(command.contains(" --quantization fp8") && command.contains(" --kv-cache-dtype fp8"), "{command}");
         // FP8 weights alone keep vLLM's 16-bit KV cache.
         let s = find("fp8", "auto").scenario(&plan, 1).unwrap();
@@ -257,11 +257,12 @@ mod tests {
         assert!(ep.label(&plan.space).ends_with(" ep"), "{}", ep.label(&plan.space));
         let s = ep.scenario(&plan, 1).unwrap();
         assert!(s.model.moe.is_some_and(|moe| moe.expert_parallel));
-        assert!(deploy_command(ep, &s).ends_with(" --enable-expert-parallel"), "{}", deploy_command(ep, &s));
+        let command = deployment(&s, 1, None).unwrap().script("");
+        assert!(command.contains(" --enable-expert-parallel"), "{command}");
         let tp = all.iter().find(|c| c.tensor_parallel == 2 && c.expert_parallel == Some(false)).unwrap();
         let s = tp.scenario(&plan, 1).unwrap();
         assert!(s.model.moe.is_some_and(|moe| !moe.expert_parallel));
-        assert!(!deploy_command(tp, &s).contains("expert"));
+        assert!(!deployment(&s, 1, None).unwrap().script("").contains("expert"));
     }
 
     /// A disaggregated candidate is units of x prefill and y decode replicas on its GPU: its
@@ -280,7 +281,8 @@ mod tests {
         let roles: Vec<(crate::scenario::PoolRole, u32, u32)> = s.pools.iter().map(|p| (p.role, p.engine.replicas, p.engine.tensor_parallel)).collect();
         assert_eq!(roles, [(crate::scenario::PoolRole::Prefill, 2, 2), (crate::scenario::PoolRole::Decode, 6, 2)]);
         assert_eq!(s.kv_link.as_ref().map(|l| l.name.as_str()), Some("nvlink"));
-        assert!(deploy_command(split, &s).contains("NixlConnector"), "{}", deploy_command(split, &s));
+        let command = deployment(&s, 2, None).unwrap().script("");
+        assert!(command.contains("kv_connector") && command.contains("# proxy"), "{command}");
         let pooled = all.iter().find(|c| c.tensor_parallel == 2 && c.disaggregation.is_none()).unwrap();
         assert_eq!(pooled.gpus_per_replica(), 2);
         assert!(pooled.scenario(&plan, 2).unwrap().pools.is_empty());

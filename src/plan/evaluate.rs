@@ -82,6 +82,18 @@ impl Evaluated {
         }
     }
 
+    /// The probe that decided the candidate: its operating point when it meets the objectives;
+    /// when it misses, the whole cluster at the target if that was simulated, else one replica's
+    /// miss at the lowest rate searched.
+    pub fn deciding_point(&self) -> Option<&Probe> {
+        if self.meets {
+            return self.operating_point();
+        }
+        self.cluster.as_ref().or_else(|| {
+            self.per_replica.probes.iter().filter(|p| !p.verdict.met).min_by(|a, b| a.rate.total_cmp(&b.rate))
+        })
+    }
+
     /// `meets`, `misses` or `over budget`, as candidates.csv and plan.json say it.
     pub fn status(&self) -> &'static str {
         match (self.meets, &self.over_budget) {

@@ -24,7 +24,8 @@
 //! dtype = ["bf16", "fp8"]           # weights; kv_cache_dtype = ["auto", "fp8"] likewise
 //! [[search.gpu]]
 //! name = "H100-SXM"
-//! price_per_gpu_hour = 3.0   # left out: the default in plan::prices, with its source
+//! price_per_gpu_hour = 3.0   # left out: `--prices FILE`'s, else the default in plan::prices
+//! price_source = "a quote"   # optional, with a price: where it comes from
 //! [budget]
 //! max_gpus = 64
 //! ```
@@ -103,6 +104,8 @@ struct RawGpu {
     name: String,
     /// Left out: the default of `plan::prices`, for a hardware preset.
     price_per_gpu_hour: Option<f64>,
+    /// Where `price_per_gpu_hour` comes from (a quote, a price page and its date); only with it.
+    price_source: Option<String>,
     /// A calibration profile (`servesim calibrate --out` or `calibrate import`) that prices
     /// this GPU's steps, or `auto` for the one bundled for this GPU.
     profile: Option<String>,
@@ -122,6 +125,8 @@ pub struct GpuOffer {
     pub price_per_gpu_hour: f64,
     /// Where the price comes from: the plan file, or a default's source and date.
     pub price_source: String,
+    /// The price is servesim's default (`plan::prices`), not the plan's or a `--prices` file's.
+    pub default_price: bool,
     pub profile: Option<PathBuf>,
 }
 
@@ -226,8 +231,12 @@ impl Plan {
         }
         let mut gpus = Vec::new();
         for (i, gpu) in s.gpu.iter().enumerate() {
+            if let (Some(source), None) = (&gpu.price_source, gpu.price_per_gpu_hour) {
+                return Err(invalid(&format!("search.gpu[{i}].price_source"), source, "names where price_per_gpu_hour comes from: give the price too"));
+            }
+            let default_price = gpu.price_per_gpu_hour.is_none();
             let (price_per_gpu_hour, price_source) = match gpu.price_per_gpu_hour {
-                Some(price) if price.is_finite() && price >= 0.0 => (price, "plan file".to_string()),
+                Some(price) if price.is_finite() && price >= 0.0 => (price, gpu.price_source.clone().unwrap_or_else(|| "plan file".to_string())),
                 Some(price) => return Err(invalid(&format!("search.gpu[{i}].price_per_gpu_hour"), &price, "must be a price ≥ 0")),
                 None => match prices::default_price(&gpu.name) {
                     Some(p) => (p.price_per_gpu_hour, format!("{}, {}", p.source, p.as_of)),
@@ -244,7 +253,7 @@ impl Plan {
                 "auto" => PathBuf::from(p),
                 _ => path.parent().map_or_else(|| PathBuf::from(p), |dir| dir.join(p)),
             });
-            gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour, price_source, profile });
+            gpus.push(GpuOffer { name: gpu.name.clone(), price_per_gpu_hour, price_source, default_price, profile });
         }
         let nonempty = |field: &str, len: usize| if len == 0 { Err(invalid(field, &"[]", "give at least one value, or leave the key out")) } else { Ok(()) };
         nonempty("search.tensor_parallel", s.tensor_parallel.len())?;

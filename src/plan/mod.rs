@@ -12,6 +12,7 @@
 
 pub mod candidate;
 pub mod charts;
+pub mod deploy;
 pub mod evaluate;
 pub mod file;
 pub mod objectives;

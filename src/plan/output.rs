@@ -7,8 +7,7 @@ use super::candidate::Candidate;
 use super::evaluate::{Evaluated, Evaluation, Outcome};
 use super::file::Plan;
 use super::objectives::{Binding, Statistic};
-use super::search::Bound;
-use crate::scenario::{Dtype, Scenario};
+use super::search::{Bound, Probe};
 
 /// Rows of the ranked table on stdout; `candidates.csv` has every candidate.
 pub const TABLE_ROWS: usize = 10;
@@ -82,13 +81,13 @@ pub fn table(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate, &Ev
         .space
         .gpus
         .iter()
-        .filter(|g| g.price_source != "plan file")
+        .filter(|g| g.default_price)
         .map(|g| format!("{} ${:.2}", g.name, g.price_per_gpu_hour))
         .collect();
     if !defaults.is_empty() {
         writeln!(
             out,
-            "prices per GPU-hour: {}, servesim's defaults (on-demand list prices; plan.json names each source); set price_per_gpu_hour for your own quotes",
+            "prices per GPU-hour: {}, servesim's defaults (on-demand list prices; plan.json names each source and date); give your own with --prices FILE or price_per_gpu_hour",
             defaults.join(", ")
         )
         .unwrap();
@@ -136,6 +135,35 @@ pub fn closest_miss(plan: &Plan, evaluations: &[Evaluation]) -> String {
     }
 }
 
+/// What a probe's binding objective measured against its limit: `ttft_p90 812.3 ms > 500 ms`.
+fn binding_text(plan: &Plan, probe: &Probe) -> String {
+    match probe.verdict.binding {
+        Binding::Slo(i) => {
+            let slo = &plan.objectives.slos[i];
+            let op = if probe.verdict.values_ms[i] > slo.limit_ms { ">" } else { "≤" };
+            format!("{} {:.1} ms {op} {} ms", slo.name(), probe.verdict.values_ms[i], slo.limit_ms)
+        }
+        Binding::Attainment => format!(
+            "attainment {:.3} < {}",
+            probe.verdict.attainment,
+            plan.objectives.attainment.map_or("-".to_string(), |a| a.to_string())
+        ),
+        other => binding_name(plan, other),
+    }
+}
+
+/// Why a candidate misses the objectives, at the point that decided it.
+pub fn miss_reason(plan: &Plan, v: &Evaluated) -> String {
+    match (v.deciding_point(), &v.cluster) {
+        (Some(p), Some(_)) => format!("{} replicas at the target {:.3} req/s: {}", v.replicas, p.rate, binding_text(plan, p)),
+        (Some(p), None) if v.per_replica.bound == Bound::BelowRange => {
+            format!("one replica at {:.3} req/s, the lowest rate searched: {}", p.rate, binding_text(plan, p))
+        }
+        (Some(p), None) => format!("one replica at {:.3} req/s: {}", p.rate, binding_text(plan, p)),
+        (None, _) => "no probe decided it".to_string(),
+    }
+}
+
 fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
 }
@@ -177,8 +205,9 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
             }
             Outcome::Evaluated(v) => {
                 let status = v.status();
-                let reason = if v.meets { v.over_budget.clone().unwrap_or_default() } else { String::new() };
-                let op = v.operating_point();
+                let reason = if v.meets { v.over_budget.clone().unwrap_or_default() } else { miss_reason(plan, v) };
+                // For a miss, the metrics of the probe that decided it (the reason says which).
+                let op = v.deciding_point();
                 let bound = match v.per_replica.bound {
                     Bound::Found => "found",
                     Bound::BelowRange => "below range",
@@ -290,42 +319,4 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
         "ranked": ranked.iter().map(|(c, _)| c.index).collect::<Vec<_>>(),
         "candidates": candidates,
     })
-}
-
-/// The command line that deploys a configuration on the engine its policy models.
-pub fn deploy_command(candidate: &Candidate, s: &Scenario) -> String {
-    let en = &s.engine;
-    match en.tgi {
-        Some(tgi) => format!(
-            "text-generation-launcher --model-id {} --num-shard {} --max-input-tokens {} --max-total-tokens {} --max-batch-prefill-tokens {} --max-concurrent-requests {}",
-            s.model.name, en.tensor_parallel, tgi.max_input_tokens, tgi.max_total_tokens, tgi.max_batch_prefill_tokens, tgi.max_concurrent_requests
-        ),
-        None => {
-            let mut line = format!(
-                "vllm serve {} --tensor-parallel-size {} --max-num-seqs {} --max-num-batched-tokens {} --gpu-memory-utilization {} --max-model-len {}",
-                s.model.name, en.tensor_parallel, en.max_num_seqs, en.max_num_batched_tokens, en.gpu_memory_utilization, en.max_model_len
-            );
-            if en.enable_chunked_prefill && candidate.enable_chunked_prefill.is_some() {
-                line += " --enable-chunked-prefill";
-            }
-            // vLLM quantizes 16-bit checkpoints to FP8 weights on load with `--quantization fp8`.
-            if s.model.weight_dtype == Dtype::Fp8 {
-                line += " --quantization fp8";
-            }
-            if s.model.kv_dtype == Dtype::Fp8 {
-                line += " --kv-cache-dtype fp8";
-            }
-            if s.model.moe.is_some_and(|moe| moe.expert_parallel) {
-                line += " --enable-expert-parallel";
-            }
-            // vLLM's disaggregated serving: every instance with a KV connector, behind a proxy
-            // that sends each request to a prefill instance, then a decode instance.
-            if let Some((x, y)) = candidate.disaggregation {
-                line += &format!(
-                    r#" --kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'  # {x}P{y}D: {x} prefill and {y} decode instances per unit, behind a P/D proxy"#
-                );
-            }
-            line
-        }
-    }
 }

@@ -115,6 +115,10 @@ pub fn probe(scenario: &Scenario, cost: &dyn CostModel, objectives: &Objectives,
     // Judged on the steady part of the run, not its warm-up (see `steady::second_half`).
     let steady_part = second_half(&result.output.records);
     let mut verdict = objectives.judge(&steady_part, &Summary::from_records(&steady_part, &objectives.percentiles()));
+    // Goodput is the rate of good requests the deployment sustains: in steady state requests
+    // complete as fast as they arrive, so it is the offered rate times the share that is good. A
+    // count over the run's span would divide by the final drain too (up to 8% low).
+    verdict.goodput_rps = rate * verdict.attainment;
     // Meeting the objectives over a finite run is not enough where the queue still grows: a
     // longer run, or a real day, would miss them (see `steady`).
     let steady = SteadyState::of(&result.output.records);

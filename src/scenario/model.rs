@@ -296,6 +296,13 @@ impl ModelSpec {
             .map(Preset::spec)
     }
 
+    /// The Hugging Face repository id of the preset called `name` (case-insensitive), which
+    /// deploy commands serve.
+    pub fn preset_hf_repo(name: &str) -> Option<&'static str> {
+        let want = name.trim().to_ascii_lowercase();
+        PRESETS.iter().find(|p| p.name.to_ascii_lowercase() == want).map(|p| p.hf_repo)
+    }
+
     /// The names of all model presets, in the order they are listed in errors.
     pub fn preset_names() -> Vec<&'static str> {
         PRESETS.iter().map(|p| p.name).collect()
@@ -532,6 +539,9 @@ pub enum HfConfigError {
 
 struct Preset {
     name: &'static str,
+    /// The Hugging Face repository a deploy command serves: the instruction-tuned checkpoint,
+    /// which chat serving runs (its config.json has the same dimensions as the base model's).
+    hf_repo: &'static str,
     num_layers: u32,
     hidden_size: u32,
     num_heads: u32,
@@ -570,6 +580,7 @@ const PRESETS: &[Preset] = &[
     // meta-llama/Llama-3.1-8B (and -Instruct): config.json
     Preset {
         name: "Llama-3.1-8B",
+        hf_repo: "meta-llama/Llama-3.1-8B-Instruct",
         num_layers: 32,
         hidden_size: 4096,
         num_heads: 32,
@@ -584,6 +595,7 @@ const PRESETS: &[Preset] = &[
     // meta-llama/Llama-3.1-70B (and -Instruct): config.json
     Preset {
         name: "Llama-3.1-70B",
+        hf_repo: "meta-llama/Llama-3.1-70B-Instruct",
         num_layers: 80,
         hidden_size: 8192,
         num_heads: 64,
@@ -598,6 +610,7 @@ const PRESETS: &[Preset] = &[
     // meta-llama/Llama-3.1-405B (and -Instruct): config.json
     Preset {
         name: "Llama-3.1-405B",
+        hf_repo: "meta-llama/Llama-3.1-405B-Instruct",
         num_layers: 126,
         hidden_size: 16384,
         num_heads: 128,
@@ -612,6 +625,7 @@ const PRESETS: &[Preset] = &[
     // meta-llama/Llama-3.2-1B (and -Instruct): config.json (tie_word_embeddings: true, head_dim 64)
     Preset {
         name: "Llama-3.2-1B",
+        hf_repo: "meta-llama/Llama-3.2-1B-Instruct",
         num_layers: 16,
         hidden_size: 2048,
         num_heads: 32,
@@ -626,6 +640,7 @@ const PRESETS: &[Preset] = &[
     // meta-llama/Llama-3.2-3B (and -Instruct): config.json (tie_word_embeddings: true)
     Preset {
         name: "Llama-3.2-3B",
+        hf_repo: "meta-llama/Llama-3.2-3B-Instruct",
         num_layers: 28,
         hidden_size: 3072,
         num_heads: 24,
@@ -640,6 +655,7 @@ const PRESETS: &[Preset] = &[
     // Qwen/Qwen2.5-7B-Instruct: config.json (head_dim = 3584 / 28 = 128)
     Preset {
         name: "Qwen2.5-7B",
+        hf_repo: "Qwen/Qwen2.5-7B-Instruct",
         num_layers: 28,
         hidden_size: 3584,
         num_heads: 28,
@@ -654,6 +670,7 @@ const PRESETS: &[Preset] = &[
     // Qwen/Qwen2.5-72B-Instruct: config.json
     Preset {
         name: "Qwen2.5-72B",
+        hf_repo: "Qwen/Qwen2.5-72B-Instruct",
         num_layers: 80,
         hidden_size: 8192,
         num_heads: 64,
@@ -668,6 +685,7 @@ const PRESETS: &[Preset] = &[
     // mistralai/Mistral-7B-Instruct-v0.3: config.json (v0.3: vocab 32768, no sliding window)
     Preset {
         name: "Mistral-7B",
+        hf_repo: "mistralai/Mistral-7B-Instruct-v0.3",
         num_layers: 32,
         hidden_size: 4096,
         num_heads: 32,
@@ -683,6 +701,7 @@ const PRESETS: &[Preset] = &[
     // num_experts_per_tok 2, intermediate_size 14336 per expert, no shared expert)
     Preset {
         name: "Mixtral-8x7B",
+        hf_repo: "mistralai/Mixtral-8x7B-Instruct-v0.1",
         num_layers: 32,
         hidden_size: 4096,
         num_heads: 32,
@@ -698,6 +717,7 @@ const PRESETS: &[Preset] = &[
     // moe_intermediate_size 768, head_dim 128, decoder_sparse_step 1, mlp_only_layers [])
     Preset {
         name: "Qwen3-30B-A3B",
+        hf_repo: "Qwen/Qwen3-30B-A3B",
         num_layers: 48,
         hidden_size: 2048,
         num_heads: 32,

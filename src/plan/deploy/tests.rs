@@ -1,0 +1,183 @@
+use std::path::Path;
+
+use super::*;
+
+fn scenario(model: &str, gpu: &str, engine: &str, extra: &str) -> Scenario {
+    let hardware = if gpu.is_empty() { String::new() } else { format!("[hardware]\ngpu = \"{gpu}\"\n") };
+    let text = format!(
+        "[model]\n{model}\n{hardware}[engine]\n{engine}\n{extra}\n[workload]\nnum_prompts = 10\nrequest_rate = 1\n[workload.dataset]\nkind = \"fixed\"\ninput_len = 100\noutput_len = 10\n"
+    );
+    Scenario::from_toml_str(&text, Path::new("case.toml"), &[]).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// `flag value` (or a lone switch) as the command carries it.
+fn has(d: &Deployment, flag: &str, value: Option<&str>) -> bool {
+    d.instances.iter().all(|i| i.args.flags.iter().any(|(f, v)| f == flag && v.as_deref() == value))
+}
+
+/// Every setting the simulation ran with, as (flag, value), for a case of each engine family:
+/// the command must carry each, and the pinned release must have each flag (its table, read off
+/// the release's own argument parser, `calibration/engine/flags/`).
+#[test]
+fn every_simulated_setting_is_a_flag_of_the_pinned_release() {
+    let llama = "preset = \"Llama-3.1-8B\"\ndtype = \"fp8\"\nkv_cache_dtype = \"fp8\"";
+    let moe = "preset = \"Qwen3-30B-A3B\"";
+    let common = "tensor_parallel = 2\nmax_num_seqs = 96\nmax_model_len = 8192\ngpu_memory_utilization = 0.85\nblock_size = 32";
+    let cases: Vec<(&str, &str, String, &str, Vec<(&str, Option<&str>)>)> = vec![
+        (
+            "0.5.5",
+            llama,
+            format!("policy = \"vllm-v0\"\nversion = \"0.5.5\"\n{common}\nenable_chunked_prefill = true\nmax_num_batched_tokens = 1024\nenable_prefix_caching = true"),
+            "",
+            vec![("--enable-chunked-prefill", Some("True")), ("--max-num-batched-tokens", Some("1024")), ("--enable-prefix-caching", None)],
+        ),
+        (
+            "0.6.2",
+            llama,
+            format!("policy = \"vllm-v0\"\nversion = \"0.6.2\"\n{common}\nnum_scheduler_steps = 8"),
+            "",
+            vec![("--num-scheduler-steps", Some("8")), ("--enable-chunked-prefill", Some("False"))],
+        ),
+        (
+            "0.6.3",
+            llama,
+            format!("policy = \"vllm-v0\"\nversion = \"0.6.3\"\n{common}\nnum_scheduler_steps = 4\nenable_prefix_caching = true"),
+            "",
+            vec![("--num-scheduler-steps", Some("4")), ("--enable-prefix-caching", None)],
+        ),
+        (
+            "0.8.5",
+            moe,
+            format!("policy = \"vllm-v1\"\nversion = \"0.8.5\"\n{common}\nexpert_parallel = true\nenable_prefix_caching = false"),
+            "[engine.speculative]\nmethod = \"ngram\"\nnum_speculative_tokens = 3\nacceptance_rate = 0.5",
+            vec![("--enable-expert-parallel", None), ("--no-enable-prefix-caching", None)],
+        ),
+        (
+            "0.15.1",
+            llama,
+            format!("policy = \"vllm-v1\"\nversion = \"0.15.1\"\n{common}\nmax_num_batched_tokens = 4096"),
+            "[engine.speculative]\nmethod = \"draft\"\ndraft_model = \"Llama-3.2-1B\"\nnum_speculative_tokens = 4\nacceptance_rate = 0.7",
+            vec![("--max-num-batched-tokens", Some("4096")), ("--enable-prefix-caching", None), ("--no-async-scheduling", None)],
+        ),
+        (
+            "0.19.0",
+            moe,
+            format!("policy = \"vllm-v1\"\nversion = \"0.19.0\"\n{common}\nexpert_parallel = true"),
+            "",
+            vec![("--enable-expert-parallel", None), ("--async-scheduling", None)],
+        ),
+    ];
+    for (version, model, engine, extra, expected) in cases {
+        let s = scenario(model, "H100-SXM", &engine, extra);
+        let d = deployment(&s, 3, None).unwrap();
+        assert_eq!(d.engine, format!("vLLM {version}"));
+        assert!(d.unknown_flags.is_empty(), "{version}: {:?}\n{}", d.unknown_flags, d.script("case"));
+        assert!(d.pip.ends_with(version) && d.image.ends_with(version), "{version}: {} {}", d.pip, d.image);
+        let e = &s.engine;
+        for (flag, value) in [
+            ("--tensor-parallel-size", "2"),
+            ("--max-num-seqs", "96"),
+            ("--max-model-len", "8192"),
+            ("--gpu-memory-utilization", "0.85"),
+            ("--block-size", "32"),
+        ]
+        .into_iter()
+        .chain(expected.iter().filter_map(|(f, v)| v.map(|v| (*f, v))))
+        {
+            assert!(has(&d, flag, Some(value)), "{version}: {flag} {value}\n{}", d.script("case"));
+        }
+        for (flag, value) in &expected {
+            assert!(has(&d, flag, *value), "{version}: {flag}\n{}", d.script("case"));
+        }
+        assert!(has(&d, "--max-num-batched-tokens", Some(&e.max_num_batched_tokens.to_string())));
+        if s.model.weight_dtype == crate::scenario::Dtype::Fp8 {
+            assert!(has(&d, "--quantization", Some("fp8")) && has(&d, "--kv-cache-dtype", Some("fp8")), "{version}");
+        }
+        if let Some(spec) = &e.speculative {
+            let k = spec.scheduler.num_speculative_tokens.to_string();
+            let words = d.instances[0].args.words().join(" ");
+            assert!(words.contains("--speculative-config") && words.contains(&format!("\"num_speculative_tokens\":{k}")), "{words}");
+            if spec.method == crate::scenario::speculative::SpecMethod::Draft {
+                assert!(words.contains("meta-llama/Llama-3.2-1B-Instruct"), "{words}");
+            }
+        }
+        assert_eq!(d.model, ModelSpec::preset_hf_repo(&s.model.name).unwrap());
+        assert_eq!(d.instances[0].count, 3);
+    }
+}
+
+#[test]
+fn tgi_settings_are_launcher_flags_of_2_3() {
+    let s = scenario("preset = \"Llama-3.1-8B\"\ndtype = \"fp8\"", "H100-SXM", "policy = \"tgi\"\ntensor_parallel = 2", "");
+    let d = deployment(&s, 1, None).unwrap();
+    assert_eq!(d.engine, "TGI 2.3.1");
+    assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
+    let tgi = s.engine.tgi.unwrap();
+    for (flag, value) in [
+        ("--num-shard", "2".to_string()),
+        ("--max-input-tokens", tgi.max_input_tokens.to_string()),
+        ("--max-total-tokens", tgi.max_total_tokens.to_string()),
+        ("--max-batch-prefill-tokens", tgi.max_batch_prefill_tokens.to_string()),
+        ("--max-concurrent-requests", tgi.max_concurrent_requests.to_string()),
+        ("--quantize", "fp8".to_string()),
+    ] {
+        assert!(has(&d, flag, Some(&value)), "{flag} {value}\n{}", d.script("tgi"));
+    }
+    assert_eq!(d.instances[0].program, ["text-generation-launcher", "--model-id", "meta-llama/Llama-3.1-8B-Instruct"]);
+}
+
+/// A release that dropped a simulated setting says so, naming the flag, instead of printing a
+/// command that fails or silently runs something else.
+#[test]
+fn a_dropped_setting_is_said_so() {
+    let s = scenario("preset = \"Llama-3.1-8B\"", "H100-SXM", "policy = \"vllm-v0\"\nversion = \"0.10.1\"\nmax_model_len = 8192\nnum_scheduler_steps = 8", "");
+    let d = deployment(&s, 1, None).unwrap();
+    assert!(d.notes.iter().any(|n| n.contains("0.10.1")), "{:?}", d.notes);
+    assert!(has(&d, "--num-scheduler-steps", Some("8")));
+    assert!(d.instances[0].args.env.contains(&("VLLM_USE_V1".into(), "0".into())));
+}
+
+#[test]
+fn a_disaggregated_deployment_has_both_sides_and_the_proxy() {
+    let s = scenario(
+        "preset = \"Llama-3.1-8B\"",
+        "",
+        "policy = \"vllm-v1\"",
+        "[cluster]\nmode = \"disaggregated\"\nlink = \"nvlink\"\n[[cluster.pools]]\nrole = \"prefill\"\ngpu = \"H100-SXM\"\ntensor_parallel = 1\nreplicas = 2\n[[cluster.pools]]\nrole = \"decode\"\ngpu = \"H100-SXM\"\ntensor_parallel = 2\nreplicas = 6\n",
+    );
+    let d = deployment(&s, 2, None).unwrap();
+    assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
+    let roles: Vec<(&str, u32, u32)> = d.instances.iter().map(|i| (i.role, i.count, i.gpus_each)).collect();
+    assert_eq!(roles, [("prefill", 2, 1), ("decode", 6, 2)]);
+    assert!(d.instances.iter().all(|i| i.args.words().iter().any(|w| w.contains("kv_connector"))));
+    let proxy = d.proxy.as_ref().unwrap().join(" ");
+    assert!(proxy.contains("--prefiller-hosts PREFILL_HOSTS --prefiller-ports 8001") && proxy.contains("--decoder-hosts DECODE_HOSTS"), "{proxy}");
+    let script = d.script("pd");
+    assert!(script.contains("# prefill: 2 instance(s), 1 GPU(s) each") && script.contains("# proxy"), "{script}");
+}
+
+#[test]
+fn servesim_s_own_engine_has_no_production_command() {
+    let s = scenario("preset = \"Llama-3.1-8B\"", "H100-SXM", "policy = \"servesim\"", "");
+    assert!(deployment(&s, 1, None).unwrap_err().0.contains("servesim serve"));
+}
+
+#[test]
+fn shell_words_round_trip_through_sh() {
+    for word in ["plain", "{\"a\":1}", "it's", "", "a b"] {
+        let out = std::process::Command::new("sh").arg("-c").arg(format!("printf %s {}", shell_word(word))).output().unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), word);
+    }
+}
+
+#[test]
+fn manifests_name_the_image_gpus_replicas_and_health_probes() {
+    let s = scenario("preset = \"Llama-3.1-70B\"", "H100-SXM", "policy = \"vllm-v1\"\ntensor_parallel = 4", "");
+    let d = deployment(&s, 3, None).unwrap();
+    let yaml = kubernetes::manifest(&d, "Plan: H100 tp4", "H100-SXM");
+    for needle in ["kind: Deployment", "kind: Service", "replicas: 3", "nvidia.com/gpu: 4", "path: /health", "name: plan-h100-tp4", &d.image] {
+        assert!(yaml.contains(needle), "{needle}\n{yaml}");
+    }
+    assert_eq!(kubernetes::dns_label("--A_b  c--"), "a-b-c");
+    assert!(kubernetes::manifest(&d, "x", "MI300X").contains("amd.com/gpu: 4"));
+}
