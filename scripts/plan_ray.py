@@ -7,7 +7,10 @@ Each shard is one Ray task that runs `servesim plan PLAN --shard K/N --out DIR/s
 driver then runs `servesim plan merge` over the shard directories, which writes exactly what an
 unsharded `servesim plan PLAN --out DIR` writes. Without RAY_ADDRESS, ray.init() starts a local
 cluster on this machine; on a real cluster the same driver runs unchanged, provided every node
-sees the servesim binary, the plan file and DIR at the same paths (a shared filesystem).
+sees the servesim binary, the plan file and DIR at the same paths (a shared filesystem). Each
+task runs in the driver's working directory, so the plan and DIR are passed on as given: the
+outputs name the plan as an unsharded run from the same directory names it, not by an absolute
+path of the driver's machine.
 """
 
 import argparse
@@ -19,12 +22,13 @@ import ray
 
 
 @ray.remote
-def run_shard(servesim, plan, k, n, out, threads):
-    """One shard, on whichever node Ray picks; returns its directory."""
+def run_shard(servesim, plan, k, n, out, threads, cwd):
+    """One shard, on whichever node Ray picks, in the driver's working directory; returns its
+    directory."""
     command = [servesim, "plan", plan, "--shard", f"{k}/{n}", "--out", out]
     if threads:
         command += ["--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"shard {k}/{n} failed ({done.returncode}): {done.stderr.strip()}")
     return out
@@ -41,13 +45,14 @@ def main():
     if args.shards < 1:
         parser.error("--shards must be at least 1")
 
-    plan = os.path.abspath(args.plan)
-    out = os.path.abspath(args.out)
+    plan = args.plan
+    out = args.out
+    cwd = os.getcwd()
     shard_dirs = [os.path.join(out, "shards", str(k)) for k in range(1, args.shards + 1)]
     ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
     try:
         tasks = [
-            run_shard.options(num_cpus=args.threads).remote(args.servesim, plan, k, args.shards, d, args.threads)
+            run_shard.options(num_cpus=args.threads).remote(args.servesim, plan, k, args.shards, d, args.threads, cwd)
             for k, d in enumerate(shard_dirs, start=1)
         ]
         ray.get(tasks)

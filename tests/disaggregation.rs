@@ -249,12 +249,18 @@ fn bad_disaggregation_settings_are_named() {
 /// the target.
 #[test]
 fn the_planner_searches_prefill_decode_splits() {
-    // A sixth of the example's target: the same search with a sixth of the replicas to simulate.
+    // A sixth of the example's target: the same search with a sixth of the replicas to simulate,
+    // and a tenth of the requests per probe.
     let text = std::fs::read_to_string("plans/disaggregated-8b.toml")
         .unwrap()
         .replace("disaggregation = [\"pooled\", \"1P1D\", \"1P2D\", \"1P3D\", \"2P1D\"]", "disaggregation = [\"pooled\", \"1P2D\"]")
-        .replace("rate = 12.0", "rate = 2.0");
-    assert!(text.contains("rate = 2.0") && text.contains("[\"pooled\", \"1P2D\"]"), "the example plan changed: {text}");
+        .replace("rate = 12.0", "rate = 2.0")
+        // A p99 makes every probe 10,000 requests (100 beyond the percentile); a p90, 1,000.
+        .replace("tpot_p99_ms = 9", "tpot_p90_ms = 9");
+    assert!(
+        text.contains("rate = 2.0") && text.contains("[\"pooled\", \"1P2D\"]") && text.contains("tpot_p90_ms = 9"),
+        "the example plan changed: {text}"
+    );
     let plan = servesim::plan::Plan::from_toml_str(&text, std::path::Path::new("plans/disaggregated-8b.toml")).unwrap();
     let candidates = plan.space.candidates();
     let options = servesim::plan::SearchOptions { min_requests: 200, relative_width: 0.2, ..Default::default() };
