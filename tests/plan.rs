@@ -118,6 +118,11 @@ fn the_default_search_is_within_ten_percent_below_the_exact_m_d_1_rate_at_every_
         let error = found.max_rate / exact - 1.0;
         println!("seed {seed}: {:.2} req/s against {exact:.2}, {:+.1}%", found.max_rate, error * 100.0);
         assert!((-0.10..=0.0).contains(&error), "seed {seed}: {} against {exact}", found.max_rate);
+        // No rate past LOAD_MAX of the capacity measured before it is simulated: it fails anyway.
+        for (i, p) in found.probes.iter().enumerate() {
+            let known = servesim::plan::search::capacity(&found.probes[..i]);
+            assert!(known.is_none_or(|c| p.rate <= servesim::plan::search::LOAD_MAX * c), "seed {seed}: probe {i} at {} past {known:?}", p.rate);
+        }
     }
 }
 

@@ -178,7 +178,7 @@ fn a_gpu_without_a_price_is_charged_the_default_and_its_source_named() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("bad.toml") && stderr(&out).contains("price[0].price_per_gpu_hour"), "{}", stderr(&out));
     assert_eq!(gpus[1]["price_per_gpu_hour"].as_f64(), Some(1.79));
-    assert!(gpus[1]["price_source"].as_str().unwrap().contains("Lambda on-demand"), "{gpus:?}");
+    assert!(gpus[1]["price_source"].as_str().unwrap().contains("RunPod Secure Cloud on-demand"), "{gpus:?}");
     // Every evaluated A100 candidate costs its GPUs at the default price.
     for c in json["candidates"].as_array().unwrap().iter().filter(|c| c["gpu"] == "A100-80G-SXM" && c["gpus"].is_u64()) {
         let gpus = c["gpus"].as_f64().unwrap();

@@ -1,12 +1,13 @@
 //! Default GPU prices: what a plan charges for a GPU whose `[[search.gpu]]` table gives no
-//! `price_per_gpu_hour` of its own.
+//! `price_per_gpu_hour` of its own (and `--prices FILE` none either).
 //!
-//! Each figure is one provider's on-demand list price per GPU-hour for that GPU in an 8-GPU
-//! instance, as the provider's public price page showed it on the date given. Prices differ
-//! between providers by 2–3× (hyperscalers list the same H100 at several times a GPU cloud's
-//! price) and fall over time, and reserved or spot capacity costs less: a plan that decides a
-//! purchase should give its own quotes. One kind of provider (GPU clouds, on-demand) is used
-//! throughout, so that the table ranks GPUs against each other consistently.
+//! One provider and one offer for every GPU, so the table ranks GPUs against each other on the
+//! same footing: RunPod's Secure Cloud on-demand price per GPU-hour (its own data centres,
+//! per-second billing, no commitment), as runpod.io/pricing listed it on the date given, read
+//! through the dated public transcriptions each entry names. Prices differ between providers by
+//! 2–3× (hyperscalers list the same H100 at several times a GPU cloud's price), change within
+//! weeks (RunPod's H100 SXM read $3.49 on 2026-10-07 and $3.99 on 2026-11-09), and reserved or
+//! spot capacity costs less: a plan that decides a purchase should give its own quotes.
 
 use std::path::Path;
 
@@ -30,38 +31,38 @@ pub struct GpuPrice {
 pub const GPU_PRICES: [GpuPrice; 6] = [
     GpuPrice {
         gpu: "H100-SXM",
-        price_per_gpu_hour: 2.99,
-        source: "Lambda on-demand, 8x H100 SXM 80GB instance (lambda.ai/pricing)",
-        as_of: "2025",
+        price_per_gpu_hour: 3.99,
+        source: "RunPod Secure Cloud on-demand, H100 SXM 80GB (runpod.io/pricing, as transcribed in datareceipts/data-receipts 109-gpu-pricing/vendors.json)",
+        as_of: "2026-11-09",
     },
     GpuPrice {
         gpu: "A100-80G-SXM",
         price_per_gpu_hour: 1.79,
-        source: "Lambda on-demand, 8x A100 SXM 80GB instance (lambda.ai/pricing)",
-        as_of: "2025",
+        source: "RunPod Secure Cloud on-demand, A100 SXM 80GB (runpod.io/pricing, as transcribed in datareceipts/data-receipts 109-gpu-pricing/vendors.json)",
+        as_of: "2026-11-09",
     },
     GpuPrice {
         gpu: "B200",
-        price_per_gpu_hour: 4.99,
-        source: "Lambda on-demand, 8x B200 SXM instance (lambda.ai/pricing)",
-        as_of: "2025",
+        price_per_gpu_hour: 6.79,
+        source: "RunPod Secure Cloud on-demand pod, B200 180GB (runpod.io/pricing, as transcribed in api-evangelist/runpod plans/runpod-plans-pricing.yml)",
+        as_of: "2026-10-07",
     },
     GpuPrice {
         gpu: "H200",
-        price_per_gpu_hour: 3.99,
-        source: "RunPod on-demand (Secure Cloud), H200 SXM 141GB (runpod.io/pricing)",
-        as_of: "2025",
+        price_per_gpu_hour: 4.59,
+        source: "RunPod Secure Cloud on-demand pod, H200 141GB (runpod.io/pricing, as transcribed in api-evangelist/runpod plans/runpod-plans-pricing.yml)",
+        as_of: "2026-10-07",
     },
     GpuPrice {
         gpu: "MI300X",
         price_per_gpu_hour: 2.49,
-        source: "RunPod on-demand (Secure Cloud), MI300X 192GB (runpod.io/pricing)",
+        source: "RunPod Secure Cloud on-demand, MI300X 192GB (runpod.io/pricing; read in 2025, no dated reading found since)",
         as_of: "2025",
     },
     GpuPrice {
         gpu: "L40S",
         price_per_gpu_hour: 0.86,
-        source: "RunPod on-demand (Secure Cloud), L40S 48GB (runpod.io/pricing)",
+        source: "RunPod Secure Cloud on-demand, L40S 48GB (runpod.io/pricing; read in 2025, no dated reading found since)",
         as_of: "2025",
     },
 ];
@@ -177,13 +178,15 @@ mod tests {
         assert_eq!(priced, presets);
         for p in GPU_PRICES {
             assert!(p.price_per_gpu_hour > 0.0 && p.price_per_gpu_hour < 100.0, "{p:?}");
-            assert!(!p.source.is_empty() && p.as_of.len() == 4, "{p:?}");
+            // One provider and offer for all; a day where the reading has one, else the year.
+            assert!(p.source.starts_with("RunPod Secure Cloud on-demand"), "{p:?}");
+            assert!(p.as_of.len() == 10 || p.as_of.len() == 4, "{p:?}");
         }
     }
 
     #[test]
     fn found_by_any_preset_alias() {
-        assert_eq!(default_price("h100_sxm").map(|p| p.price_per_gpu_hour), Some(2.99));
+        assert_eq!(default_price("h100_sxm").map(|p| p.price_per_gpu_hour), Some(3.99));
         assert_eq!(default_price("TPU-v5e"), None);
     }
 }

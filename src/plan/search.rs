@@ -219,15 +219,17 @@ pub fn max_sustainable_rate(scenario: &Scenario, cost: &dyn CostModel, objective
     let mut probes = Vec::new();
     let mut run = |rate: f64| {
         let known = capacity(&probes);
+        // Past LOAD_MAX of the capacity measured so far no rate passes, whatever a probe shows:
+        // such a rate fails without one (these were the search's costliest probes: the longest,
+        // and past saturation the slowest to simulate).
+        if known.is_some_and(|c| rate > LOAD_MAX * c) {
+            return false;
+        }
         let n = requests_near_saturation(num_prompts, rate, known);
         // Both ways of growing a probe share one cap, so a search costs at most that many times
         // the fixed-count one.
         let most = num_prompts.saturating_mul(UNCERTAIN_GROWTH_MAX);
-        let mut p = probe_until_decided(scenario, cost, objectives, rate, n, most);
-        if p.verdict.met && known.is_some_and(|c| rate > LOAD_MAX * c) {
-            p.verdict.met = false;
-            p.verdict.binding = Binding::Unsteady;
-        }
+        let p = probe_until_decided(scenario, cost, objectives, rate, n, most);
         let met = p.verdict.met;
         probes.push(p);
         met
