@@ -7,7 +7,7 @@ pub mod recorded;
 pub mod samples;
 pub mod summary;
 
-pub use samples::{TokenBuckets, WeightedSamples};
+pub use samples::{RunChunks, TokenBuckets, WeightedSamples};
 pub use summary::{Stat, Summary};
 
 /// What the client saw of one request. Times are nanoseconds since the benchmark started.

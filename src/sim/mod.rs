@@ -22,7 +22,7 @@ pub mod link;
 pub mod queue;
 
 use crate::cost::CostModel;
-use crate::metrics::{RequestRecord, RunRecords, TokenBuckets, WeightedSamples};
+use crate::metrics::{RequestRecord, RunChunks, RunRecords, TokenBuckets, WeightedSamples};
 use crate::scenario::{Policy, Router};
 use crate::sched::prefix::{BlockHash, stream_block_hashes};
 use crate::sched::{Admission, Finished, PrefixStats, SchedulerConfig, SpecStats};
@@ -146,6 +146,9 @@ struct Simulation<'a> {
     keep_timeline: bool,
     cluster: Cluster,
     last_token_ns: Vec<u64>,
+    /// Inter-token gaps as they are delivered, moved into `out.records.itl_ns` at the end
+    /// ([`RunChunks`]: no capacity guess, no copy while the run grows).
+    itl_ns: RunChunks,
     /// Requests completed: all of them, at the end, or one was lost.
     completed: usize,
     /// By request, whether it completed, to catch a second completion: debug builds only (a
@@ -213,6 +216,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         links,
         cluster,
         last_token_ns: vec![0; requests.len()],
+        itl_ns: RunChunks::default(),
         completed: 0,
         done: if cfg!(debug_assertions) { vec![false; requests.len()] } else { Vec::new() },
         next_turn: if facts.any_follow_up { next_turns(requests) } else { Vec::new() },
@@ -230,10 +234,7 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
                         success: false,
                     })
                     .collect(),
-                // About one run per engine step, and 1.4 steps per request in a busy run: room for
-                // that up front spares the copies of doubling. Not much more: the capacity is
-                // held, with a scratch copy of the runs, when they are sorted at the end.
-                itl_ns: WeightedSamples { runs: Vec::with_capacity(requests.len() + requests.len() / 2) },
+                itl_ns: WeightedSamples::new(),
                 tokens_per_second: TokenBuckets::default(),
                 duration_ns: 0,
             },
@@ -474,12 +475,12 @@ impl Simulation<'_> {
             // (a gap after a first token held back is not shortened).
             match record.first_token_ns {
                 None => record.first_token_ns = Some(now_ns.max(frontend_free_ns)),
-                Some(_) => records.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
+                Some(_) => self.itl_ns.push(now_ns - self.last_token_ns[id as usize]),
             }
             self.last_token_ns[id as usize] = now_ns;
         }
         // The cohort's members all had their previous token at its previous step's end.
-        records.itl_ns.push_n(now_ns - replica.cohort_last_token_ns, u64::from(outcome.cohort_tokens));
+        self.itl_ns.push_n(now_ns - replica.cohort_last_token_ns, u64::from(outcome.cohort_tokens));
         if outcome.cohort_synced {
             replica.cohort_last_token_ns = now_ns;
         }
@@ -613,6 +614,7 @@ impl Simulation<'_> {
         // Every reader of the ITL samples sorts them: sorted here once, in place, after the
         // per-request state is gone, they need no copy of their own (issue 14's memory target).
         drop((self.last_token_ns, self.done, self.next_turn));
+        self.out.records.itl_ns = self.itl_ns.into_samples();
         self.out.records.itl_ns.sort();
         self.out
     }
