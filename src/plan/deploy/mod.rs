@@ -104,7 +104,8 @@ fn pinned_release(engine: &EngineConfig) -> Option<EngineVersion> {
     engine.version.or_else(|| engine.profile.as_ref().map(|p| p.default_version))
 }
 
-/// The deployment of `scenario` with `units` replicas (xPyD units when disaggregated). `model`
+/// The deployment of `units` copies of `scenario`'s replica (or, disaggregated, of its xPyD unit:
+/// each pool's replicas are the unit's). `model`
 /// is what the engine loads; `None` takes the preset's Hugging Face repository.
 pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Result<Deployment, NotDeployable> {
     let engine = &scenario.engine;
@@ -127,6 +128,12 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
             "MODEL".to_string()
         }
     });
+    if scenario.hardware.gpu.name.to_ascii_uppercase().starts_with("MI") && engine.policy != Policy::Tgi {
+        notes.push(format!(
+            "{} is an AMD GPU: the pinned wheel and image are vLLM's CUDA builds; run the ROCm build of vLLM {release} (AMD's rocm/vllm images, or vLLM built from source for ROCm)",
+            scenario.hardware.gpu.name
+        ));
+    }
     if release.to_string() != table.release {
         notes.push(format!(
             "flags checked against vLLM {}'s table (the release the {} profile's table was read for); the plan pins {release}",
@@ -165,7 +172,8 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
             args.flag("--port", port);
             instances.push(Instance {
                 role: pool.role.name(),
-                count: pool.engine.replicas,
+                // The scenario is one xPyD unit; the deployment is `units` of them.
+                count: pool.engine.replicas.saturating_mul(units.max(1)),
                 gpus_each: pool.engine.tensor_parallel,
                 port,
                 program: program(&model),

@@ -148,12 +148,13 @@ fn a_disaggregated_deployment_has_both_sides_and_the_proxy() {
     let d = deployment(&s, 2, None).unwrap();
     assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
     let roles: Vec<(&str, u32, u32)> = d.instances.iter().map(|i| (i.role, i.count, i.gpus_each)).collect();
-    assert_eq!(roles, [("prefill", 2, 1), ("decode", 6, 2)]);
+    // The scenario is one unit of 2 prefill and 6 decode replicas; the deployment two units.
+    assert_eq!(roles, [("prefill", 4, 1), ("decode", 12, 2)]);
     assert!(d.instances.iter().all(|i| i.args.words().iter().any(|w| w.contains("kv_connector"))));
     let proxy = d.proxy.as_ref().unwrap().join(" ");
     assert!(proxy.contains("--prefiller-hosts PREFILL_HOSTS --prefiller-ports 8001") && proxy.contains("--decoder-hosts DECODE_HOSTS"), "{proxy}");
     let script = d.script("pd");
-    assert!(script.contains("# prefill: 2 instance(s), 1 GPU(s) each") && script.contains("# proxy"), "{script}");
+    assert!(script.contains("# prefill: 4 instance(s), 1 GPU(s) each") && script.contains("# proxy"), "{script}");
 }
 
 #[test]
