@@ -7,6 +7,11 @@
 pub use crate::engine::DeviceError;
 use crate::scenario::Dtype;
 
+// The host sampler is every backend's by default (`Backend::prepare_sampling`), so its op lives
+// under the trait that names it rather than beside it: a sibling would import the trait back.
+pub mod sampling;
+pub use sampling::SamplingOp;
+
 /// A GEMM `[m × k] · [k × n]`, as the engine runs its projections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GemmShape {
@@ -242,6 +247,6 @@ pub trait Backend {
     /// calling thread's rayon pool, as the CUDA engine samples; the CPU backend samples on its
     /// own pool, as the CPU engine does. `None` where the backend cannot time it.
     fn prepare_sampling(&mut self, shape: &SamplingShape) -> Result<Option<Box<dyn PreparedOp + '_>>, DeviceError> {
-        Ok(Some(Box::new(super::sampling::SamplingOp::new(shape, None)?)))
+        Ok(Some(Box::new(SamplingOp::new(shape, None)?)))
     }
 }

@@ -35,10 +35,10 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::backend::{
-    AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingShape, StepGemms,
+    AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingOp, SamplingShape,
+    StepGemms,
 };
 use super::grid::gemm_work;
-use super::sampling::SamplingOp;
 use crate::engine::cpu::{
     AttentionDims, BLayout, Gemm, KERNEL_SOURCES, PackedKv, PagedCache, PagedKv, decode_attention, gemm_skinny,
     prefill_attention, write_paged,

@@ -10,5 +10,4 @@ pub mod noise;
 pub mod profile;
 pub mod progress;
 pub mod run;
-pub mod sampling;
 pub mod timing;

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::backend::{DeviceError, PreparedOp, SamplingShape};
+use super::{DeviceError, PreparedOp, SamplingShape};
 use crate::engine::model::{SamplingParams, lm_like_logits};
 use crate::engine::server::sample_rows;
 
