@@ -33,14 +33,11 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::state::Seq;
+use super::seq::{NOT_MEMBER, Seq};
 
 /// Largest block size the cohort keeps a counter per residue for. Larger blocks leave every
 /// sequence to the per-sequence path: exact, only slower, and memory stays bounded.
 pub(super) const BLOCK_SIZE_MAX: u32 = 4096;
-
-/// `Seq::cohort_index` of a sequence that is not a member.
-pub(super) const NOT_MEMBER: u32 = u32::MAX;
 
 /// Epochs ahead that finishes are kept in buckets (most outputs are shorter); later ones wait
 /// in a heap until they come this close.

@@ -36,6 +36,7 @@ pub mod prefix;
 mod runs;
 mod scheduler;
 mod select;
+mod seq;
 pub mod speculative;
 mod state;
 mod tgi;

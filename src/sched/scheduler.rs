@@ -1,14 +1,15 @@
 //! The scheduler: one [`SchedulerState`] and the policy that forms each step's batch from it.
 
 use super::batch::Batch;
-use super::cohort::{BLOCK_SIZE_MAX, Cohort, NOT_MEMBER};
+use super::cohort::{BLOCK_SIZE_MAX, Cohort};
 use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 use super::outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcome};
 use super::speculative::SpecStats;
 use super::prefix::BlockHash;
 use super::policy::SchedulingPolicy;
-use super::state::{Seq, SchedulerState};
+use super::seq::{NOT_MEMBER, Seq};
+use super::state::SchedulerState;
 use super::window::Window;
 
 /// Runs steps: [`Scheduler::schedule`] asks the policy for a batch, and
