@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::http::error_body;
+use super::request::error_body;
 use super::limits::ServerLimits;
 
 /// Most header fields in a request (431 beyond); hyper's default.

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use super::connection::{Drained, serve_app};
 use super::engine::{EngineHandle, Event, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S};
 use super::limits::{REQUEST_BODY_BYTES_MAX, ServerLimits};
-use super::request::{Api, ApiError, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, parse_request};
+use super::request::{Api, ApiError, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, error_body, parse_request};
 use super::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Seconds a client is asked to wait after a 503 (`Retry-After`): about a few engine steps.
@@ -79,18 +79,6 @@ pub fn router_with(engine: EngineHandle, limits: ServerLimits) -> Router {
         .layer(middleware::from_fn_with_state(limits, read_body))
         .layer(middleware::map_response(json_errors))
         .with_state(front)
-}
-
-/// An error's JSON: OpenAI's shape, plus TGI's top-level `error_type` for TGI clients.
-pub(super) fn error_body(status: StatusCode, message: &str) -> String {
-    let kind = match status {
-        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
-        StatusCode::NOT_FOUND => "not_found_error",
-        StatusCode::REQUEST_TIMEOUT => "timeout_error",
-        s if s.is_client_error() => "invalid_request_error",
-        _ => "server_error",
-    };
-    json!({"error": {"message": message, "type": kind, "code": status.as_u16()}, "error_type": kind, "object": "error", "message": message}).to_string()
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {

@@ -5,9 +5,9 @@
 
 use axum::http::StatusCode;
 use serde::Deserialize;
+use serde_json::json;
 
 use super::engine::SubmitError;
-use super::http::error_body;
 use crate::engine::model::SamplingParams;
 
 /// `max_tokens` when a request gives none (OpenAI's default).
@@ -37,6 +37,19 @@ impl ApiError {
     pub fn body(&self) -> String {
         error_body(self.status, &self.message)
     }
+}
+
+/// An error's JSON: OpenAI's shape, plus TGI's top-level `error_type` for TGI clients. Here
+/// with [`ApiError`] rather than in http.rs, as the connection layer writes it too.
+pub(super) fn error_body(status: StatusCode, message: &str) -> String {
+    let kind = match status {
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        StatusCode::NOT_FOUND => "not_found_error",
+        StatusCode::REQUEST_TIMEOUT => "timeout_error",
+        s if s.is_client_error() => "invalid_request_error",
+        _ => "server_error",
+    };
+    json!({"error": {"message": message, "type": kind, "code": status.as_u16()}, "error_type": kind, "object": "error", "message": message}).to_string()
 }
 
 impl From<SubmitError> for ApiError {
