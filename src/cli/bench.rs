@@ -121,8 +121,8 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         return Err(usage("--burstiness", args.burstiness, "must be a positive gamma shape"));
     }
     // What the simulator refuses in a scenario, refused here too, naming the flag.
-    if let Some(&n) = num_prompts.iter().find(|&&n| n > crate::workload::NUM_PROMPTS_MAX) {
-        return Err(usage("--num-prompts", n, format!("at most {} per sweep point", crate::workload::NUM_PROMPTS_MAX)));
+    if let Some(&n) = num_prompts.iter().find(|&&n| n > crate::scenario::NUM_PROMPTS_MAX) {
+        return Err(usage("--num-prompts", n, format!("at most {} per sweep point", crate::scenario::NUM_PROMPTS_MAX)));
     }
     if args.ignore_eos && backend == Backend::Tgi {
         eprintln!("note: --ignore-eos is not sent to a TGI server (its API has no such parameter); start the server with --ignore-eos for exact output lengths");

@@ -283,6 +283,16 @@ impl Default for CostParams {
     }
 }
 
+/// The longest simulated run, seconds (about 32 years): arrival times are nanoseconds in a
+/// `u64`, which holds 585 years, so a run this long keeps every sum of a time and a step exact.
+/// A trace row or a rate that would arrive later is refused when the scenario is loaded, so
+/// the limit is the scenario's, which `workload` generates within.
+pub const HORIZON_MAX_S: f64 = 1e9;
+
+/// Most requests one sweep point may send: each costs about 200 bytes while it runs, so this
+/// bounds a run near 2 GB. The simulator does 1M in well under a second.
+pub const NUM_PROMPTS_MAX: u32 = 10_000_000;
+
 /// Resolved `[workload]` section.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadConfig {

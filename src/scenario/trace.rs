@@ -257,7 +257,7 @@ fn parse_row(fields: &[&str], line: u64, path: &Path) -> Result<TraceRow, TraceE
         expected: "a number of seconds",
     })?;
     // `>= 0.0` is false for NaN as well as for negatives; `-0.0` is accepted as zero.
-    if !(arrival_s.is_finite() && (0.0..=crate::workload::HORIZON_MAX_S).contains(&arrival_s)) {
+    if !(arrival_s.is_finite() && (0.0..=super::HORIZON_MAX_S).contains(&arrival_s)) {
         return Err(TraceError::BadArrival {
             path: path.to_path_buf(),
             line,

@@ -4,9 +4,9 @@
 use super::context::{Cx, number, positive_count, quote, reject_unused_fields};
 use crate::scenario::schema::{OneOrList, RawDataset, RawLengthDist, RawPrefix, RawSessions, RawWorkload, RequestRate, RequestRates};
 use crate::scenario::{
-    Dataset, EngineConfig, LengthDist, PrefixLaw, ScenarioError, Sessions, SystemPrompts, ThinkTime, WorkloadConfig, trace,
+    Dataset, EngineConfig, HORIZON_MAX_S, LengthDist, NUM_PROMPTS_MAX, PrefixLaw, ScenarioError, Sessions, SystemPrompts,
+    ThinkTime, WorkloadConfig, trace,
 };
-use crate::workload::{HORIZON_MAX_S, NUM_PROMPTS_MAX};
 
 /// vLLM `benchmark_serving.py` defaults: 1000 prompts, request rate inf, burstiness 1.0 (Poisson),
 /// no concurrency cap. The random dataset: input 1024, output 128, range ratio 0, no prefix. The
