@@ -125,7 +125,7 @@ fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
 
 #[test]
 fn bad_plan_files_name_the_file_the_field_and_the_value() {
-    let cases: [(&str, &str, &[&str]); 11] = [
+    let cases: [(&str, &str, &[&str]); 14] = [
         ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"TPU-v5e\"", &["search.gpu[0].name", "TPU-v5e", "no default price"]),
         ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = -3.0", &["search.gpu[0].price_per_gpu_hour", "-3"]),
         ("kind = \"sharegpt\"", "kind = \"trace\"", &["workload.dataset.kind", "arrival times"]),
@@ -137,6 +137,13 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
         ("rate = 30.0", "rate = 0.0", &["target.rate", "positive"]),
         ("tensor_parallel = [1, 2]", "tensor_parallel = []", &["search.tensor_parallel", "at least one"]),
         ("max_gpus = 16", "max_gpus = 16\nmax_dollars = 3", &["unknown field", "max_dollars"]),
+        ("rate = 30.0", "", &["target.rate", "needs its rate"]),
+        (
+            "name = \"A100-80G-SXM\"\nprice_per_gpu_hour = 1.5",
+            "name = \"A100-80G-SXM\"\nprice_per_gpu_hour = 1.5\n[[search.gpu]]\nname = \"a100_80g_sxm\"\nprice_per_gpu_hour = 1.5",
+            &["search.gpu[2].name", "repeats search.gpu[1]"],
+        ),
+        ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"H100-SXM\"\nprice_source = \"a quote\"", &["search.gpu[0].price_source", "give the price too"]),
     ];
     for (find, replace, expected) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -149,6 +156,11 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
             assert!(err.contains(needle), "{replace}: no {needle:?} in {err}");
         }
     }
+    // A thread count past any machine is refused at once (100,000 ran minutes, then hit EAGAIN).
+    let dir = tempfile::tempdir().unwrap();
+    let out = plan(dir.path(), PLAN, &["--threads", "100000"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--threads") && stderr(&out).contains("at most 1024"), "{}", stderr(&out));
 }
 
 /// A GPU the plan gives no price is charged servesim's default, and the outputs say whose price
@@ -261,6 +273,31 @@ fn merged_shards_are_the_unsharded_plan() {
     let bad = servesim(&["plan", path.to_str().unwrap(), "--shard", "4/3", "--out", &d("x")]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("--shard") && stderr(&bad).contains("4/3"), "{}", stderr(&bad));
+
+    // Damaged shard files are refused by name, never a panic or an allocation sized by them.
+    let shard_json = std::fs::read_to_string(dir.path().join("s1/shard.json")).unwrap();
+    let damaged = |name: &str, text: String| {
+        std::fs::create_dir_all(dir.path().join(name)).unwrap();
+        std::fs::write(dir.path().join(name).join("shard.json"), text).unwrap();
+        servesim(&["plan", "merge", &d(name), &d("s2"), &d("s3")])
+    };
+    let n_huge = shard_json.replace("\"n\": 3", "\"n\": 4294967295");
+    assert_ne!(n_huge, shard_json);
+    let out = damaged("n-huge", n_huge);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is missing") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
+    let k_zero = shard_json.replace("\"k\": 1", "\"k\": 0");
+    let out = damaged("k-zero", k_zero);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("shard 0/3") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
+    // An entry that meets the objectives with no operating point (no probe at its rate).
+    let mut json: serde_json::Value = serde_json::from_str(&shard_json).unwrap();
+    let entry = json["entries"].as_array_mut().unwrap().iter_mut().find(|e| e["evaluated"]["meets"] == true).expect("a candidate that meets");
+    entry["evaluated"]["cluster"] = serde_json::Value::Null;
+    entry["evaluated"]["replicas"] = 2.into();
+    let out = damaged("no-point", serde_json::to_string(&json).unwrap());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("records no operating point") && !stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
 /// An interrupted run, resumed, evaluates only what its log lacks and writes exactly what an

@@ -204,10 +204,7 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
 
     let mut backend: Box<dyn Backend> = match gpu {
         None => {
-            let threads = args.threads.unwrap_or_else(flags::all_cores);
-            if threads == 0 {
-                return Err(usage("--threads", 0, "must be at least 1"));
-            }
+            let threads = flags::threads(args.threads)?;
             eprintln!("measuring this CPU's peak FLOP/s and memory bandwidth on {threads} threads");
             let mut cpu = CpuBackend::new(threads).map_err(|e| usage("--device", &args.device, e.to_string()))?;
             if let Some(gib) = args.memory_gib {

@@ -96,3 +96,19 @@ pub(super) fn device(text: &str) -> Result<Option<usize>, Error> {
 pub(super) fn all_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+/// The most threads `--threads` may ask for: far past any machine's cores, and short of the
+/// thread limits that made `--threads 100000` fail with EAGAIN after minutes of work.
+pub(super) const THREADS_MAX: usize = 1024;
+
+/// `--threads`: the value given, else every core; 0 and more than [`THREADS_MAX`] are refused.
+pub(super) fn threads(value: Option<usize>) -> Result<usize, Error> {
+    let threads = value.unwrap_or_else(all_cores);
+    if threads == 0 {
+        return Err(usage("--threads", 0, "must be at least 1"));
+    }
+    if threads > THREADS_MAX {
+        return Err(usage("--threads", threads, format!("at most {THREADS_MAX} (this machine has {} cores)", all_cores())));
+    }
+    Ok(threads)
+}

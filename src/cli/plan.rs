@@ -77,10 +77,7 @@ pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
     };
     let plan = Plan::from_toml_str(&text, &path)?;
     let shard = args.shard.as_deref().map(|s| Shard::parse(s).map_err(|reason| usage("--shard", s, reason))).transpose()?;
-    let threads = args.threads.unwrap_or_else(flags::all_cores);
-    if threads == 0 {
-        return Err(usage("--threads", 0, "must be at least 1"));
-    }
+    let threads = flags::threads(args.threads)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| usage("--threads", threads, e.to_string()))?;
     let all = plan.space.candidates();
     let total = all.len();

@@ -154,7 +154,7 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
     let mut engine_threads = 0;
     let executor: Box<dyn Executor> = match gpu {
         None => {
-            let threads = args.threads.unwrap_or_else(flags::all_cores);
+            let threads = flags::threads(args.threads)?;
             engine_threads = threads;
             // The KV cache is allocated whole at start: a count the machine cannot hold is refused
             // here, not by an allocation abort.

@@ -55,7 +55,7 @@ struct RawPlan {
     #[serde(default)]
     cost: Option<toml::Table>,
     #[serde(default)]
-    target: RawTarget,
+    target: Option<RawTarget>,
     slo: toml::Table,
     search: RawSearch,
     #[serde(default)]
@@ -216,7 +216,13 @@ impl Plan {
                 return Err(invalid(&format!("engine.{key}"), value, "searched: list its values in [search]"));
             }
         }
-        let target_rate = match raw.target.rate {
+        // A `[target]` table without its rate would silently rank by goodput instead.
+        let target_rate = match raw.target.map(|t| t.rate) {
+            Some(None) => return Err(invalid("target.rate", &"(missing)", "a [target] needs its rate (req/s); leave [target] out to rank by goodput per GPU")),
+            Some(rate) => rate,
+            None => None,
+        };
+        let target_rate = match target_rate {
             Some(rate) if !(rate.is_finite() && rate > 0.0) => return Err(invalid("target.rate", &rate, "must be a positive number of requests per second")),
             rate => rate,
         };
@@ -231,6 +237,13 @@ impl Plan {
         }
         let mut gpus = Vec::new();
         for (i, gpu) in s.gpu.iter().enumerate() {
+            // The same offer twice would only repeat its candidates (1,000 entries made 4,004);
+            // one GPU at two prices or with two profiles is two offers.
+            let key = |name: &str| crate::scenario::GpuSpec::preset(name).map_or_else(|| name.trim().to_ascii_lowercase(), |p| p.name.to_string());
+            let same = |g: &RawGpu| key(&g.name) == key(&gpu.name) && g.profile == gpu.profile && g.price_per_gpu_hour == gpu.price_per_gpu_hour;
+            if let Some(first) = s.gpu[..i].iter().position(same) {
+                return Err(invalid(&format!("search.gpu[{i}].name"), &gpu.name, &format!("repeats search.gpu[{first}] (same price and profile); list each offer once")));
+            }
             if let (Some(source), None) = (&gpu.price_source, gpu.price_per_gpu_hour) {
                 return Err(invalid(&format!("search.gpu[{i}].price_source"), source, "names where price_per_gpu_hour comes from: give the price too"));
             }

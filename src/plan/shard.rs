@@ -73,15 +73,22 @@ fn entry(e: &Evaluation) -> Entry {
     }
 }
 
-/// The evaluation an entry records, its scenario resolved again from the plan; `None` for an
-/// entry that is neither infeasible nor evaluated (a damaged file).
-fn rebuild(plan: &Plan, candidate: &Candidate, entry: &Entry) -> Result<Option<Evaluation>, Error> {
+/// The evaluation an entry records, its scenario resolved again from the plan; `Ok(Err(why))`
+/// for an entry a damaged file could hold but no run writes: neither infeasible nor evaluated,
+/// or meeting the objectives with no operating point to report (the outputs read one).
+fn rebuild(plan: &Plan, candidate: &Candidate, entry: &Entry) -> Result<Result<Evaluation, String>, Error> {
     let outcome = match (&entry.infeasible, &entry.evaluated) {
         (Some(reason), None) => Outcome::Infeasible(reason.clone()),
-        (None, Some(searched)) => Outcome::Evaluated(Box::new(Evaluated { scenario: candidate.scenario(plan, 1)?, searched: searched.clone() })),
-        _ => return Ok(None),
+        (None, Some(searched)) => {
+            let evaluated = Evaluated { scenario: candidate.scenario(plan, 1)?, searched: searched.clone() };
+            if evaluated.meets && evaluated.operating_point().is_none() {
+                return Ok(Err(format!("candidate {} meets the objectives but records no operating point", entry.index)));
+            }
+            Outcome::Evaluated(Box::new(evaluated))
+        }
+        _ => return Ok(Err(format!("candidate {} is neither infeasible nor evaluated", entry.index))),
     };
-    Ok(Some(Evaluation { candidate: candidate.clone(), outcome }))
+    Ok(Ok(Evaluation { candidate: candidate.clone(), outcome }))
 }
 
 /// `shard.json`'s text for a shard's evaluations.
@@ -131,9 +138,7 @@ pub fn read_progress(path: &Path, plan_text: &str, plan: &Plan, candidates: &[Ca
         match serde_json::from_str::<Entry>(line) {
             Ok(entry) => {
                 let candidate = candidates.get(entry.index).ok_or_else(|| bad(format!("candidate {} is not in the plan", entry.index)))?;
-                if let Some(evaluation) = rebuild(plan, candidate, &entry)? {
-                    done.push(evaluation);
-                }
+                done.push(rebuild(plan, candidate, &entry)?.map_err(|why| bad(format!("line {}: {why}", i + 2)))?);
             }
             Err(_) if last_cut_short => {}
             Err(e) => return Err(bad(format!("line {}: {e}", i + 2))),
@@ -159,6 +164,19 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Plan, Vec<Evaluation>), Error> {
     let Some((first_path, first)) = files.first() else {
         return Err(Error::Usage { flag: "plan merge", value: String::new(), reason: "give the shard directories".into() });
     };
+    // Every shard must be given, one per directory, so N beyond the directories' count means one
+    // is missing: found before anything is sized by N (N = 2³² − 1 once allocated 4 GB).
+    for (path, file) in &files {
+        let Shard { k, n } = file.shard;
+        if k == 0 || k > n {
+            return Err(bad(path, format!("records shard {k}/{n}: need 1 ≤ K ≤ N")));
+        }
+    }
+    if first.shard.n as usize > files.len() {
+        let given: std::collections::BTreeSet<u32> = files.iter().map(|(_, f)| f.shard.k).collect();
+        let k = (1..).find(|k| !given.contains(k)).expect("fewer shards given than 1..=N");
+        return Err(bad(first_path, format!("shard {k}/{} is missing", first.shard.n)));
+    }
     let plan = Plan::from_toml_str(&first.plan_text, &first.plan_path)?;
     let candidates = plan.space.candidates();
     if candidates.len() != first.candidates_total {
@@ -176,8 +194,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Plan, Vec<Evaluation>), Error> {
         }
         for entry in &file.entries {
             let candidate = candidates.get(entry.index).ok_or_else(|| bad(path, format!("candidate {} is not in the plan", entry.index)))?;
-            let evaluation = rebuild(&plan, candidate, entry)?
-                .ok_or_else(|| bad(path, format!("candidate {} is neither infeasible nor evaluated", entry.index)))?;
+            let evaluation = rebuild(&plan, candidate, entry)?.map_err(|why| bad(path, why))?;
             if slots[entry.index].replace(evaluation).is_some() {
                 return Err(bad(path, format!("candidate {} appears twice", entry.index)));
             }
