@@ -171,7 +171,11 @@ impl LengthSampler {
                 assert!(mean > 0.0, "log-normal length mean must be > 0, got {mean}");
                 // Choose the underlying normal's (μ, σ) so that the log-normal itself has the given
                 // mean m and std s: E = exp(μ + σ²/2) = m and Var = m²(exp(σ²) − 1) = s².
-                let sigma_sq = (1.0 + (std * std) / (mean * mean)).ln();
+                // std² / mean² overflows to inf / inf = NaN at mean = std = 1e300, where the
+                // scenario's check (through std / mean, ratio 1) passed: then the ratio form. The
+                // direct form stays where it is finite, so every other run samples the same bits.
+                let direct = (1.0 + (std * std) / (mean * mean)).ln();
+                let sigma_sq = if direct.is_finite() { direct } else { (1.0 + (std / mean).powi(2)).ln() };
                 let mu = mean.ln() - sigma_sq / 2.0;
                 let log_normal = LogNormal::new(mu, sigma_sq.sqrt()).expect("sigma is finite");
                 (SamplerKind::LogNormal(log_normal), bounds(min, max))
@@ -220,6 +224,14 @@ mod tests {
         let sampler = LengthSampler::new(dist);
         let mut rng = stream(1, Stream::OutputLengths);
         (0..n).map(|_| sampler.sample(&mut rng)).collect()
+    }
+
+    /// Mean and std so large their squares overflow: the sampler is built from their ratio and
+    /// every draw lands in the bounds (this panicked once: σ² = ln(1 + inf / inf) is NaN).
+    #[test]
+    fn a_lognormal_of_huge_mean_and_std_samples_within_bounds() {
+        let dist = LengthDist::LogNormal { mean: 1e300, std: 1e300, min: 1, max: 4096 };
+        assert!(draws(&dist, 1000).iter().all(|&x| (1..=4096).contains(&x)));
     }
 
     fn mean_std(xs: &[u32]) -> (f64, f64) {
