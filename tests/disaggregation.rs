@@ -222,6 +222,8 @@ fn bad_disaggregation_settings_are_named() {
         (f, &["cluster.mode=\"pooled\""], &["cluster.link", "infiniband", "only a disaggregated cluster"]),
         (f, &["cluster.link=\"carrier-pigeon\""], &["cluster.link", "carrier-pigeon", "nvlink"]),
         (f, &["cluster.link_bandwidth_gbps=0"], &["cluster.link_bandwidth_gbps", "0"]),
+        // In range, but the longest prompt's KV would take past the simulation's horizon to move.
+        (f, &["cluster.link_bandwidth_gbps=1e-11", "cluster.link_latency_us=5"], &["cluster.link_bandwidth_gbps", "would take", "a simulation may last"]),
         (f, &["cluster.link_latency_us=-1"], &["cluster.link_latency_us", "-1"]),
         (f, &["engine.policy=\"tgi\""], &["tgi"]),
     ]);

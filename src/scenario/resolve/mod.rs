@@ -139,6 +139,25 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             (first.gpu.clone(), first.engine.clone(), count, pools, kv_link)
         }
     };
+    // The link's inputs are bounded, but what they derive must be too: the longest prompt's KV
+    // over a link of 1e-11 GB/s took past 2^64 ns (a 0.06 s run with a P99 ITL of 1.8e13 ms).
+    if let Some(link) = &kv_link {
+        for p in pools.iter().filter(|p| p.role == crate::scenario::PoolRole::Prefill) {
+            let bytes = model.kv_bytes_per_token_per_gpu(p.engine.tensor_parallel) as f64 * f64::from(p.engine.max_model_len);
+            let seconds = bytes / link.bandwidth_bytes_per_s_per_gpu + link.latency_ns as f64 / 1e9;
+            if !(seconds <= crate::scenario::HORIZON_MAX_S) {
+                return Err(cx.invalid(
+                    "cluster.link_bandwidth_gbps",
+                    link.bandwidth_bytes_per_s_per_gpu / 1e9,
+                    format!(
+                        "a {}-token prompt's KV ({bytes:.0} bytes per GPU) would take {seconds:.3e} s to move, past the {:.0e} s a simulation may last",
+                        p.engine.max_model_len,
+                        crate::scenario::HORIZON_MAX_S
+                    ),
+                ));
+            }
+        }
+    }
     // A correction is per GPU, and `[cost]` is the deployment's: only one GPU type can have it.
     let one_gpu = pools.iter().all(|p| p.gpu.name == gpu.name);
     // It holds engine time too, so only the engines it was fitted on get it.
