@@ -2,6 +2,7 @@
 //! records the timings with their provenance.
 
 pub mod backend;
+pub mod bundled;
 pub mod cpu;
 pub mod cuda;
 pub mod grid;

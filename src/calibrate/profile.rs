@@ -44,6 +44,13 @@ use super::noise::ReferenceTimings;
 use super::timing::{Measurement, TimingOptions};
 use crate::scenario::model::Dtype;
 
+pub mod index;
+pub mod interpolate;
+pub mod leave_one_out;
+
+pub use index::ProfileIndex;
+pub use leave_one_out::{LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
+
 /// The CSV header, in order.
 pub const COLUMNS: [&str; 22] = [
     "op",

@@ -19,7 +19,7 @@ use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
 use super::progress::Progress;
 use super::timing::{Measurement, TimingOptions, measure_samples};
-use crate::cost::calibrated::{LeaveOneOut, leave_one_out};
+use super::profile::{LeaveOneOut, leave_one_out};
 use crate::scenario::model::Dtype;
 
 /// Failure reasons (and reasons a shape could not run) kept in the provenance, at most.

@@ -4,7 +4,9 @@
 //! [`calibrated::Calibrated`] interpolating measured kernel profiles; either takes parameters
 //! fitted to recorded runs (`[cost]`, `servesim fit`). A prediction is a [`StepCost`].
 
-pub mod bundled;
+// The bundled profiles are calibration's data, and calibrate's importer compares against them;
+// here too, as `cost::bundled`, for `--profile auto`.
+pub use crate::calibrate::bundled;
 pub mod calibrated;
 pub mod engine_time;
 mod memo;
@@ -14,6 +16,9 @@ pub mod roofline;
 pub mod sampling;
 pub mod speculative;
 pub mod weight_only;
+
+#[cfg(test)]
+mod tests;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;

@@ -76,10 +76,6 @@ pub(crate) fn alltoall_send_bytes_per_token(moe: &crate::scenario::model::MoeSpe
     moe.experts_per_token as f64 * hidden * act_bytes / t
 }
 
-/// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
-pub(crate) fn expert_ffn_per_gpu(moe: &crate::scenario::model::MoeSpec, tensor_parallel: u32) -> f64 {
-    if moe.expert_parallel { moe.expert_ffn_size as f64 } else { (moe.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil() }
-}
 const S_PER_US: f64 = 1e-6;
 
 /// One GEMM `[m × k] · [k × n]` with a batch-dependent `m`, folded into per-row and fixed times.
@@ -316,7 +312,7 @@ impl Roofline {
         // The router stays 16-bit, as the LM head does (vLLM's gate is an unquantized
         // replicated linear layer).
         let moe = model.moe.map(|moe| {
-            let expert_ffn = expert_ffn_per_gpu(&moe, tensor_parallel);
+            let expert_ffn = moe.expert_ffn_per_gpu(tensor_parallel);
             MoeGemms {
                 routing: ExpertRouting::new(&moe, tensor_parallel),
                 router: GemmOp::new(hidden, moe.num_experts as f64, act_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s),
@@ -343,7 +339,7 @@ impl Roofline {
         // A routed token's experts run SiLU·mul on their intermediates too (on whichever GPUs
         // hold them: the same bytes per GPU when routing is balanced).
         let routed_ffn_per_gpu = model.moe.map_or(0.0, |moe| {
-            moe.experts_per_token as f64 * expert_ffn_per_gpu(&moe, tensor_parallel)
+            moe.experts_per_token as f64 * moe.expert_ffn_per_gpu(tensor_parallel)
                 / if moe.expert_parallel { t } else { 1.0 }
         });
         let silu_bytes_per_token = SILU_MUL_VECTORS * (ffn_per_gpu + routed_ffn_per_gpu) * act_bytes;

@@ -97,6 +97,17 @@ pub struct MoeSpec {
     pub expert_parallel: bool,
 }
 
+impl MoeSpec {
+    /// One expert's intermediate size on one GPU: a `1/t` slice, or whole under expert parallelism.
+    pub fn expert_ffn_per_gpu(&self, tensor_parallel: u32) -> f64 {
+        if self.expert_parallel {
+            self.expert_ffn_size as f64
+        } else {
+            (self.expert_ffn_size as f64 / tensor_parallel.max(1) as f64).ceil()
+        }
+    }
+}
+
 /// vLLM pads the vocabulary of `VocabParallelEmbedding` / `ParallelLMHead` up to a multiple of
 /// this (`DEFAULT_VOCAB_PADDING_SIZE`) before splitting it across tensor-parallel ranks.
 const VOCAB_PADDING: u64 = 64;

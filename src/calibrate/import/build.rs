@@ -245,9 +245,9 @@ pub fn assemble(acc: Accumulator, source: Source) -> Imported {
     let mut done = acc.finish(&peak);
     let mut agreement = source.agreement;
     if source.compare_bundled
-        && let Some((name, bundled)) = crate::cost::bundled::for_gpu(gpu)
+        && let Some((name, bundled)) = crate::calibrate::bundled::for_gpu(gpu)
     {
-        let against = super::compare::against(&done.rows, &crate::cost::calibrated::ProfileIndex::new(bundled));
+        let against = super::compare::against(&done.rows, &crate::calibrate::profile::ProfileIndex::new(bundled));
         for line in against.lines(&format!("the bundled {name} (aiconfigurator) against these rows")) {
             done.notes.push(format!("sources differ: {line}"));
             agreement.push(line);

@@ -4,7 +4,7 @@
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape};
 use crate::calibrate::grid::Shape;
 use crate::calibrate::profile::ProfileRow;
-use crate::cost::calibrated::{LeaveOneOut, ProfileIndex};
+use crate::calibrate::profile::{LeaveOneOut, ProfileIndex};
 use crate::scenario::Dtype;
 
 /// `(other − ours) / ours` per row the other profile prices, by kind: negative where the other

@@ -46,7 +46,7 @@ use super::table::Table;
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape};
 use crate::calibrate::grid::{GemmOp, Shape, model_gemm_nk, model_heads, moe_gemm_nk};
 use crate::calibrate::profile::Profile;
-use crate::cost::calibrated::ProfileIndex;
+use crate::calibrate::profile::ProfileIndex;
 use crate::scenario::{Dtype, GpuSpec, ModelSpec};
 
 pub const META: &str = "meta.yaml";

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::calibrate::profile::{Profile, parse_csv, parse_provenance};
+use super::profile::{Profile, parse_csv, parse_provenance};
 use crate::scenario::GpuSpec;
 
 /// One bundled profile: the hardware preset it was measured on, its file name, and its files.
