@@ -114,7 +114,11 @@ impl Tokenizer {
         self.inner.get_vocab_size(false) as u32
     }
 
-    /// Refuses a tokenizer that could produce ids the model has no embedding for.
+    /// Refuses a tokenizer that could produce ids the model has no embedding for, and one that
+    /// cannot decode the ids the model emits: a model samples from its whole vocabulary, ids the
+    /// tokenizer lacks decode to nothing, and clients then count no tokens for them. Published
+    /// configs pad the vocabulary past the tokenizer's ids by well under 1% (Qwen2.5: 152,064 for
+    /// 151,665), so up to that much is allowed.
     pub fn check_fits(&self, model_vocab_size: u32, model: &str) -> Result<(), String> {
         if self.id_bound > model_vocab_size {
             return Err(format!(
@@ -122,6 +126,13 @@ impl Tokenizer {
                 self.origin,
                 self.id_bound - 1,
                 model_vocab_size.saturating_sub(1)
+            ));
+        }
+        let missing = model_vocab_size - self.id_bound;
+        if u64::from(missing) * 100 > u64::from(model_vocab_size) {
+            return Err(format!(
+                "tokenizer {} has {} ids but model {model} has a vocabulary of {model_vocab_size}: the {missing} ids past the tokenizer's would decode to no text; give the model's own tokenizer",
+                self.origin, self.id_bound
             ));
         }
         Ok(())
@@ -222,6 +233,11 @@ mod tests {
             t.check_fits(vocab, "m").unwrap();
             let err = t.check_fits(vocab - 1, "m").unwrap_err();
             assert!(err.contains(&format!("ids up to {}", vocab - 1)) && err.contains(&format!("vocabulary of {} ids", vocab - 1)), "{err}");
+            // A model vocabulary past the tokenizer's: padding under 1% passes, more is refused
+            // with both sizes.
+            t.check_fits(vocab + vocab / 100, "m").unwrap();
+            let err = t.check_fits(vocab * 4, "m").unwrap_err();
+            assert!(err.contains(&format!("has {vocab} ids")) && err.contains(&format!("vocabulary of {}", vocab * 4)), "{err}");
         }
         assert!(Tokenizer::shipped(1000).is_none());
     }
