@@ -239,8 +239,9 @@ impl Plan {
         for (i, gpu) in s.gpu.iter().enumerate() {
             // The same offer twice would only repeat its candidates (1,000 entries made 4,004);
             // one GPU at two prices or with two profiles is two offers.
-            let key = |name: &str| crate::scenario::GpuSpec::preset(name).map_or_else(|| name.trim().to_ascii_lowercase(), |p| p.name.to_string());
-            let same = |g: &RawGpu| key(&g.name) == key(&gpu.name) && g.profile == gpu.profile && g.price_per_gpu_hour == gpu.price_per_gpu_hour;
+            let same = |g: &RawGpu| {
+                prices::price_key(&g.name) == prices::price_key(&gpu.name) && g.profile == gpu.profile && g.price_per_gpu_hour == gpu.price_per_gpu_hour
+            };
             if let Some(first) = s.gpu[..i].iter().position(same) {
                 return Err(invalid(&format!("search.gpu[{i}].name"), &gpu.name, &format!("repeats search.gpu[{first}] (same price and profile); list each offer once")));
             }

@@ -88,8 +88,9 @@ struct RawPrice {
     source: String,
 }
 
-/// A GPU's name as prices match it: its preset's canonical name, else the name in lower case.
-fn price_key(gpu: &str) -> String {
+/// A GPU's name as prices and offers match it: its preset's canonical name, else the name in
+/// lower case.
+pub fn price_key(gpu: &str) -> String {
     GpuSpec::preset(gpu).map_or_else(|| gpu.trim().to_ascii_lowercase(), |p| p.name.to_string())
 }
 

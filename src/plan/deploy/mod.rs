@@ -136,8 +136,10 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
     }
     if release.to_string() != table.release {
         notes.push(format!(
-            "flags checked against vLLM {}'s table (the release the {} profile's table was read for); the plan pins {release}",
-            table.release, profile.name
+            "flags checked against {} {}'s table (the release the {} profile's table was read for); the plan pins {release}",
+            if engine.policy == Policy::Tgi { "TGI" } else { "vLLM" },
+            table.release,
+            profile.name
         ));
     }
     let draft = engine.speculative.as_ref().and_then(|s| s.draft.as_ref()).and_then(|d| ModelSpec::preset_hf_repo(&d.name));
