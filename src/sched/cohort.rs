@@ -344,7 +344,12 @@ impl Cohort {
         for (i, m) in self.members.iter().enumerate() {
             assert_eq!(seqs[m.slot as usize].cohort_index as usize, i, "cohort index");
         }
-        let finishes = self.finish_ring.iter().map(Vec::len).sum::<usize>() + self.finish_later.len() + self.finishing.len();
-        assert_eq!(finishes, self.members.len(), "one finish per member");
+        // Summing the ring's 1,024 buckets cost more than the rest of the check at usual batch
+        // sizes (over half of a debug-build plan's time), so it runs every 32nd epoch: a finish
+        // lost or doubled is still caught, within 32 steps of the fault.
+        if self.epoch % 32 == 0 {
+            let finishes = self.finish_ring.iter().map(Vec::len).sum::<usize>() + self.finish_later.len() + self.finishing.len();
+            assert_eq!(finishes, self.members.len(), "one finish per member");
+        }
     }
 }
