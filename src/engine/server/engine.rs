@@ -35,6 +35,8 @@ pub struct SeqInput {
     pub block_table: Vec<u32>,
     /// How the sequence samples its token (temperature, top-p, top-k, the client's seed).
     pub sampling: SamplingParams,
+    /// Log-probabilities the request wants of each token it samples, if any.
+    pub logprobs: Option<LogprobsAsk>,
 }
 
 /// Inputs of one step, parallel to `Batch::seqs`.
@@ -56,6 +58,16 @@ pub trait Executor: Send + 'static {
     fn last_times(&self) -> Option<OpTimes> {
         None
     }
+    /// Whether [`Executor::take_logprobs`] answers the rows that ask ([`SeqInput::logprobs`]).
+    /// Requests that need log-probabilities are refused by an engine whose executor has none.
+    fn computes_logprobs(&self) -> bool {
+        false
+    }
+    /// Log-probabilities of the last step's sampled rows, in row order: one entry a row, `None`
+    /// where its sequence asked for none; empty from an executor that computes none.
+    fn take_logprobs(&mut self) -> Vec<Option<TokenLogprobs>> {
+        Vec::new()
+    }
 }
 
 /// An executor chosen at run time (`servesim serve --device`).
@@ -71,6 +83,12 @@ impl Executor for Box<dyn Executor> {
     }
     fn last_times(&self) -> Option<OpTimes> {
         (**self).last_times()
+    }
+    fn computes_logprobs(&self) -> bool {
+        (**self).computes_logprobs()
+    }
+    fn take_logprobs(&mut self) -> Vec<Option<TokenLogprobs>> {
+        (**self).take_logprobs()
     }
 }
 
@@ -116,6 +134,49 @@ pub struct GenerateParams {
     pub max_tokens: u32,
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
+}
+
+/// What a request asks for log-probabilities of the tokens it samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogprobsAsk {
+    /// How many of the most likely tokens to report besides the sampled one (0: that one only).
+    pub top: u32,
+    /// The temperature of the distribution reported: 1 is the model's own (vLLM V1's default,
+    /// "raw_logprobs"); TGI reports the distribution it samples from.
+    pub temperature: f32,
+}
+
+/// A sampled token's log-probability and the most likely tokens', from its row of logits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// (token, log-probability) of the `top` most likely tokens, most likely first (ties: lower
+    /// id first).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What a request asks beyond [`GenerateParams`], whose fields other code builds literally.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestOptions {
+    /// Tokens that end the request when sampled (vLLM's `stop_token_ids`), `ignore_eos` or not.
+    pub stop_token_ids: Vec<u32>,
+    pub logprobs: Option<LogprobsAsk>,
+}
+
+/// Tokens delivered together, with their log-probabilities (parallel to `ids`) when asked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delivery {
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<TokenLogprobs>,
+    pub finish: Option<FinishReason>,
+}
+
+/// What a request submitted with [`EngineHandle::submit_with`] receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Tokens(Delivery),
+    /// The request failed (executor error); nothing follows.
+    Error(String),
 }
 
 /// Why a request was refused.
@@ -195,8 +256,32 @@ pub struct EngineStats {
 pub const TRACE_ROWS_MAX: usize = 1 << 20;
 
 enum Command {
-    Submit { id: u32, params: GenerateParams, events: mpsc::UnboundedSender<Event>, reply: oneshot::Sender<Result<(), SubmitError>> },
+    Submit { id: u32, params: GenerateParams, options: RequestOptions, sink: Sink, reply: oneshot::Sender<Result<(), SubmitError>> },
     Cancel { id: u32 },
+}
+
+/// Where a request's tokens go: the plain [`Event`] channel of [`EngineHandle::submit`], or the
+/// [`Output`] channel (log-probabilities included) of [`EngineHandle::submit_with`].
+enum Sink {
+    Events(mpsc::UnboundedSender<Event>),
+    Outputs(mpsc::UnboundedSender<Output>),
+}
+
+impl Sink {
+    /// Sends a delivery; false when the receiver is gone.
+    fn tokens(&self, ids: Vec<u32>, logprobs: Vec<TokenLogprobs>, finish: Option<FinishReason>) -> bool {
+        match self {
+            Sink::Events(tx) => tx.send(Event::Tokens { ids, finish }).is_ok(),
+            Sink::Outputs(tx) => tx.send(Output::Tokens(Delivery { ids, logprobs, finish })).is_ok(),
+        }
+    }
+
+    fn error(&self, message: String) {
+        let _ = match self {
+            Sink::Events(tx) => tx.send(Event::Error(message)).is_ok(),
+            Sink::Outputs(tx) => tx.send(Output::Error(message)).is_ok(),
+        };
+    }
 }
 
 struct Shared {
@@ -218,6 +303,8 @@ pub struct EngineHandle {
     model_name: String,
     /// Every request runs to its `max_tokens`, whatever it asks (`serve --ignore-eos`).
     ignore_eos: bool,
+    /// Whether the executor computes log-probabilities ([`Executor::computes_logprobs`]).
+    computes_logprobs: bool,
     /// Text <-> ids for the HTTP routes (text prompts, generated text); the engine loop itself
     /// sees only ids.
     tokenizer: Arc<super::Tokenizer>,
@@ -237,6 +324,20 @@ pub struct CancelOnDrop {
 }
 
 impl RequestStream {
+    /// The engine's id for the request.
+    pub fn id(&self) -> u32 {
+        self.guard.id
+    }
+}
+
+/// A request submitted with [`EngineHandle::submit_with`]: its outputs, and a guard that cancels
+/// it when dropped.
+pub struct OutputStream {
+    pub outputs: mpsc::UnboundedReceiver<Output>,
+    pub guard: CancelOnDrop,
+}
+
+impl OutputStream {
     /// The engine's id for the request.
     pub fn id(&self) -> u32 {
         self.guard.id
@@ -280,6 +381,7 @@ impl EngineHandle {
     ) -> EngineHandle {
         config.speculative = lookup.map(|l| SpeculativeConfig { num_speculative_tokens: l.num_speculative_tokens, acceptance: Acceptance::Verified });
         let vocab_size = executor.vocab_size();
+        let computes_logprobs = executor.computes_logprobs();
         assert_eq!(policy == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
         let shared = Arc::new(Shared {
             stats: Mutex::new(EngineStats { kv_blocks_total: config.num_gpu_blocks, ..EngineStats::default() }),
@@ -298,7 +400,16 @@ impl EngineHandle {
             })
             .expect("spawn the engine thread");
         let tokenizer = Arc::new(super::Tokenizer::bytes());
-        EngineHandle { commands: tx, shared, context_len, vocab_size, model_name: "servesim".to_string(), tokenizer, ignore_eos: false }
+        EngineHandle {
+            commands: tx,
+            shared,
+            context_len,
+            vocab_size,
+            model_name: "servesim".to_string(),
+            tokenizer,
+            ignore_eos: false,
+            computes_logprobs,
+        }
     }
 
     /// Sets the tokenizer of text prompts and generated text (default: one token per UTF-8 byte).
@@ -331,7 +442,6 @@ impl EngineHandle {
         self.vocab_size
     }
 
-    /// Queues a request. Fails at once when the queue is full or the request cannot fit.
     /// Makes every request ignore EOS (`serve --ignore-eos`): some clients send `ignore_eos`
     /// only with their warm-up request, and a benchmark needs every request at full length.
     pub fn with_ignore_eos(mut self, ignore_eos: bool) -> EngineHandle {
@@ -339,18 +449,47 @@ impl EngineHandle {
         self
     }
 
-    pub async fn submit(&self, mut params: GenerateParams) -> Result<RequestStream, SubmitError> {
+    /// Whether every request runs to its `max_tokens` (`serve --ignore-eos`).
+    pub fn ignores_eos(&self) -> bool {
+        self.ignore_eos
+    }
+
+    /// Whether requests may ask for log-probabilities ([`RequestOptions::logprobs`]).
+    pub fn computes_logprobs(&self) -> bool {
+        self.computes_logprobs
+    }
+
+    /// Queues a request. Fails at once when the queue is full or the request cannot fit.
+    pub async fn submit(&self, params: GenerateParams) -> Result<RequestStream, SubmitError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let guard = self.queue(params, RequestOptions::default(), Sink::Events(tx)).await?;
+        Ok(RequestStream { events: rx, guard })
+    }
+
+    /// [`EngineHandle::submit`] with stop tokens and log-probabilities; the tokens come as
+    /// [`Output`]s. Refuses stop tokens outside the vocabulary, and log-probabilities from an
+    /// executor that computes none.
+    pub async fn submit_with(&self, params: GenerateParams, options: RequestOptions) -> Result<OutputStream, SubmitError> {
+        if let Some(&bad) = options.stop_token_ids.iter().find(|&&t| t >= self.vocab_size) {
+            return Err(SubmitError::Invalid(format!("stop_token_ids: token id {bad} is outside the vocabulary (size {})", self.vocab_size)));
+        }
+        if options.logprobs.is_some() && !self.computes_logprobs {
+            return Err(SubmitError::Invalid("logprobs are not available: this server's executor does not compute log-probabilities".into()));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let guard = self.queue(params, options, Sink::Outputs(tx)).await?;
+        Ok(OutputStream { outputs: rx, guard })
+    }
+
+    async fn queue(&self, mut params: GenerateParams, options: RequestOptions, sink: Sink) -> Result<CancelOnDrop, SubmitError> {
         params.ignore_eos |= self.ignore_eos;
         check_request_fits(&params, self.vocab_size, self.context_len)?;
         let id = self.shared.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.commands
-            .send(Command::Submit { id, params, events: events_tx, reply: reply_tx })
-            .map_err(|_| SubmitError::EngineStopped)?;
+        self.commands.send(Command::Submit { id, params, options, sink, reply: reply_tx }).map_err(|_| SubmitError::EngineStopped)?;
         let guard = CancelOnDrop { id, commands: self.commands.clone() };
         match reply_rx.await {
-            Ok(Ok(())) => Ok(RequestStream { events: events_rx, guard }),
+            Ok(Ok(())) => Ok(guard),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(SubmitError::EngineStopped),
         }
@@ -379,16 +518,28 @@ struct Live {
     /// Prompt plus generated tokens: what a (re-)prefill computes.
     tokens: Vec<u32>,
     ignore_eos: bool,
+    stop_token_ids: Vec<u32>,
     sampling: SamplingParams,
-    events: mpsc::UnboundedSender<Event>,
+    logprobs: Option<LogprobsAsk>,
+    sink: Sink,
     /// Tokens sampled and not yet sent: the scheduler says when a request's tokens go out (at
     /// once, or at the end of a multi-step window).
     unsent: Vec<u32>,
+    /// Their log-probabilities, when the request asked.
+    unsent_logprobs: Vec<TokenLogprobs>,
     /// It sampled its end of sequence inside a multi-step window, and finishes when the window
     /// ends.
     stopping: bool,
     /// Draft tokens proposed for its next decode (n-gram speculation).
     drafts: Vec<u32>,
+}
+
+impl Live {
+    /// Whether sampling `token` ends the request: its end of sequence (unless it ignores EOS) or
+    /// one of its stop tokens.
+    fn ends_at(&self, token: u32, eos: Option<u32>) -> bool {
+        (!self.ignore_eos && Some(token) == eos) || self.stop_token_ids.contains(&token)
+    }
 }
 
 struct EngineLoop<E: Executor> {
@@ -437,7 +588,7 @@ impl<E: Executor> EngineLoop<E> {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { id, params, events, reply } => {
+            Command::Submit { id, params, options, sink, reply } => {
                 let waiting = self.scheduler.num_waiting();
                 if waiting >= self.max_waiting {
                     self.stats().requests_rejected_total += 1;
@@ -462,9 +613,12 @@ impl<E: Executor> EngineLoop<E> {
                                 seq,
                                 tokens: params.prompt,
                                 ignore_eos: params.ignore_eos,
+                                stop_token_ids: options.stop_token_ids,
                                 sampling: params.sampling,
-                                events,
+                                logprobs: options.logprobs,
+                                sink,
                                 unsent: Vec::new(),
+                                unsent_logprobs: Vec::new(),
                                 stopping: false,
                                 drafts: Vec::new(),
                             },
@@ -534,6 +688,7 @@ impl<E: Executor> EngineLoop<E> {
                         positions: (work.context_tokens..work.context_tokens + work.new_tokens).collect(),
                         block_table: self.scheduler.kv().block_table(work.seq).to_vec(),
                         sampling: l.sampling,
+                        logprobs: l.logprobs,
                     }
                 }
                 None => SeqInput::default(),
@@ -551,7 +706,10 @@ impl<E: Executor> EngineLoop<E> {
         let forward_ns = forward_start.elapsed().as_nanos() as u64;
         let sampled_count = batch.sampled_tokens() as usize;
         let result = match result {
-            Ok(t) if t.len() == sampled_count => Ok(self.verify(&batch, &by_seq, t)),
+            Ok(t) if t.len() == sampled_count => {
+                let logprobs = self.executor.take_logprobs();
+                Ok(self.verify(&batch, &by_seq, t, logprobs))
+            }
             Ok(t) => Err(format!("the executor returned {} tokens for {} sampled rows", t.len(), sampled_count)),
             Err(e) => Err(e),
         };
@@ -567,15 +725,16 @@ impl<E: Executor> EngineLoop<E> {
         let mut failed = Vec::new();
         match result {
             Ok(new_tokens) => {
-                let generated: usize = new_tokens.iter().map(Vec::len).sum();
+                let generated: usize = new_tokens.iter().map(|(t, _)| t.len()).sum();
                 let sampled = batch.seqs.iter().filter(|w| w.samples_token);
-                for (work, tokens) in sampled.zip(new_tokens) {
+                for (work, (tokens, logprobs)) in sampled.zip(new_tokens) {
                     let Some(&id) = by_seq.get(&work.seq) else { continue };
                     let Some(live) = self.live.get_mut(&id) else { continue };
                     let Some(&token) = tokens.last() else { continue };
                     live.tokens.extend_from_slice(&tokens);
                     live.unsent.extend_from_slice(&tokens);
-                    if finished.contains(&id) || live.ignore_eos || Some(token) != eos {
+                    live.unsent_logprobs.extend(logprobs);
+                    if finished.contains(&id) || !live.ends_at(token, eos) {
                         continue;
                     }
                     // End of sequence: finished now, or when its multi-step window ends.
@@ -595,7 +754,8 @@ impl<E: Executor> EngineLoop<E> {
                         None
                     };
                     let ids = std::mem::take(&mut live.unsent);
-                    if live.events.send(Event::Tokens { ids, finish }).is_err() && finish.is_none() {
+                    let logprobs = std::mem::take(&mut live.unsent_logprobs);
+                    if !live.sink.tokens(ids, logprobs, finish) && finish.is_none() {
                         gone.push(id); // The client is gone.
                     }
                 }
@@ -609,7 +769,7 @@ impl<E: Executor> EngineLoop<E> {
                 for work in &batch.seqs {
                     if let Some(&id) = by_seq.get(&work.seq) {
                         if let Some(live) = self.live.get(&id) {
-                            let _ = live.events.send(Event::Error(message.clone()));
+                            live.sink.error(message.clone());
                         }
                         if !finished.contains(&id) {
                             failed.push(id);
@@ -632,25 +792,31 @@ impl<E: Executor> EngineLoop<E> {
     /// Each sampling sequence's new tokens, from the executor's sampled rows (`rows`, one per
     /// [`crate::sched::SeqWork::sampled_rows`]): with drafts, the token sampled after each draft
     /// that matched it and the one after the first that did not (or after the last draft);
-    /// without, its one token. An end-of-sequence token ends them. Tells the scheduler how many
-    /// drafts each kept.
-    fn verify(&mut self, batch: &Batch, by_seq: &HashMap<u32, u32>, rows: Vec<u32>) -> Vec<Vec<u32>> {
+    /// without, its one token. An end-of-sequence or stop token ends them. Each token comes with
+    /// its log-probabilities where the executor gave them (`logprobs`, parallel to `rows`, or
+    /// empty). Tells the scheduler how many drafts each kept.
+    fn verify(&mut self, batch: &Batch, by_seq: &HashMap<u32, u32>, rows: Vec<u32>, logprobs: Vec<Option<TokenLogprobs>>) -> Vec<(Vec<u32>, Vec<TokenLogprobs>)> {
         let eos = self.executor.eos_token();
+        // An executor that answers fewer rows than it sampled gives none: a request's tokens and
+        // their log-probabilities must stay aligned.
+        let mut logprobs = if logprobs.len() == rows.len() { logprobs } else { Vec::new() }.into_iter();
         let mut rows = rows.into_iter();
         let mut tokens = Vec::new();
         for work in batch.seqs.iter().filter(|w| w.samples_token) {
-            let samples: Vec<u32> = rows.by_ref().take(work.sampled_rows() as usize).collect();
+            let n = work.sampled_rows() as usize;
+            let samples: Vec<u32> = rows.by_ref().take(n).collect();
+            let sample_logprobs: Vec<Option<TokenLogprobs>> = logprobs.by_ref().take(n).collect();
             let live = by_seq.get(&work.seq).and_then(|id| self.live.get(id));
             let drafts = live.map_or(&[][..], |l| &l.drafts[..]);
             let mut accepted = drafts.iter().zip(&samples).take(work.draft_tokens as usize).take_while(|(d, t)| d == t).count();
-            let stops = live.is_some_and(|l| !l.ignore_eos);
-            if let Some(at) = eos.filter(|_| stops).and_then(|eos| samples.iter().take(accepted + 1).position(|&t| t == eos)) {
+            if let Some(at) = live.and_then(|l| samples.iter().take(accepted + 1).position(|&t| l.ends_at(t, eos))) {
                 accepted = at;
             }
             if work.draft_tokens > 0 {
                 self.scheduler.accept_drafts(work.seq, accepted as u32);
             }
-            tokens.push(samples.into_iter().take(accepted + 1).collect());
+            let kept = accepted + 1;
+            tokens.push((samples.into_iter().take(kept).collect(), sample_logprobs.into_iter().take(kept).flatten().collect()));
         }
         tokens
     }

@@ -1,10 +1,13 @@
 //! The engine's HTTP server and its continuous-batching loop, generic over the forward pass.
 //!
 //! ```text
-//!   axum routes (http.rs) ──submit/cancel──► engine thread (engine.rs)
-//!     /v1/completions, /v1/models             Scheduler (src/sched, the simulator's own)
-//!     /generate, /generate_stream             + Executor::forward (model executor or a fake)
-//!     /health, /metrics          ◄──tokens──  per-step trace as timeline.csv rows (crate::timeline)
+//!   axum routes (http.rs)                    ──submit/cancel──► engine thread (engine.rs)
+//!     /v1/completions (completions.rs)                          Scheduler (src/sched, the simulator's own)
+//!     /v1/chat/completions (chat*.rs)                           + Executor::forward (model executor or a fake)
+//!     /generate, /generate_stream (tgi.rs)   ◄──tokens─────────  per-step trace as timeline.csv rows
+//!     /v1/models, /health, /metrics (metrics.rs)
+//!   each request: body checked field by field (request.rs, fields.rs), queued (front.rs), its
+//!   tokens turned into text pieces, stop strings and counts (generation.rs, stop.rs)
 //! ```
 //!
 //! Text is tokenized by the handle's [`Tokenizer`] (a Hugging Face `tokenizer.json`; one token per
@@ -12,25 +15,43 @@
 //! JSON error, a full waiting queue a 503, an executor error (or panic) a 500 for the requests of
 //! that step only.
 
+mod chat;
+mod chat_request;
+mod chat_template;
+mod completions;
 mod connection;
 mod engine;
+mod fields;
+mod front;
+mod generation;
 mod http;
 mod knobs;
 mod limits;
+mod logprobs;
+mod metrics;
 mod model_executor;
 mod ngram;
 mod request;
+mod sse;
+mod stop;
+mod tgi;
 mod tokenizer;
 
+pub use chat_request::{ParsedChat, parse_chat};
+pub use chat_template::{ChatTemplate, ChatTemplateState};
 pub use engine::{
-    CancelOnDrop, EngineHandle, EngineStats, Event, Executor, FinishReason, GenerateParams, RequestStream, STEP_TIME_BUCKETS_S, SeqInput,
-    StepInputs, SubmitError, TRACE_ROWS_MAX, check_request_fits,
+    CancelOnDrop, Delivery, EngineHandle, EngineStats, Event, Executor, FinishReason, GenerateParams, LogprobsAsk, Output, OutputStream,
+    RequestOptions, RequestStream, STEP_TIME_BUCKETS_S, SeqInput, StepInputs, SubmitError, TRACE_ROWS_MAX, TokenLogprobs, check_request_fits,
 };
 pub use knobs::EngineKnobs;
 pub use ngram::NgramLookup;
 pub use connection::{Drained, HEADER_BYTES_MAX, HEADERS_MAX};
 pub use http::{router, router_with, serve, serve_with};
-pub use request::{Api, ApiError, MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, ParsedRequest, PromptInput, ReplyOptions, parse_request};
+pub use logprobs::TOP_LOGPROBS_MAX;
+pub use request::{
+    Api, ApiError, MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, OutputOptions, ParsedRequest, PromptInput, ReplyOptions, STOP_STRING_BYTES_MAX,
+    STOP_STRINGS_MAX, parse_request,
+};
 pub use limits::{
     BODY_READ_TIMEOUT_DEFAULT, DRAIN_TIMEOUT_DEFAULT, HEADER_READ_TIMEOUT_DEFAULT, PROMPT_BYTES_MAX_DEFAULT, REQUEST_BODY_BYTES_MAX, ServerLimits,
 };

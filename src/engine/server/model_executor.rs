@@ -1,7 +1,8 @@
 //! The real transformer behind the HTTP engine: the CPU [`ModelExecutor`] or the CUDA
 //! [`CudaModelExecutor`] as an [`Executor`], with one sampling path for both.
 
-use super::engine::{Executor, StepInputs};
+use super::engine::{Executor, LogprobsAsk, StepInputs, TokenLogprobs};
+use super::logprobs::token_logprobs;
 use crate::engine::cuda::CudaModelExecutor;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -87,6 +88,8 @@ pub struct ModelEngine<M: LogitsModel = ModelExecutor> {
     token_ids: Vec<u32>,
     /// Time the last step spent sampling.
     sampling_ns: u64,
+    /// The last step's log-probabilities, a row each (empty when no row asked).
+    logprobs: Vec<Option<TokenLogprobs>>,
 }
 
 /// The engine on a GPU: the CUDA forward pass with the same sampling as the CPU engine.
@@ -94,7 +97,7 @@ pub type CudaModelEngine = ModelEngine<CudaModelExecutor>;
 
 impl<M: LogitsModel> ModelEngine<M> {
     pub fn new(model: M) -> ModelEngine<M> {
-        ModelEngine { model, token_ids: Vec::new(), sampling_ns: 0 }
+        ModelEngine { model, token_ids: Vec::new(), sampling_ns: 0, logprobs: Vec::new() }
     }
 }
 
@@ -112,14 +115,31 @@ fn draw_seed(seed: u64, position: u32) -> u64 {
 /// One token per row of `logits` (`[rows, vocab]`), row `i` with `params[i]` and the uniform
 /// number of `seeds[i]`, on the current rayon pool. The tokens do not depend on the pool.
 pub fn sample_rows(logits: &[f32], vocab: usize, params: &[SamplingParams], seeds: &[u64]) -> Vec<u32> {
+    logits.par_chunks_exact(vocab).zip(params.par_iter().zip(seeds)).map(|(row, (p, &seed))| sample_row(row, p, seed)).collect()
+}
+
+fn sample_row(row: &[f32], params: &SamplingParams, seed: u64) -> u32 {
+    let u = if params.is_greedy() { 0.0 } else { uniform(seed) };
+    SCRATCH.with(|s| sample(row, params, u, &mut s.borrow_mut()))
+}
+
+/// [`sample_rows`], plus each row's log-probabilities where `asks` wants them, computed in the
+/// same task as the row's token while its logits are in cache.
+fn sample_rows_with_logprobs(
+    logits: &[f32],
+    vocab: usize,
+    params: &[SamplingParams],
+    seeds: &[u64],
+    asks: &[Option<LogprobsAsk>],
+) -> (Vec<u32>, Vec<Option<TokenLogprobs>>) {
     logits
         .par_chunks_exact(vocab)
-        .zip(params.par_iter().zip(seeds))
-        .map(|(row, (p, &seed))| {
-            let u = if p.is_greedy() { 0.0 } else { uniform(seed) };
-            SCRATCH.with(|s| sample(row, p, u, &mut s.borrow_mut()))
+        .zip(params.par_iter().zip(seeds).zip(asks))
+        .map(|(row, ((p, &seed), ask))| {
+            let token = sample_row(row, p, seed);
+            (token, ask.map(|ask| token_logprobs(row, token, ask)))
         })
-        .collect()
+        .unzip()
 }
 
 impl<M: LogitsModel> Executor for ModelEngine<M> {
@@ -132,6 +152,7 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
         let pool = self.model.pool();
         // A row's uniform number follows its position, so a token verified among drafts is
         // drawn as it would be in a decode of its own.
+        let mut asks = Vec::new();
         let (params, seeds): (Vec<SamplingParams>, Vec<u64>) = batch
             .seqs
             .iter()
@@ -139,6 +160,7 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
             .enumerate()
             .flat_map(|(i, (w, input))| {
                 let rows = w.sampled_rows() as usize;
+                asks.extend(std::iter::repeat_n(input.logprobs, rows));
                 let positions = &input.positions[input.positions.len().saturating_sub(rows)..];
                 positions.iter().map(move |&position| (input.sampling, draw_seed(input.sampling.seed.unwrap_or(i as u64), position)))
             })
@@ -146,12 +168,30 @@ impl<M: LogitsModel> Executor for ModelEngine<M> {
         let tables = InputTables { inputs, block_size: self.model.block_size() as u32 };
         let logits = self.model.forward_with_tables(batch, &self.token_ids, &tables).map_err(|e| e.to_string())?;
         let started = Instant::now();
-        let tokens = match pool {
-            Some(pool) => pool.install(|| sample_rows(logits, vocab, &params, &seeds)),
-            None => sample_rows(logits, vocab, &params, &seeds),
+        // Rows that ask nothing take the plain path: its cost is what calibration times.
+        let with_logprobs = asks.iter().any(Option::is_some);
+        let sample_all = || {
+            if with_logprobs {
+                sample_rows_with_logprobs(logits, vocab, &params, &seeds, &asks)
+            } else {
+                (sample_rows(logits, vocab, &params, &seeds), Vec::new())
+            }
         };
+        let (tokens, logprobs) = match pool {
+            Some(pool) => pool.install(sample_all),
+            None => sample_all(),
+        };
+        self.logprobs = logprobs;
         self.sampling_ns = started.elapsed().as_nanos() as u64;
         Ok(tokens)
+    }
+
+    fn computes_logprobs(&self) -> bool {
+        true
+    }
+
+    fn take_logprobs(&mut self) -> Vec<Option<TokenLogprobs>> {
+        std::mem::take(&mut self.logprobs)
     }
 
     fn vocab_size(&self) -> u32 {

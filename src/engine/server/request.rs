@@ -5,9 +5,11 @@
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::engine::SubmitError;
+use super::fields::{self, NEUTRAL_SAMPLING, REFUSED_VLLM, Rule, Table};
+use super::logprobs::TOP_LOGPROBS_MAX;
 use crate::engine::model::SamplingParams;
 
 /// `max_tokens` when a request gives none (OpenAI's default).
@@ -29,8 +31,13 @@ impl ApiError {
         ApiError { status, message: message.into() }
     }
 
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(super) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// The server's own failure (an engine error, a model's unusable template).
+    pub(super) fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
     /// The JSON body the client gets with the status.
@@ -71,6 +78,7 @@ pub enum Api {
     Generate,
 }
 
+
 /// A prompt as the request gave it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PromptInput {
@@ -94,6 +102,23 @@ pub struct ReplyOptions {
     pub seed: Option<u64>,
 }
 
+/// What the output holds and where it ends, beyond the engine's own stop (EOS, `max_tokens`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutputOptions {
+    /// Strings that end the output where one first appears (OpenAI `stop`, TGI `parameters.stop`).
+    pub stop: Vec<String>,
+    /// Tokens that end it when sampled (vLLM's `stop_token_ids`).
+    pub stop_token_ids: Vec<u32>,
+    /// Whether the stop string (or stop token's text) stays in the output: vLLM's
+    /// `include_stop_str_in_output`; always for TGI, which keeps its stop sequences.
+    pub include_stop: bool,
+    /// The output text starts with the prompt's (OpenAI `echo`, TGI `return_full_text`).
+    pub echo: bool,
+    /// Log-probabilities of each generated token, with this many most likely alternatives
+    /// (OpenAI `logprobs`/`top_logprobs`, TGI `top_n_tokens`).
+    pub logprobs: Option<u32>,
+}
+
 /// A request body, parsed and checked as far as it can be before tokenizing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParsedRequest {
@@ -102,6 +127,9 @@ pub struct ParsedRequest {
     pub ignore_eos: bool,
     pub sampling: SamplingParams,
     pub reply: ReplyOptions,
+    pub output: OutputOptions,
+    /// Whether a text prompt is tokenized with the tokenizer's special tokens (a Llama BOS).
+    pub add_special_tokens: bool,
 }
 
 /// Parses and checks a body of `api` for a server serving `served_model` whose text prompts may
@@ -115,40 +143,53 @@ pub fn parse_request(api: Api, body: &[u8], served_model: &str, prompt_bytes_max
     }
 }
 
-fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed JSON request: {e}")))
+/// A body as a JSON object, its fields checked against `table` ([`fields::check`]).
+pub(super) fn parse_object(body: &[u8], table: &Table, request: &str) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed JSON request: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(ApiError::bad_request(format!("{request} must be a JSON object, got {}", fields::shown(&value))));
+    };
+    fields::check(&map, table, request).map_err(ApiError::bad_request)?;
+    Ok(map)
 }
 
-// ---------------------------------------------------------------- OpenAI
+/// A checked object as the route's typed request; a field of the wrong type is named by serde.
+pub(super) fn typed<T: for<'de> Deserialize<'de>>(map: Map<String, Value>) -> Result<T, ApiError> {
+    serde_json::from_value(Value::Object(map)).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
+}
+
+// ---------------------------------------------------------------- OpenAI, both routes
+
+/// Most stop strings a request may give, and the longest: each generated token's text is
+/// searched for all of them.
+pub const STOP_STRINGS_MAX: usize = 32;
+pub const STOP_STRING_BYTES_MAX: usize = 1024;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Prompt {
-    Text(String),
-    Tokens(Vec<u32>),
-    Texts(Vec<String>),
-    TokenLists(Vec<Vec<u32>>),
-}
-
-#[derive(Deserialize, Default)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
+pub(super) enum StopField {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
-struct CompletionRequest {
+#[serde(deny_unknown_fields)]
+pub(super) struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// The fields the completions and chat routes share (vLLM's names).
+#[derive(Deserialize)]
+pub(super) struct OpenAiCommon {
     #[serde(default)]
     model: Option<String>,
-    prompt: Prompt,
     #[serde(default)]
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
     #[serde(default)]
-    ignore_eos: bool,
+    ignore_eos: Option<bool>,
     #[serde(default)]
     temperature: Option<f32>,
     #[serde(default)]
@@ -161,24 +202,158 @@ struct CompletionRequest {
     #[serde(default)]
     n: Option<u32>,
     #[serde(default)]
+    stop: Option<StopField>,
+    #[serde(default)]
+    stop_token_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    include_stop_str_in_output: Option<bool>,
+    #[serde(default)]
+    echo: Option<bool>,
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+}
+
+/// What [`OpenAiCommon`] asks, checked.
+pub(super) struct Common {
+    pub ignore_eos: bool,
+    pub sampling: SamplingParams,
+    pub reply: ReplyOptions,
+    /// Everything but `logprobs`, whose form differs by route.
+    pub output: OutputOptions,
+    pub add_special_tokens: Option<bool>,
+}
+
+/// The OpenAI routes' fields that are neither sampling nor output, as [`Table`] rows.
+pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 15] = [
+    ("model", Rule::Used),
+    ("stream", Rule::Used),
+    ("stream_options", Rule::Used),
+    ("ignore_eos", Rule::Used),
+    ("temperature", Rule::Used),
+    ("top_p", Rule::Used),
+    ("top_k", Rule::Used),
+    ("seed", Rule::Used),
+    ("n", Rule::Used),
+    ("stop", Rule::Used),
+    ("stop_token_ids", Rule::Used),
+    ("include_stop_str_in_output", Rule::Used),
+    ("echo", Rule::Used),
+    ("add_special_tokens", Rule::Used),
+    ("user", Rule::Inert),
+];
+
+pub(super) fn common(c: OpenAiCommon, served_model: &str) -> Result<Common, ApiError> {
+    check_model(served_model, c.model.as_deref())?;
+    check_one_completion("n", c.n)?;
+    let stream = c.stream.unwrap_or(false);
+    // vLLM refuses the same: the options shape a stream that is not there.
+    if c.stream_options.is_some() && !stream {
+        return Err(ApiError::bad_request("`stream_options` is only allowed with `stream`: true"));
+    }
+    let sampling = sampling(c.temperature, c.top_p, c.top_k, c.seed)?;
+    let output = OutputOptions {
+        stop: stop_strings(c.stop, "stop")?,
+        stop_token_ids: c.stop_token_ids.unwrap_or_default(),
+        include_stop: c.include_stop_str_in_output.unwrap_or(false),
+        echo: c.echo.unwrap_or(false),
+        logprobs: None,
+    };
+    let reply = ReplyOptions {
+        model: c.model,
+        stream,
+        include_usage: c.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        details: false,
+        seed: c.seed,
+    };
+    Ok(Common { ignore_eos: c.ignore_eos.unwrap_or(false), sampling, reply, output, add_special_tokens: c.add_special_tokens })
+}
+
+/// The stop strings of `field`: a string or a list, each non-empty, within the limits.
+pub(super) fn stop_strings(stop: Option<StopField>, field: &str) -> Result<Vec<String>, ApiError> {
+    let list = match stop {
+        None => Vec::new(),
+        Some(StopField::One(s)) => vec![s],
+        Some(StopField::Many(v)) => v,
+    };
+    if list.len() > STOP_STRINGS_MAX {
+        return Err(ApiError::bad_request(format!("`{field}` holds {} strings, more than this server's limit of {STOP_STRINGS_MAX}", list.len())));
+    }
+    for (i, s) in list.iter().enumerate() {
+        if s.is_empty() {
+            return Err(ApiError::bad_request(format!("`{field}`[{i}] is empty: it would end every output before its first token")));
+        }
+        if s.len() > STOP_STRING_BYTES_MAX {
+            return Err(ApiError::bad_request(format!("`{field}`[{i}] is {} bytes, more than this server's limit of {STOP_STRING_BYTES_MAX}", s.len())));
+        }
+    }
+    Ok(list)
+}
+
+/// A count of top alternatives asked in `field`, within vLLM's default `max_logprobs`.
+pub(super) fn logprobs_count(field: &str, n: u32) -> Result<u32, ApiError> {
+    if n > TOP_LOGPROBS_MAX {
+        return Err(ApiError::bad_request(format!("`{field}` = {n} is more than this server's limit of {TOP_LOGPROBS_MAX} (vLLM's default max_logprobs)")));
+    }
+    Ok(n)
+}
+
+// ---------------------------------------------------------------- OpenAI completions
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Deserialize)]
+struct CompletionRequest {
+    prompt: Prompt,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
     best_of: Option<u32>,
+    #[serde(default)]
+    logprobs: Option<u32>,
+    #[serde(flatten)]
+    common: OpenAiCommon,
+}
+
+/// `/v1/completions`' fields, by rule.
+fn completion_fields() -> Vec<(&'static str, Rule)> {
+    let own = [
+        ("prompt", Rule::Used),
+        ("max_tokens", Rule::Used),
+        ("best_of", Rule::Used),
+        ("logprobs", Rule::Used),
+        ("suffix", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "\"\"", why: "there is no insertion mode" }),
+    ];
+    own.into_iter().chain(OPENAI_COMMON_FIELDS).chain(NEUTRAL_SAMPLING).chain(REFUSED_VLLM).collect()
 }
 
 fn parse_completion(body: &[u8], served_model: &str, prompt_bytes_max: usize) -> Result<ParsedRequest, ApiError> {
-    let req: CompletionRequest = parse_json(body)?;
-    check_model(served_model, req.model.as_deref())?;
-    check_one_completion("n", req.n)?;
+    let req: CompletionRequest = typed(parse_object(body, &completion_fields(), "a completion request")?)?;
     check_one_completion("best_of", req.best_of)?;
+    let Common { ignore_eos, sampling, reply, mut output, add_special_tokens } = common(req.common, served_model)?;
+    if let Some(n) = req.logprobs {
+        if output.echo {
+            return Err(ApiError::bad_request("`echo` with `logprobs` is not supported: it reports the prompt's log-probabilities, which are not computed"));
+        }
+        output.logprobs = Some(logprobs_count("logprobs", n)?);
+    }
     let prompt = one_prompt(req.prompt, prompt_bytes_max)?;
-    let sampling = sampling(req.temperature, req.top_p, req.top_k, req.seed)?;
-    let reply = ReplyOptions {
-        model: req.model,
-        stream: req.stream,
-        include_usage: req.stream_options.unwrap_or_default().include_usage,
-        details: false,
-        seed: req.seed,
-    };
-    Ok(ParsedRequest { prompt, max_tokens: req.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT), ignore_eos: req.ignore_eos, sampling, reply })
+    Ok(ParsedRequest {
+        prompt,
+        max_tokens: req.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
+        ignore_eos,
+        sampling,
+        reply,
+        output,
+        // vLLM's default for completions: the prompt is tokenized as the model was trained.
+        add_special_tokens: add_special_tokens.unwrap_or(true),
+    })
 }
 
 /// The request's one prompt: OpenAI allows a list of them, this server one a request.
@@ -200,14 +375,18 @@ fn one_prompt(prompt: Prompt, prompt_bytes_max: usize) -> Result<PromptInput, Ap
 
 /// A text prompt within the byte limit, checked before any tokenizing: a long prompt takes
 /// seconds and hundreds of MB to tokenize (issue 17).
-fn text_prompt(text: String, prompt_bytes_max: usize) -> Result<PromptInput, ApiError> {
-    if text.len() > prompt_bytes_max {
+pub(super) fn text_prompt(text: String, prompt_bytes_max: usize) -> Result<PromptInput, ApiError> {
+    check_prompt_bytes(text.len(), prompt_bytes_max)?;
+    Ok(PromptInput::Text(text))
+}
+
+pub(super) fn check_prompt_bytes(bytes: usize, prompt_bytes_max: usize) -> Result<(), ApiError> {
+    if bytes > prompt_bytes_max {
         return Err(ApiError::bad_request(format!(
-            "the prompt is {} bytes, more than this server's limit of {prompt_bytes_max} bytes (serve --max-prompt-bytes)",
-            text.len()
+            "the prompt is {bytes} bytes, more than this server's limit of {prompt_bytes_max} bytes (serve --max-prompt-bytes)"
         )));
     }
-    Ok(PromptInput::Text(text))
+    Ok(())
 }
 
 /// A request may name the served model, its alias, or none; vLLM answers any other name 404.
@@ -223,7 +402,7 @@ fn check_model(served_model: &str, model: Option<&str>) -> Result<(), ApiError> 
 }
 
 /// One completion a request: `n` or `best_of` other than 1 is refused rather than ignored.
-fn check_one_completion(field: &str, value: Option<u32>) -> Result<(), ApiError> {
+pub(super) fn check_one_completion(field: &str, value: Option<u32>) -> Result<(), ApiError> {
     match value {
         None | Some(1) => Ok(()),
         Some(v) => Err(ApiError::bad_request(format!(
@@ -232,18 +411,29 @@ fn check_one_completion(field: &str, value: Option<u32>) -> Result<(), ApiError>
     }
 }
 
-fn sampling(temperature: Option<f32>, top_p: Option<f32>, top_k: Option<i64>, seed: Option<u64>) -> Result<SamplingParams, ApiError> {
+pub(super) fn sampling(temperature: Option<f32>, top_p: Option<f32>, top_k: Option<i64>, seed: Option<u64>) -> Result<SamplingParams, ApiError> {
     SamplingParams::from_request(temperature, top_p, top_k, seed).map_err(ApiError::bad_request)
 }
 
 // ---------------------------------------------------------------- TGI
+
+#[derive(Deserialize)]
+struct TgiRequest {
+    inputs: String,
+    #[serde(default)]
+    parameters: Option<TgiParameters>,
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+}
 
 #[derive(Deserialize, Default)]
 struct TgiParameters {
     #[serde(default)]
     max_new_tokens: Option<u32>,
     #[serde(default)]
-    details: bool,
+    details: Option<bool>,
+    #[serde(default)]
+    do_sample: Option<bool>,
     #[serde(default)]
     temperature: Option<f32>,
     #[serde(default)]
@@ -253,26 +443,82 @@ struct TgiParameters {
     #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]
-    ignore_eos: bool,
+    stop: Option<StopField>,
+    #[serde(default)]
+    return_full_text: Option<bool>,
+    #[serde(default)]
+    top_n_tokens: Option<u32>,
+    /// Not TGI's: servesim's, for clients that send it to both APIs.
+    #[serde(default)]
+    ignore_eos: Option<bool>,
     #[serde(default)]
     best_of: Option<u32>,
 }
 
-#[derive(Deserialize)]
-struct TgiRequest {
-    inputs: String,
-    #[serde(default)]
-    parameters: Option<TgiParameters>,
-}
+const TGI_FIELDS: [(&str, Rule); 3] = [("inputs", Rule::Used), ("parameters", Rule::Used), ("add_special_tokens", Rule::Used)];
 
-fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<ParsedRequest, ApiError> {
-    let req: TgiRequest = parse_json(body)?;
+/// TGI 2.3's `parameters` (router/src/lib.rs, `GenerateParameters`), by rule.
+const TGI_PARAMETERS: [(&str, Rule); 19] = [
+    ("max_new_tokens", Rule::Used),
+    ("details", Rule::Used),
+    ("do_sample", Rule::Used),
+    ("temperature", Rule::Used),
+    ("top_p", Rule::Used),
+    ("top_k", Rule::Used),
+    ("seed", Rule::Used),
+    ("stop", Rule::Used),
+    ("return_full_text", Rule::Used),
+    ("top_n_tokens", Rule::Used),
+    ("ignore_eos", Rule::Used),
+    ("best_of", Rule::Used),
+    ("decoder_input_details", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "the prompt's log-probabilities are not computed" }),
+    ("repetition_penalty", Rule::OnlyAt { is_neutral: fields::is_one, neutral: "1", why: "the sampler has no penalties" }),
+    ("frequency_penalty", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "the sampler has no penalties" }),
+    ("watermark", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "outputs are not watermarked" }),
+    ("typical_p", Rule::Refused("the sampler has temperature, top-k and top-p only")),
+    ("truncate", Rule::Refused("prompts are never truncated: one too long is refused")),
+    ("grammar", Rule::Refused("there is no structured output")),
+];
+
+pub(super) fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<ParsedRequest, ApiError> {
+    let map = parse_object(body, &TGI_FIELDS, "a TGI generate request")?;
+    if let Some(Value::Object(parameters)) = map.get("parameters") {
+        fields::check(parameters, &TGI_PARAMETERS, "TGI's parameters").map_err(ApiError::bad_request)?;
+    }
+    let req: TgiRequest = typed(map)?;
     let p = req.parameters.unwrap_or_default();
     check_one_completion("best_of", p.best_of)?;
-    let sampling = sampling(p.temperature, p.top_p, p.top_k, p.seed)?;
+    let sampling = tgi_sampling(&p)?;
     let prompt = text_prompt(req.inputs, prompt_bytes_max)?;
-    let reply = ReplyOptions { model: None, stream: false, include_usage: false, details: p.details, seed: p.seed };
-    Ok(ParsedRequest { prompt, max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT), ignore_eos: p.ignore_eos, sampling, reply })
+    let output = OutputOptions {
+        stop: stop_strings(p.stop, "parameters.stop")?,
+        stop_token_ids: Vec::new(),
+        // TGI's output keeps the stop sequence that ended it.
+        include_stop: true,
+        echo: p.return_full_text.unwrap_or(false),
+        // TGI reports every token's log-probability; top_n_tokens adds the most likely.
+        logprobs: Some(logprobs_count("parameters.top_n_tokens", p.top_n_tokens.unwrap_or(0))?),
+    };
+    let reply = ReplyOptions { model: None, stream: false, include_usage: false, details: p.details.unwrap_or(false), seed: p.seed };
+    Ok(ParsedRequest {
+        prompt,
+        max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
+        ignore_eos: p.ignore_eos.unwrap_or(false),
+        sampling,
+        reply,
+        output,
+        add_special_tokens: req.add_special_tokens.unwrap_or(true),
+    })
+}
+
+/// TGI's choice between sampling and greedy decoding: it samples when `do_sample` is set or when
+/// any warper is (temperature ≠ 1, top-k on, top-p < 1), and decodes greedily otherwise, so a
+/// request with no parameters is greedy (TGI 2.3, server/text_generation_server/utils/tokens.py,
+/// `NextTokenChooser`: `sampling = do_sample or has_warpers`).
+fn tgi_sampling(p: &TgiParameters) -> Result<SamplingParams, ApiError> {
+    let checked = sampling(p.temperature, p.top_p, p.top_k, p.seed)?;
+    let warpers = p.temperature.is_some_and(|t| t != 1.0) || p.top_k.is_some_and(|k| k > 0) || p.top_p.is_some_and(|q| q < 1.0);
+    if p.do_sample.unwrap_or(false) || warpers { Ok(checked) } else { Ok(SamplingParams { temperature: 0.0, ..checked }) }
 }
 
 #[cfg(test)]

@@ -18,10 +18,23 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-/// Vocabulary sizes of the shipped tokenizers and their `tokenizer.json`, compiled in.
-const SHIPPED: [(u32, &str, &str); 2] = [
-    (256, "servesim-char-256", include_str!("../../../tokenizers/servesim-char-256/tokenizer.json")),
-    (32_000, "servesim-char-32000", include_str!("../../../tokenizers/servesim-char-32000/tokenizer.json")),
+use super::chat_template::{ChatTemplateState, from_files, load_dir};
+
+/// Vocabulary sizes of the shipped tokenizers, their `tokenizer.json` and their
+/// `tokenizer_config.json` (for its chat template), compiled in.
+const SHIPPED: [(u32, &str, &str, &str); 2] = [
+    (
+        256,
+        "servesim-char-256",
+        include_str!("../../../tokenizers/servesim-char-256/tokenizer.json"),
+        include_str!("../../../tokenizers/servesim-char-256/tokenizer_config.json"),
+    ),
+    (
+        32_000,
+        "servesim-char-32000",
+        include_str!("../../../tokenizers/servesim-char-32000/tokenizer.json"),
+        include_str!("../../../tokenizers/servesim-char-32000/tokenizer_config.json"),
+    ),
 ];
 
 /// A tokenizer that could not be loaded, with the file it came from.
@@ -40,6 +53,8 @@ pub struct Tokenizer {
     /// One more than the largest id it can produce (added tokens included).
     id_bound: u32,
     special_ids: HashSet<u32>,
+    /// The chat template of the directory it came from, for `/v1/chat/completions`.
+    chat: ChatTemplateState,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -49,12 +64,20 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads `path/tokenizer.json` when `path` is a directory, else the file `path` itself.
+    /// Loads `path/tokenizer.json` and the chat template beside it when `path` is a directory,
+    /// else the file `path` itself (with no chat template: a lone file has no directory of its own).
+    /// A chat template that is missing or cannot be used does not fail the load: only chat
+    /// requests need it, and they are told why ([`Tokenizer::chat_template`]).
     pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-        let file: PathBuf = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+        let is_dir = path.is_dir();
+        let file: PathBuf = if is_dir { path.join("tokenizer.json") } else { path.to_path_buf() };
         let shown = file.display().to_string();
         let text = std::fs::read_to_string(&file).map_err(|e| TokenizerError { path: shown.clone(), reason: format!("cannot read: {e}") })?;
-        Tokenizer::from_json(&text, shown)
+        let mut tokenizer = Tokenizer::from_json(&text, shown)?;
+        if is_dir {
+            tokenizer.chat = load_dir(path);
+        }
+        Ok(tokenizer)
     }
 
     /// Parses the text of a `tokenizer.json`; `origin` names it in messages.
@@ -70,15 +93,20 @@ impl Tokenizer {
         let inner = parsed.map_err(|e| invalid(e.to_string()))?;
         let id_bound = inner.get_vocab(true).values().max().map_or(0, |&m| m.saturating_add(1));
         let special_ids = inner.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
-        Ok(Tokenizer { inner, origin, id_bound, special_ids })
+        let chat = ChatTemplateState::Missing(format!("tokenizer {origin} comes without a tokenizer directory"));
+        Ok(Tokenizer { inner, origin, id_bound, special_ids, chat })
     }
 
     /// The shipped character-level tokenizer for a model vocabulary of exactly `vocab_size` ids
     /// (256 or 32000), if there is one.
     pub fn shipped(vocab_size: u32) -> Option<Tokenizer> {
-        let &(_, name, text) = SHIPPED.iter().find(|(n, _, _)| *n == vocab_size)?;
+        let &(_, name, text, config) = SHIPPED.iter().find(|(n, _, _, _)| *n == vocab_size)?;
         // Compiled-in text that a unit test parses: failing here is a build defect, not input.
-        Some(Tokenizer::from_json(text, format!("tokenizers/{name} (built in)")).expect("shipped tokenizer.json parses"))
+        let mut tokenizer = Tokenizer::from_json(text, format!("tokenizers/{name} (built in)")).expect("shipped tokenizer.json parses");
+        let config_origin = format!("tokenizers/{name}/tokenizer_config.json (built in)");
+        let missing = format!("{config_origin} has no `chat_template`");
+        tokenizer.chat = from_files(Some(config), &config_origin, None, None, missing);
+        Some(tokenizer)
     }
 
     /// One token per UTF-8 byte: ids 0–255 are the tokens `<0x00>`–`<0xFF>` of a BPE model with
@@ -162,6 +190,11 @@ impl Tokenizer {
     pub fn is_special(&self, id: u32) -> bool {
         self.special_ids.contains(&id)
     }
+
+    /// The chat template that came with it, or why there is none.
+    pub fn chat_template(&self) -> &ChatTemplateState {
+        &self.chat
+    }
 }
 
 /// Incremental decoding for streamed responses: emits text only once it is stable, so the
@@ -231,6 +264,9 @@ mod tests {
             assert_eq!(t.encode("hello\n", true).unwrap().len(), 6, "one token per character");
             assert_eq!(t.encode("😀", true).unwrap(), [0], "an unknown character is one <unk>");
             t.check_fits(vocab, "m").unwrap();
+            let ChatTemplateState::Ready(chat) = t.chat_template() else { panic!("{:?}", t.chat_template()) };
+            let messages = [json!({"role": "user", "content": "hi"})];
+            assert_eq!(chat.render(&messages, true, &Default::default()).unwrap(), "<|user|>\nhi</s>\n<|assistant|>\n");
             let err = t.check_fits(vocab - 1, "m").unwrap_err();
             assert!(err.contains(&format!("ids up to {}", vocab - 1)) && err.contains(&format!("vocabulary of {} ids", vocab - 1)), "{err}");
             // A model vocabulary past the tokenizer's: padding under 1% passes, more is refused
