@@ -198,6 +198,9 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
     let mut replicas_saved = 0;
     let mut cluster = None;
     let mut meets = per_replica.max_rate > 0.0;
+    // Why a candidate whose cluster was not simulated in full is over budget, where the count
+    // it needs is known only as a bound.
+    let mut over_budget_reason = None;
     // Over budget, or past the clusters the planner simulates: no need to simulate it.
     let over_budget_with = |replicas: u32| -> Option<String> {
         let gpus = gpus_per_replica.saturating_mul(replicas);
@@ -220,47 +223,81 @@ fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> 
             let requests = options.requests_for_cluster(&plan.objectives, replicas);
             Ok(probe(&scenario, cost.as_ref(), &plan.objectives, target, requests))
         };
-        // ⌈target ÷ one replica's rate⌉ first, and more while routing imbalance makes it miss.
+        // The most replicas within the budget: no count past it is simulated, since none of
+        // them could be chosen.
+        let within_budget = (1..=REPLICAS_MAX).rev().find(|&r| over_budget_with(r).is_none()).unwrap_or(0);
+        let lowest = (target / replica_capacity(&per_replica)).ceil().clamp(1.0, guess as f64) as u32;
         replicas = guess;
-        while over_budget_with(replicas).is_none() {
-            let p = at_target(replicas)?;
-            meets = p.verdict.met;
-            cluster = Some(p);
-            if meets || replicas_added == EXTRA_REPLICAS_MAX || over_budget_with(replicas + 1).is_some() {
-                break;
-            }
-            replicas += 1;
-            replicas_added += 1;
-        }
-        // Then fewer: behind one router, c replicas pool their queues, and at the same load per
-        // replica a pool of c waits less than one replica does (M/D/c against M/D/1), so fewer
-        // than the guess can meet the objectives. No count below ⌈target ÷ capacity⌉ can (it
-        // would be past saturation); the fewest that meets is found by bisection between.
-        if meets && replicas == guess && guess > 1 {
-            let lowest = (target / replica_capacity(&per_replica)).ceil().clamp(1.0, guess as f64) as u32;
-            let (mut lo, mut hi) = (lowest, guess);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                let p = at_target(mid)?;
+        if guess > within_budget {
+            // Only a pooled count within the budget could still be chosen: whether the largest
+            // meets decides the candidate, and the fewest that meets is found below it. A miss
+            // there leaves the candidate over budget at the guess, as one that was not simulated.
+            if lowest > within_budget {
+                if lowest > 1 {
+                    over_budget_reason = over_budget_with(lowest).map(|r| format!("at least {lowest} replicas (the target over one replica's capacity): {r}"));
+                }
+            } else {
+                let p = at_target(within_budget)?;
                 if p.verdict.met {
-                    hi = mid;
-                    cluster = Some(p);
+                    let (fewest, probe) = fewest_meeting(lowest, within_budget, p, &at_target)?;
+                    (replicas, replicas_saved, cluster) = (fewest, guess - fewest, Some(probe));
                 } else {
-                    lo = mid + 1;
+                    over_budget_reason = over_budget_with(within_budget + 1)
+                        .map(|r| format!("{within_budget} replicas, the most within budget, miss the objectives at the target; one more: {r}"));
                 }
             }
-            replicas_saved = guess - hi;
-            replicas = hi;
+        } else {
+            // ⌈target ÷ one replica's rate⌉ first, and more while routing imbalance makes it miss.
+            while over_budget_with(replicas).is_none() {
+                let p = at_target(replicas)?;
+                meets = p.verdict.met;
+                cluster = Some(p);
+                if meets || replicas_added == EXTRA_REPLICAS_MAX || over_budget_with(replicas + 1).is_some() {
+                    break;
+                }
+                replicas += 1;
+                replicas_added += 1;
+            }
+            if meets && replicas == guess && guess > 1 {
+                if let Some(p) = cluster.take() {
+                    let (fewest, probe) = fewest_meeting(lowest, guess, p, &at_target)?;
+                    (replicas, replicas_saved, cluster) = (fewest, guess - fewest, Some(probe));
+                }
+            }
         }
     }
     let gpus = gpus_per_replica.saturating_mul(replicas);
     let price_per_hour = gpus as f64 * gpu.price_per_gpu_hour;
-    let over_budget = over_budget_with(replicas);
+    let over_budget = over_budget_reason.or_else(|| over_budget_with(replicas));
     let evaluated = Evaluated {
         scenario,
         searched: Searched { cost_source, per_replica, replicas, replicas_added, replicas_saved, cluster, meets, over_budget, gpus, price_per_hour },
     };
     Ok(Evaluation { candidate: candidate.clone(), outcome: Outcome::Evaluated(Box::new(evaluated)) })
+}
+
+/// The fewest replicas in `lowest..=highest` that meet the objectives at the target, and their
+/// probe, given that `highest` meets (`met_at_highest`). Behind one router, c replicas pool their
+/// queues, and at the same load per replica a pool of c waits less than one replica does (M/D/c
+/// against M/D/1), so fewer than ⌈target ÷ one replica's rate⌉ can meet the objectives; no count
+/// below ⌈target ÷ capacity⌉ can (it would be past saturation).
+fn fewest_meeting(
+    lowest: u32,
+    highest: u32,
+    met_at_highest: Probe,
+    at_target: &dyn Fn(u32) -> Result<Probe, ScenarioError>,
+) -> Result<(u32, Probe), ScenarioError> {
+    let (mut lo, mut hi, mut best) = (lowest.min(highest), highest, met_at_highest);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let p = at_target(mid)?;
+        if p.verdict.met {
+            (hi, best) = (mid, p);
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok((hi, best))
 }
 
 /// What one replica completes per second at most: the highest rate a probe sent, times the share
