@@ -5,87 +5,12 @@
 //! the built-in `tiny` model, and one checks the renderer against transformers' own.
 
 mod common;
+mod server_support;
 use common::*;
-
-use std::time::Duration;
+use server_support::*;
 
 use serde_json::{Map, Value, json};
-use servesim::engine::server::{ChatTemplateState, EngineHandle, Executor, StepInputs, Tokenizer, serve};
-use servesim::scenario::Policy;
-use servesim::sched::{Batch, SchedulerConfig};
-
-/// Next token = f(last token, its position), always a printable character of the shipped
-/// tokenizer (ids 32..=126).
-fn echo_next(last: u32, pos: u32) -> u32 {
-    32 + (last.wrapping_mul(31).wrapping_add(pos.wrapping_mul(7)).wrapping_add(11)) % 95
-}
-
-fn expected(prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut seq = prompt.to_vec();
-    for _ in 0..n {
-        let t = echo_next(*seq.last().unwrap(), seq.len() as u32 - 1);
-        seq.push(t);
-    }
-    seq[prompt.len()..].to_vec()
-}
-
-struct Echo {
-    eos: Option<u32>,
-}
-
-impl Executor for Echo {
-    fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String> {
-        std::thread::sleep(Duration::from_millis(1));
-        let sampled = batch.seqs.iter().zip(&inputs.seqs).filter(|(w, _)| w.samples_token);
-        Ok(sampled.map(|(_, i)| echo_next(*i.token_ids.last().unwrap(), *i.positions.last().unwrap())).collect())
-    }
-    fn vocab_size(&self) -> u32 {
-        32_000
-    }
-    fn eos_token(&self) -> Option<u32> {
-        self.eos
-    }
-}
-
-struct Server {
-    base: String,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start(eos: Option<u32>, context_len: u32, tokenizer: Option<Tokenizer>) -> Server {
-    let config = SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks: 128,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-    };
-    let mut engine = EngineHandle::start(Echo { eos }, config, Policy::VllmV1, 64, context_len).with_model_name("echo");
-    if let Some(t) = tokenizer {
-        engine = engine.with_tokenizer(std::sync::Arc::new(t));
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        serve(listener, engine, async move {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
-    });
-    Server { base, _shutdown: tx }
-}
-
-fn shipped() -> Tokenizer {
-    Tokenizer::shipped(32_000).unwrap()
-}
+use servesim::engine::server::{ChatTemplateState, Tokenizer};
 
 /// The prompt ids the server must compute for `messages`: the shipped template's render,
 /// encoded without special tokens (vLLM's default for chat).
@@ -96,29 +21,17 @@ fn prompt_ids(messages: &[Value]) -> Vec<u32> {
     t.encode(&text, false).unwrap()
 }
 
-async fn post(base: &str, body: &Value) -> (u16, String) {
-    let resp = reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(body).send().await.unwrap();
-    (resp.status().as_u16(), resp.text().await.unwrap())
-}
-
-/// The `data:` payloads of an SSE body, `[DONE]` included.
-fn sse_data(body: &str) -> Vec<String> {
-    let lines: Vec<&str> = body.split('\n').filter(|l| !l.is_empty()).collect();
-    assert!(lines.iter().all(|l| l.starts_with("data: ")), "{body}");
-    lines.iter().map(|l| l["data: ".len()..].to_string()).collect()
-}
-
-async fn bounded<F: std::future::Future<Output = ()>>(f: F) {
-    tokio::time::timeout(Duration::from_secs(180), f).await.expect("test timed out");
+async fn chat(base: &str, body: &Value) -> (u16, String) {
+    post(base, "/v1/chat/completions", body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_completion_renders_the_template_and_counts_exactly() {
     bounded(async {
-        let s = start(None, 1024, Some(shipped())).await;
+        let s = start_echo(None, 1024, Some(shipped())).await;
         let messages = vec![json!({"role": "system", "content": "Be brief."}), json!({"role": "user", "content": "Hello there"})];
         let prompt = prompt_ids(&messages);
-        let (status, body) = post(&s.base, &json!({"model": "echo", "messages": messages, "max_completion_tokens": 9})).await;
+        let (status, body) = chat(&s.base, &json!({"model": "echo", "messages": messages, "max_completion_tokens": 9})).await;
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["object"], "chat.completion");
@@ -133,7 +46,7 @@ async fn a_chat_completion_renders_the_template_and_counts_exactly() {
         // Content parts are joined by newlines, as vLLM joins them for a text-only model; the
         // older `max_tokens` still limits.
         let parts = json!([{"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]}]);
-        let (status, body) = post(&s.base, &json!({"messages": parts, "max_tokens": 3})).await;
+        let (status, body) = chat(&s.base, &json!({"messages": parts, "max_tokens": 3})).await;
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         let joined = prompt_ids(&[json!({"role": "user", "content": "Hello\nthere"})]);
@@ -146,7 +59,7 @@ async fn a_chat_completion_renders_the_template_and_counts_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_chat_sends_the_role_then_content_then_finish_then_usage() {
     bounded(async {
-        let s = start(None, 1024, Some(shipped())).await;
+        let s = start_echo(None, 1024, Some(shipped())).await;
         let messages = vec![json!({"role": "user", "content": "Stream me"})];
         let prompt = prompt_ids(&messages);
         let want = shipped().decode(&expected(&prompt, 6)).unwrap();
@@ -156,11 +69,8 @@ async fn a_streamed_chat_sends_the_role_then_content_then_finish_then_usage() {
                 req["stream_options"] = json!({"include_usage": true});
             }
             let resp = reqwest::Client::new().post(format!("{}/v1/chat/completions", s.base)).json(&req).send().await.unwrap();
-            assert_eq!(resp.status().as_u16(), 200);
             assert_eq!(resp.headers()["content-type"], "text/event-stream");
-            let data = sse_data(&resp.text().await.unwrap());
-            assert_eq!(data.last().unwrap(), "[DONE]");
-            let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+            let chunks = stream_chunks(&s.base, "/v1/chat/completions", &req).await;
             assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]), "{chunks:?}");
             // First: the role, with empty content and no finish.
             assert_eq!(chunks[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
@@ -192,8 +102,8 @@ async fn max_tokens_default_to_the_rest_of_the_context_and_eos_is_a_stop() {
         let messages = vec![json!({"role": "user", "content": "hi"})];
         let prompt = prompt_ids(&messages);
         // No limit given: vLLM's default, the room the context leaves.
-        let s = start(None, 48, Some(shipped())).await;
-        let (status, body) = post(&s.base, &json!({"messages": messages})).await;
+        let s = start_echo(None, 48, Some(shipped())).await;
+        let (status, body) = chat(&s.base, &json!({"messages": messages})).await;
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["usage"]["completion_tokens"], 48 - prompt.len());
@@ -201,8 +111,8 @@ async fn max_tokens_default_to_the_rest_of_the_context_and_eos_is_a_stop() {
 
         let eos = expected(&prompt, 10)[4];
         let stop_at = expected(&prompt, 10).iter().position(|&t| t == eos).unwrap() + 1;
-        let s = start(Some(eos), 1024, Some(shipped())).await;
-        let (_, body) = post(&s.base, &json!({"messages": messages, "max_tokens": 10})).await;
+        let s = start_echo(Some(eos), 1024, Some(shipped())).await;
+        let (_, body) = chat(&s.base, &json!({"messages": messages, "max_tokens": 10})).await;
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
         assert_eq!(v["usage"]["completion_tokens"], stop_at);
@@ -213,7 +123,7 @@ async fn max_tokens_default_to_the_rest_of_the_context_and_eos_is_a_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_chat_does_not_support_is_a_400_that_names_it() {
     bounded(async {
-        let s = start(None, 1024, Some(shipped())).await;
+        let s = start_echo(None, 1024, Some(shipped())).await;
         let user = json!([{"role": "user", "content": "hi"}]);
         let cases = [
             (json!({"messages": user, "tools": [{"type": "function", "function": {"name": "f"}}]}), "`tools`"),
@@ -228,7 +138,7 @@ async fn what_chat_does_not_support_is_a_400_that_names_it() {
             (json!({"messages": "hi"}), "invalid request"),
         ];
         for (body, named) in cases {
-            let (status, text) = post(&s.base, &body).await;
+            let (status, text) = chat(&s.base, &body).await;
             assert_eq!(status, 400, "{body}: {text}");
             let v: Value = serde_json::from_str(&text).unwrap();
             let message = v["error"]["message"].as_str().unwrap();
@@ -237,20 +147,16 @@ async fn what_chat_does_not_support_is_a_400_that_names_it() {
         // Defaults that ask for nothing are accepted, as clients send them unasked.
         let neutral = json!({"messages": user, "max_tokens": 2, "tools": [], "tool_choice": "none", "presence_penalty": 0, "frequency_penalty": 0.0,
                              "logit_bias": {}, "n": 1, "user": "someone", "parallel_tool_calls": true, "stop": null});
-        let (status, text) = post(&s.base, &neutral).await;
+        let (status, text) = chat(&s.base, &neutral).await;
         assert_eq!(status, 200, "{text}");
 
         // A tokenizer without a chat template (the byte-level default): refused, as vLLM does.
-        let bare = start(None, 1024, None).await;
-        let (status, text) = post(&bare.base, &json!({"messages": user})).await;
+        let bare = start_echo(None, 1024, None).await;
+        let (status, text) = chat(&bare.base, &json!({"messages": user})).await;
         assert_eq!(status, 400, "{text}");
         assert!(text.contains("no chat template") && text.contains("transformers 4.44"), "{text}");
         // The completions route still serves it.
-        let (status, _) = {
-            let resp = reqwest::Client::new().post(format!("{}/v1/completions", bare.base)).json(&json!({"prompt": "x", "max_tokens": 1})).send().await.unwrap();
-            (resp.status().as_u16(), ())
-        };
-        assert_eq!(status, 200);
+        post_ok(&bare.base, "/v1/completions", &json!({"prompt": "x", "max_tokens": 1})).await;
     })
     .await;
 }
@@ -267,7 +173,7 @@ fn serve_answers_chat_on_the_built_in_model() {
     let rendered = template.render(&messages, true, &Map::new()).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let v: Value = runtime.block_on(async {
-        let (status, body) = post(&base, &json!({"model": "random-tiny", "messages": messages, "max_tokens": 12, "temperature": 0})).await;
+        let (status, body) = chat(&base, &json!({"model": "random-tiny", "messages": messages, "max_tokens": 12, "temperature": 0})).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_str(&body).unwrap()
     });

@@ -552,6 +552,29 @@ mod tests {
         assert_eq!(req.reply.seed, Some(5));
     }
 
+    /// TGI 2.3 decodes greedily unless `do_sample` or a warper asks it to sample.
+    #[test]
+    fn tgi_is_greedy_by_default_and_keeps_its_stop_sequences() {
+        let greedy = |body: &str| generate(body).unwrap().sampling.is_greedy();
+        assert!(greedy(r#"{"inputs": "a"}"#));
+        assert!(greedy(r#"{"inputs": "a", "parameters": {"do_sample": false, "seed": 3, "top_k": 0, "top_p": 1.0, "temperature": 1.0}}"#));
+        assert!(!greedy(r#"{"inputs": "a", "parameters": {"do_sample": true}}"#));
+        for warper in [r#"{"temperature": 0.7}"#, r#"{"top_k": 5}"#, r#"{"top_p": 0.9}"#] {
+            assert!(!greedy(&format!(r#"{{"inputs": "a", "parameters": {warper}}}"#)), "{warper}");
+        }
+        let req = generate(r#"{"inputs": "a", "parameters": {"stop": ["x", "yz"], "return_full_text": true, "top_n_tokens": 3}}"#).unwrap();
+        assert_eq!(req.output, OutputOptions { stop: vec!["x".into(), "yz".into()], stop_token_ids: vec![], include_stop: true, echo: true, logprobs: Some(3) });
+    }
+
+    #[test]
+    fn completion_output_fields_are_parsed() {
+        let req = completion(r#"{"prompt": "a", "stop": "END", "stop_token_ids": [7], "echo": true, "include_stop_str_in_output": true}"#).unwrap();
+        assert_eq!(req.output, OutputOptions { stop: vec!["END".into()], stop_token_ids: vec![7], include_stop: true, echo: true, logprobs: None });
+        assert_eq!(completion(r#"{"prompt": "a", "logprobs": 0}"#).unwrap().output.logprobs, Some(0));
+        assert!(completion(r#"{"prompt": "a"}"#).unwrap().add_special_tokens);
+        assert!(!completion(r#"{"prompt": "a", "add_special_tokens": false}"#).unwrap().add_special_tokens);
+    }
+
     /// Each refusal's status, and a word of its message that names what was wrong.
     #[test]
     fn refusals_name_the_field() {
@@ -565,6 +588,15 @@ mod tests {
             (completion(r#"{"prompt": "a", "temperature": -1}"#), 400, "temperature"),
             (generate(r#"{"inputs": "a", "parameters": {"top_p": 0}}"#), 400, "top_p"),
             (generate(r#"{"inputs": "123456789"}"#), 400, "limit of 8 bytes"),
+            (completion(r#"{"prompt": "a", "echo": true, "logprobs": 2}"#), 400, "`echo` with `logprobs`"),
+            (completion(r#"{"prompt": "a", "logprobs": 99}"#), 400, "`logprobs` = 99"),
+            (completion(r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#), 400, "`stream_options`"),
+            (completion(r#"{"prompt": "a", "stream": true, "stream_options": {"continuous_usage_stats": true}}"#), 400, "continuous_usage_stats"),
+            (completion(r#"{"prompt": "a", "min_tokens": 4}"#), 400, "`min_tokens` = 4"),
+            (completion(r#"{"prompt": "a", "messages": []}"#), 400, "unknown field `messages`"),
+            (completion(r#"[1, 2]"#), 400, "must be a JSON object"),
+            (generate(r#"{"inputs": "a", "parameters": {"adapter_id": "x"}}"#), 400, "unknown field `adapter_id`"),
+            (generate(r#"{"inputs": "a", "parameters": {"stop": ["", "b"]}}"#), 400, "`parameters.stop`[0] is empty"),
         ];
         for (result, status, word) in cases {
             let e = result.unwrap_err();
