@@ -160,6 +160,8 @@ fn simulate_picks_the_bundled_profile_and_refuses_another_gpus() {
     // are the default for a GPU with a bundled profile.
     let roofline = servesim(&["simulate", path, "--cost", "roofline"]);
     assert!(roofline.status.success(), "{}", stderr(&roofline));
+    // Named on stderr as a profile is: a user who left the measured kernels must be told.
+    assert!(stderr(&roofline).contains("cost model: roofline (H100-SXM datasheet peaks"), "{}", stderr(&roofline));
     assert_ne!(stdout(&auto), stdout(&roofline));
     assert_eq!(stdout(&auto), stdout(&servesim(&["simulate", path])));
 

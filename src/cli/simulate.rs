@@ -129,8 +129,16 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
             eprintln!("note: {note}");
         }
     }
-    if scenario.pools.is_empty() && runs[0].cost.kind != crate::run::CostKind::Roofline {
-        eprintln!("cost model: {}", runs[0].cost.label);
+    // Named for a roofline too, with what it rests on: a user who asked for it (or whose GPU has
+    // no profile) reads the figures as guesses, not measurements.
+    if scenario.pools.is_empty() {
+        match runs[0].cost.kind {
+            crate::run::CostKind::Roofline => eprintln!(
+                "cost model: roofline ({} datasheet peaks × the [cost] efficiencies; no kernel measured)",
+                scenario.hardware.gpu.name
+            ),
+            _ => eprintln!("cost model: {}", runs[0].cost.label),
+        }
     }
     if let Some(line) = engine_profile_line(scenario) {
         eprintln!("{line}");

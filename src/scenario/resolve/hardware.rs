@@ -193,20 +193,23 @@ pub(super) fn size_memory(
     let usable = gpu.memory_bytes as f64 * engine.gpu_memory_utilization;
     // A speculative proposer's weights and KV sit beside the target's (vLLM loads both).
     let spec = engine.speculative.as_ref();
-    let weights = (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(model, tp))) as f64;
+    let weights_at = |tp: u32| (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(model, tp))) as f64;
+    let weights = weights_at(tp);
     if weights > usable {
         let why = format!(
-            "model weights need {} per GPU but only {} usable (memory {} × utilization {}); short by {}",
+            "{} need {} per GPU but only {} usable (memory {} × utilization {}); short by {}",
+            if spec.is_some_and(|s| s.weight_bytes_per_gpu(model, tp) > 0) { "model and proposer weights" } else { "model weights" },
             gib(weights),
             gib(usable),
             gib(gpu.memory_bytes as f64),
             engine.gpu_memory_utilization,
             gib(weights - usable)
         );
-        // Suggest the smallest larger tensor-parallel degree that fits, if there is one.
-        let fits = (tp + 1..=model.num_heads).find(|&t| {
-            check_tp(model, t).is_ok() && model.weight_bytes_per_gpu(t) as f64 <= usable
-        });
+        // Suggest the smallest larger tensor-parallel degree that fits, if there is one: with
+        // the proposer's weights too (they shard by the same degree), or the hint is wrong.
+        let draft = spec.and_then(|s| s.draft.as_ref());
+        let fits = (tp + 1..=model.num_heads)
+            .find(|&t| check_tp(model, t).is_ok() && draft.is_none_or(|d| check_tp(d, t).is_ok()) && weights_at(t) <= usable);
         return Err(match fits {
             Some(t) => cx.invalid(
                 "engine.tensor_parallel",

@@ -76,6 +76,15 @@ fn model_that_does_not_fit() {
         "{msg}"
     );
     assert!(msg.contains("tensor_parallel = 2 would fit"), "{msg}");
+    // A draft model's weights shard by the same degree: the hint counts them.
+    let draft = [
+        "engine.speculative.method=\"draft\"",
+        "engine.speculative.draft_model=\"Llama-3.1-405B\"",
+        "engine.speculative.num_speculative_tokens=4",
+        "engine.speculative.acceptance_rate=0.7",
+    ];
+    let msg = invalid(&draft, "engine.tensor_parallel", "1");
+    assert!(msg.contains("model and proposer weights need") && msg.contains("tensor_parallel = 16 would fit"), "{msg}");
     let msg = invalid(&["hardware.memory_gib=0.1"], "hardware", "\"H100-SXM\"");
     assert!(
         msg.contains("short by") && msg.contains("no tensor_parallel fits"),

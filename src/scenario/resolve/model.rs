@@ -123,6 +123,16 @@ fn resolve_moe(raw: &RawModel, base: Option<&ModelSpec>, cx: &Cx) -> Result<Opti
         if raw.experts_per_token.is_some() || raw.expert_ffn_size.is_some() {
             return Err(cx.invalid("model.num_experts", 0, "0 means a dense model, which has no experts_per_token or expert_ffn_size"));
         }
+        // A mixture of experts made dense keeps only its shared experts' MLP (none in Mixtral):
+        // without a dense ffn_size of its own it would be refused as `ffn_size = 0`, blaming
+        // a field the user never wrote.
+        if from_base.is_some() && raw.ffn_size.is_none() && base.is_some_and(|m| m.ffn_size == 0) {
+            return Err(cx.invalid(
+                "model.num_experts",
+                0,
+                "0 makes this mixture-of-experts model dense, and it has no dense MLP to keep; set model.ffn_size too, or leave model.num_experts out",
+            ));
+        }
         return Ok(None);
     }
     if from_base.is_none() && !explicit {

@@ -109,4 +109,7 @@ fn mixture_of_experts_errors_name_the_field() {
     assert!(msg.contains("126 experts"), "{msg}");
     let msg = invalid(&[mixtral, "engine.tensor_parallel=2", "engine.policy=tgi", "engine.expert_parallel=true"], "engine.expert_parallel", "true");
     assert!(msg.contains("TGI"), "{msg}");
+    // Made dense with no dense MLP: the field written is blamed, not the ffn_size left out.
+    let msg = invalid(&[mixtral, "engine.tensor_parallel=2", "model.num_experts=0"], "model.num_experts", "0");
+    assert!(msg.contains("set model.ffn_size too"), "{msg}");
 }
