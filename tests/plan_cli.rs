@@ -125,7 +125,7 @@ fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
 
 #[test]
 fn bad_plan_files_name_the_file_the_field_and_the_value() {
-    let cases: [(&str, &str, &[&str]); 14] = [
+    let cases: [(&str, &str, &[&str]); 16] = [
         ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"TPU-v5e\"", &["search.gpu[0].name", "TPU-v5e", "no default price"]),
         ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = -3.0", &["search.gpu[0].price_per_gpu_hour", "-3"]),
         ("kind = \"sharegpt\"", "kind = \"trace\"", &["workload.dataset.kind", "arrival times"]),
@@ -144,6 +144,10 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
             &["search.gpu[2].name", "repeats search.gpu[1]"],
         ),
         ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"H100-SXM\"\nprice_source = \"a quote\"", &["search.gpu[0].price_source", "give the price too"]),
+        // The plan's own value refused for every candidate alike: the plan's field, not exit 3's
+        // "no candidate is feasible".
+        ("seed = 3", "seed = 3\n[engine]\ngpu_memory_utilization = 1.5", &["engine.gpu_memory_utilization", "1.5"]),
+        ("seed = 3", "seed = 3\n[engine]\nmax_model_len = 0", &["engine.max_model_len", "0"]),
     ];
     for (find, replace, expected) in cases {
         let dir = tempfile::tempdir().unwrap();

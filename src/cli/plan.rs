@@ -80,6 +80,7 @@ pub(super) fn run(args: PlanArgs) -> Result<(), Error> {
     let threads = flags::threads(args.threads)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| usage("--threads", threads, e.to_string()))?;
     let all = plan.space.candidates();
+    crate::plan::evaluate::check_plan_wide(&plan, &all)?;
     let total = all.len();
     let mine = match shard {
         Some(s) => s.select(all.clone()),

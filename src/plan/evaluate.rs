@@ -133,6 +133,44 @@ impl Evaluated {
     }
 }
 
+/// The fields a candidate writes into its scenario: an error on any other field has the plan's
+/// own value.
+const CANDIDATE_FIELDS: [&str; 12] = [
+    "model.dtype",
+    "model.kv_cache_dtype",
+    "engine.policy",
+    "engine.tensor_parallel",
+    "engine.replicas",
+    "engine.max_num_seqs",
+    "engine.max_num_batched_tokens",
+    "engine.enable_chunked_prefill",
+    "engine.expert_parallel",
+    "hardware",
+    "cluster",
+    "cost.profile",
+];
+
+/// Refuses a plan whose own value makes every candidate fail: the same field, value and reason
+/// for all, on a field no candidate writes. Such a value is the plan's mistake, not an answer
+/// that no configuration is feasible, so it is named as the plan's field (exit 2), before any
+/// simulation. Checked over the whole space, never a shard's part of it, so that every shard
+/// agrees.
+pub fn check_plan_wide(plan: &Plan, all: &[Candidate]) -> Result<(), ScenarioError> {
+    let mut shared: Option<(String, String, String)> = None;
+    for candidate in all {
+        let Err(ScenarioError::Invalid { field, value, reason, .. }) = candidate.scenario(plan, 1) else { return Ok(()) };
+        let written = CANDIDATE_FIELDS.iter().any(|f| field == *f || field.starts_with(&format!("{f}.")) || field.starts_with(&format!("{f}[")));
+        if written || shared.as_ref().is_some_and(|s| *s != (field.clone(), value.clone(), reason.clone())) {
+            return Ok(());
+        }
+        shared = Some((field, value, reason));
+    }
+    match shared {
+        Some((field, value, reason)) => Err(ScenarioError::Invalid { file: plan.path.clone(), field, value, reason }),
+        None => Ok(()),
+    }
+}
+
 /// Evaluates every candidate of the plan, in parallel on the current rayon pool; the result is
 /// in candidate order and the same at any thread count. Fails only on the plan itself (an
 /// unreadable profile, a shared section that no candidate could load).
