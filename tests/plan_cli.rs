@@ -125,7 +125,7 @@ fn a_candidate_that_cannot_run_is_listed_with_its_reason() {
 
 #[test]
 fn bad_plan_files_name_the_file_the_field_and_the_value() {
-    let cases: [(&str, &str, &[&str]); 16] = [
+    let cases: [(&str, &str, &[&str]); 18] = [
         ("name = \"H100-SXM\"\nprice_per_gpu_hour = 3.0", "name = \"TPU-v5e\"", &["search.gpu[0].name", "TPU-v5e", "no default price"]),
         ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = -3.0", &["search.gpu[0].price_per_gpu_hour", "-3"]),
         ("kind = \"sharegpt\"", "kind = \"trace\"", &["workload.dataset.kind", "arrival times"]),
@@ -148,6 +148,10 @@ fn bad_plan_files_name_the_file_the_field_and_the_value() {
         // "no candidate is feasible".
         ("seed = 3", "seed = 3\n[engine]\ngpu_memory_utilization = 1.5", &["engine.gpu_memory_utilization", "1.5"]),
         ("seed = 3", "seed = 3\n[engine]\nmax_model_len = 0", &["engine.max_model_len", "0"]),
+        // A GPU's profile that is missing, or is a folder, is that GPU's field (it was blamed on
+        // the `cost.profile` of the candidate's scenario).
+        ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = 3.0\nprofile = \"missing.csv\"", &["search.gpu[0].profile", "no such kernel profile"]),
+        ("price_per_gpu_hour = 3.0", "price_per_gpu_hour = 3.0\nprofile = \".\"", &["search.gpu[0].profile", "Is a directory"]),
     ];
     for (find, replace, expected) in cases {
         let dir = tempfile::tempdir().unwrap();

@@ -188,21 +188,35 @@ pub fn evaluate_with_progress(
 ) -> Result<Vec<Evaluation>, ScenarioError> {
     // A GPU's profile that cannot price its candidates fails the plan before any simulation,
     // named as the plan's field: checked on the GPU's first candidate that loads.
+    // A profile the scenario refuses while loading (a missing file, one that is not a profile)
+    // is the GPU's field too, never the `cost.profile` the candidate's scenario calls it.
     for (i, gpu) in plan.space.gpus.iter().enumerate() {
         let Some(path) = &gpu.profile else { continue };
-        let Some(scenario) = candidates.iter().filter(|c| c.gpu == i).find_map(|c| c.scenario(plan, 1).ok()) else { continue };
-        if let Err(e) = crate::run::scenario_cost(&scenario, false) {
+        let as_gpu_field = |e: ScenarioError| {
             let reason = match e {
                 ScenarioError::Invalid { reason, .. } => reason,
                 other => other.to_string(),
             };
-            return Err(ScenarioError::Invalid {
+            ScenarioError::Invalid {
                 file: plan.path.clone(),
                 field: format!("search.gpu[{i}].profile"),
                 value: format!("{:?}", path.display().to_string()),
                 reason,
-            });
+            }
+        };
+        let mut loaded = None;
+        for c in candidates.iter().filter(|c| c.gpu == i) {
+            match c.scenario(plan, 1) {
+                Ok(scenario) => {
+                    loaded = Some(scenario);
+                    break;
+                }
+                Err(e) if is_profile_error(&e, path) => return Err(as_gpu_field(e)),
+                Err(_) => {}
+            }
         }
+        let Some(scenario) = loaded else { continue };
+        crate::run::scenario_cost(&scenario, false).map_err(as_gpu_field)?;
     }
     candidates
         .par_iter()
@@ -214,6 +228,15 @@ pub fn evaluate_with_progress(
             evaluation
         })
         .collect()
+}
+
+/// Whether a scenario's error is about the kernel profile at `path`: its field, or its file.
+fn is_profile_error(e: &ScenarioError, path: &std::path::Path) -> bool {
+    let about = |file: &std::path::Path| file.ends_with(path) || path.ends_with(file);
+    match e {
+        ScenarioError::Invalid { field, file, .. } => field == "cost.profile" || about(file),
+        ScenarioError::Io { file, .. } | ScenarioError::Parse { file, .. } => about(file),
+    }
 }
 
 fn evaluate_one(plan: &Plan, candidate: &Candidate, options: &SearchOptions) -> Result<Evaluation, ScenarioError> {
