@@ -338,7 +338,7 @@ async fn fields_the_server_does_not_act_on_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_ignores_eos_refuses_stops() {
     bounded(async {
-        let engine = EngineHandle::start(Echo { eos: None }, config(), Policy::VllmV1, 64, 1024)
+        let engine = EngineHandle::start(Echo { eos: None, step: std::time::Duration::from_millis(1) }, config(), Policy::VllmV1, 64, 1024)
             .with_tokenizer(std::sync::Arc::new(shipped()))
             .with_ignore_eos(true);
         let s = serve_engine(engine).await;

@@ -26,14 +26,15 @@ pub fn expected(prompt: &[u32], n: usize) -> Vec<u32> {
     seq[prompt.len()..].to_vec()
 }
 
-/// A fake forward pass: [`echo_next`] for each sampled row, 1 ms a step, no log-probabilities.
+/// A fake forward pass: [`echo_next`] for each sampled row, `step` a step, no log-probabilities.
 pub struct Echo {
     pub eos: Option<u32>,
+    pub step: Duration,
 }
 
 impl Executor for Echo {
     fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String> {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(self.step);
         let sampled = batch.seqs.iter().zip(&inputs.seqs).filter(|(w, _)| w.samples_token);
         Ok(sampled.map(|(_, i)| echo_next(*i.token_ids.last().unwrap(), *i.positions.last().unwrap())).collect())
     }
@@ -86,7 +87,7 @@ pub async fn serve_engine(engine: EngineHandle) -> Server {
 /// The fake executor named "echo", with `tokenizer` (none: the byte-level default, which has no
 /// chat template).
 pub async fn start_echo(eos: Option<u32>, context_len: u32, tokenizer: Option<Tokenizer>) -> Server {
-    let mut engine = EngineHandle::start(Echo { eos }, config(), Policy::VllmV1, 64, context_len).with_model_name("echo");
+    let mut engine = EngineHandle::start(Echo { eos, step: Duration::from_millis(1) }, config(), Policy::VllmV1, 64, context_len).with_model_name("echo");
     if let Some(t) = tokenizer {
         engine = engine.with_tokenizer(Arc::new(t));
     }

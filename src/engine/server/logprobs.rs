@@ -45,16 +45,24 @@ pub fn token_logprobs(row: &[f32], token: u32, ask: LogprobsAsk) -> TokenLogprob
 /// The ids of the `n` largest logits, largest first, lower id first among equals; NaN last.
 fn most_likely(row: &[f32], n: usize) -> Vec<u32> {
     let n = n.min(row.len());
+    if n == 0 {
+        return Vec::new();
+    }
     // Few insertions after the first `n` on real logits: one pass, a short sorted buffer.
     let mut best: Vec<(f32, u32)> = Vec::with_capacity(n + 1);
+    // What a logit must beat once `best` is full: the one comparison most logits get.
+    let mut bar = f32::NEG_INFINITY;
     for (id, &x) in row.iter().enumerate() {
         let x = if x.is_nan() { f32::NEG_INFINITY } else { x };
-        if best.len() == n && best.last().is_none_or(|&(worst, _)| x <= worst) {
+        if best.len() == n && x <= bar {
             continue;
         }
         let at = best.partition_point(|&(y, _)| y >= x);
         best.insert(at, (x, id as u32));
         best.truncate(n);
+        if best.len() == n {
+            bar = best[n - 1].0;
+        }
     }
     best.into_iter().map(|(_, id)| id).collect()
 }
