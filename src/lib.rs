@@ -21,6 +21,7 @@ pub mod fuzz;
 pub mod cost;
 pub mod engine;
 pub mod metrics;
+pub mod panic_guard;
 pub mod plan;
 pub mod report;
 pub mod rounding;

@@ -203,3 +203,38 @@ fn a_scenario_names_its_kernel_profile_in_cost() {
         assert!(err.contains("bad.toml") && err.contains("cost.profile") && err.contains(needle), "{err}");
     }
 }
+
+/// The `parquet` crate panics on some corrupt files (a flipped byte in the footer or a data
+/// page). Single-byte corruptions of a small published table are read here: each either reads,
+/// or fails with an error naming the file, and never panics out of the import. Every 16th byte
+/// is flipped, and the six bytes whose flip made the library panic when all 4,365 were tried
+/// (2026-11-28; 16 s, too slow to run each time), so the containment is exercised and those
+/// errors name the column whose page is corrupt.
+#[test]
+fn corrupt_parquet_is_an_error_naming_the_file_never_a_panic() {
+    use servesim::calibrate::import::table::Table;
+    let original = std::fs::read(repo().join("tests/data/public/aiconfigurator/h100_sxm/comm/vllm/0.24.0/custom_allreduce_perf.parquet")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("custom_allreduce_perf.parquet");
+    let (mut contained, mut named_column, mut errors) = (0, 0, 0);
+    const PANICKED: [usize; 6] = [562, 2203, 2473, 2555, 2762, 3303];
+    for at in (0..original.len()).step_by(16).chain(PANICKED) {
+        let mut bytes = original.clone();
+        bytes[at] ^= 0xff;
+        std::fs::write(&file, &bytes).unwrap();
+        let outcome = std::panic::catch_unwind(|| Table::read_parquet(&file));
+        let result = outcome.unwrap_or_else(|_| panic!("byte {at} flipped: a panic escaped the import"));
+        if let Err(e) = result {
+            let message = e.to_string();
+            assert!(message.contains("custom_allreduce_perf.parquet"), "byte {at}: {message}");
+            errors += 1;
+            if message.contains("the parquet library fail") {
+                contained += 1;
+                named_column += usize::from(message.contains("column `"));
+            }
+        }
+    }
+    println!("{errors} errors, {contained} contained panics, {named_column} naming a column");
+    assert!(contained >= PANICKED.len(), "fewer mutants made the library panic than before ({contained}): the containment went untested");
+    assert_eq!(named_column, contained, "every contained panic here is in one column's page");
+}

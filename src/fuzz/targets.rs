@@ -40,6 +40,9 @@ pub fn all() -> Vec<Target> {
         Target { name: "tokenizer", seeds: tokenizer_seeds, run: run_tokenizer },
         Target { name: "sse", seeds: sse_seeds, run: run_sse },
         Target { name: "http-body", seeds: http_body_seeds, run: run_http_body },
+        Target { name: "parquet", seeds: parquet_seeds, run: run_parquet },
+        Target { name: "plan-merge", seeds: plan_merge_seeds, run: run_plan_merge },
+        Target { name: "plan-resume", seeds: plan_resume_seeds, run: run_plan_resume },
     ]
 }
 
@@ -290,4 +293,56 @@ fn assert_refusal(e: &ApiError) -> bool {
 fn http_tokenizer() -> &'static Tokenizer {
     static TOKENIZER: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
     TOKENIZER.get_or_init(Tokenizer::bytes)
+}
+
+fn parquet_seeds(_: &Path) -> Vec<Vec<u8>> {
+    vec![include_bytes!("../../tests/data/public/aiconfigurator/h100_sxm/comm/vllm/0.24.0/custom_allreduce_perf.parquet").to_vec()]
+}
+
+/// `calibrate import`'s parquet reader: the `parquet` crate panics on some corrupt files, and
+/// the reader must turn each panic into an error naming the file.
+fn run_parquet(input: &[u8], scratch: &Path) -> bool {
+    let path = scratch.join("table.parquet");
+    std::fs::write(&path, input).is_ok() && crate::calibrate::import::table::Table::read_parquet(&path).is_ok()
+}
+
+/// A plan of one candidate that evaluates in well under a second, for the shard file and the
+/// progress log that `plan merge` and `plan --resume` read back.
+const FUZZ_PLAN: &str = "name = \"fuzz\"\n[model]\npreset = \"Llama-3.2-1B\"\n[workload]\nseed = 1\n[workload.dataset]\n\
+    kind = \"fixed\"\ninput_len = 64\noutput_len = 4\n[target]\nrate = 50.0\n[slo]\nttft_mean_ms = 50\n[search]\n\
+    tensor_parallel = [1]\nmax_num_seqs = [8]\n[[search.gpu]]\nname = \"H100-SXM\"\nprice_per_gpu_hour = 3.0\n";
+
+/// The plan, its candidates and their evaluations (probes of 200 requests).
+fn fuzz_plan_evaluated() -> (Plan, Vec<crate::plan::candidate::Candidate>, Vec<crate::plan::evaluate::Evaluation>) {
+    let plan = Plan::from_toml_str(FUZZ_PLAN, Path::new("fuzz-plan.toml")).expect("the fuzz plan loads");
+    let candidates = plan.space.candidates();
+    let options = crate::plan::search::SearchOptions { min_requests: 200, ..Default::default() };
+    let evaluations = crate::plan::evaluate::evaluate(&plan, &candidates, &options).expect("the fuzz plan evaluates");
+    (plan, candidates, evaluations)
+}
+
+fn plan_merge_seeds(_: &Path) -> Vec<Vec<u8>> {
+    let (plan, candidates, evaluations) = fuzz_plan_evaluated();
+    let shard = crate::plan::shard::Shard::parse("1/1").expect("1/1 is a shard");
+    vec![crate::plan::shard::shard_json(FUZZ_PLAN, &plan, shard, candidates.len(), &evaluations).into_bytes()]
+}
+
+fn run_plan_merge(input: &[u8], scratch: &Path) -> bool {
+    let dir = scratch.join("shard");
+    std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::write(dir.join(crate::plan::shard::FILE), input).is_ok()
+        && crate::plan::shard::merge(&[dir]).is_ok()
+}
+
+fn plan_resume_seeds(_: &Path) -> Vec<Vec<u8>> {
+    let (_, _, evaluations) = fuzz_plan_evaluated();
+    let mut log = crate::plan::shard::progress_header(FUZZ_PLAN);
+    evaluations.iter().for_each(|e| log.push_str(&crate::plan::shard::progress_line(e)));
+    vec![log.into_bytes()]
+}
+
+fn run_plan_resume(input: &[u8], scratch: &Path) -> bool {
+    let Ok(plan) = Plan::from_toml_str(FUZZ_PLAN, Path::new("fuzz-plan.toml")) else { return false };
+    let path = scratch.join(crate::plan::shard::PROGRESS_FILE);
+    std::fs::write(&path, input).is_ok() && crate::plan::shard::read_progress(&path, FUZZ_PLAN, &plan, &plan.space.candidates()).is_ok()
 }

@@ -40,44 +40,25 @@ impl Table {
         Table { file: file.to_path_buf(), names, index, rows }
     }
 
-    /// Reads a parquet file.
+    /// Reads a parquet file. The `parquet` crate panics on some corrupt files (a flipped byte in
+    /// a footer or a data page): each panic is contained and reported as an error naming the
+    /// file, and the row and column it was reading where they can be told.
     pub fn read_parquet(file: &Path) -> Result<Table, ImportError> {
         let bad = |message: String| ImportError::File { file: file.to_path_buf(), message };
         let handle = std::fs::File::open(file).map_err(|e| bad(format!("cannot read: {e}")))?;
-        let reader = SerializedFileReader::new(handle).map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
+        let reader = crate::panic_guard::contain(|| SerializedFileReader::new(handle))
+            .map_err(|panic| bad(format!("not a readable parquet file: its footer made the parquet library fail ({panic})")))?
+            .map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
         let total = reader.metadata().file_metadata().num_rows();
         if total < 0 || total as u64 > ROWS_MAX as u64 {
             return Err(bad(format!("{total} rows; at most {ROWS_MAX} are read")));
         }
         let names: Vec<String> =
             reader.metadata().file_metadata().schema_descr().columns().iter().map(|c| c.name().to_string()).collect();
-        let mut rows = Vec::with_capacity(total as usize);
-        let iter = reader.get_row_iter(None).map_err(|e| bad(format!("cannot read rows: {e}")))?;
-        for (i, row) in iter.enumerate() {
-            let row = row.map_err(|e| ImportError::Row { file: file.to_path_buf(), row: i + 1, message: e.to_string() })?;
-            let mut cells = vec![Cell::Null; names.len()];
-            for (name, field) in row.get_column_iter() {
-                if let Some(at) = names.iter().position(|n| n == name) {
-                    cells[at] = match field {
-                        Field::Null => Cell::Null,
-                        Field::Bool(b) => Cell::Int(i64::from(*b)),
-                        Field::Byte(v) => Cell::Int(i64::from(*v)),
-                        Field::Short(v) => Cell::Int(i64::from(*v)),
-                        Field::Int(v) => Cell::Int(i64::from(*v)),
-                        Field::Long(v) => Cell::Int(*v),
-                        Field::UByte(v) => Cell::Int(i64::from(*v)),
-                        Field::UShort(v) => Cell::Int(i64::from(*v)),
-                        Field::UInt(v) => Cell::Int(i64::from(*v)),
-                        Field::ULong(v) => Cell::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
-                        Field::Float(v) => Cell::Float(f64::from(*v)),
-                        Field::Double(v) => Cell::Float(*v),
-                        Field::Str(s) => Cell::Text(s.clone()),
-                        other => Cell::Text(other.to_string()),
-                    };
-                }
-            }
-            rows.push(cells);
-        }
+        let rows = match crate::panic_guard::contain(|| read_rows(&reader, None, &names, total as usize, file)) {
+            Ok(rows) => rows?,
+            Err(panic) => return Err(locate_panic(&reader, file, panic)),
+        };
         Ok(Table::new(file, names, rows))
     }
 
@@ -241,4 +222,76 @@ impl RowRef<'_> {
         };
         if v.is_finite() && v > 0.0 { Ok(v) } else { Err(self.error(col, "a positive, finite number")) }
     }
+}
+
+/// Reads the rows of `reader`, every column or only `projection`'s, into cells in `names` order.
+fn read_rows(
+    reader: &SerializedFileReader<std::fs::File>,
+    projection: Option<parquet::schema::types::Type>,
+    names: &[String],
+    total: usize,
+    file: &Path,
+) -> Result<Vec<Vec<Cell>>, ImportError> {
+    let bad = |message: String| ImportError::File { file: file.to_path_buf(), message };
+    let mut rows = Vec::with_capacity(total);
+    let iter = reader.get_row_iter(projection).map_err(|e| bad(format!("cannot read rows: {e}")))?;
+    for (i, row) in iter.enumerate() {
+        let row = row.map_err(|e| ImportError::Row { file: file.to_path_buf(), row: i + 1, message: e.to_string() })?;
+        let mut cells = vec![Cell::Null; names.len()];
+        for (name, field) in row.get_column_iter() {
+            if let Some(at) = names.iter().position(|n| n == name) {
+                cells[at] = cell(field);
+            }
+        }
+        rows.push(cells);
+    }
+    Ok(rows)
+}
+
+fn cell(field: &Field) -> Cell {
+    match field {
+        Field::Null => Cell::Null,
+        Field::Bool(b) => Cell::Int(i64::from(*b)),
+        Field::Byte(v) => Cell::Int(i64::from(*v)),
+        Field::Short(v) => Cell::Int(i64::from(*v)),
+        Field::Int(v) => Cell::Int(i64::from(*v)),
+        Field::Long(v) => Cell::Int(*v),
+        Field::UByte(v) => Cell::Int(i64::from(*v)),
+        Field::UShort(v) => Cell::Int(i64::from(*v)),
+        Field::UInt(v) => Cell::Int(i64::from(*v)),
+        Field::ULong(v) => Cell::Int(i64::try_from(*v).unwrap_or(i64::MAX)),
+        Field::Float(v) => Cell::Float(f64::from(*v)),
+        Field::Double(v) => Cell::Float(*v),
+        Field::Str(s) => Cell::Text(s.clone()),
+        other => Cell::Text(other.to_string()),
+    }
+}
+
+/// After a panic reading whole rows: reads each column alone to name the one whose pages make
+/// the library fail (a corrupt page belongs to one column), and the row it got to.
+fn locate_panic(reader: &SerializedFileReader<std::fs::File>, file: &Path, panic: String) -> ImportError {
+    let fields = reader.metadata().file_metadata().schema_descr().root_schema().get_fields().to_vec();
+    for field in fields {
+        let column = field.name().to_string();
+        let Ok(projection) = parquet::schema::types::Type::group_type_builder("schema").with_fields(vec![field]).build() else { continue };
+        let mut rows_read = 0;
+        let outcome = crate::panic_guard::contain(|| {
+            let Ok(iter) = reader.get_row_iter(Some(projection)) else { return };
+            for row in iter {
+                if row.is_err() {
+                    return;
+                }
+                rows_read += 1;
+            }
+        });
+        if let Err(panic) = outcome {
+            return ImportError::Cell {
+                file: file.to_path_buf(),
+                row: rows_read + 1,
+                column,
+                message: format!("corrupt data: the parquet library failed reading it ({panic})"),
+            };
+        }
+    }
+    ImportError::File { file: file.to_path_buf(), message: format!("corrupt data: the parquet library failed reading its rows ({panic})") }
 }
