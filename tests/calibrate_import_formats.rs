@@ -376,3 +376,36 @@ fn the_whole_published_sets() {
     }
     assert!(!agreement.gemm.is_empty());
 }
+
+/// Values a corrupt byte makes that still parse: a GEMM time 100× its neighbours', and one faster
+/// than the GPU's peak FLOP/s allows. Each import is refused, naming the row's shape; the
+/// untouched file imports (its_time × 1 leaves it as it was).
+#[test]
+fn an_unphysical_time_is_refused_naming_the_row() {
+    let file = fixture("vidur/data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let cell = |column: &str| -> f64 {
+        let at = text.lines().next().unwrap().split(',').position(|h| h == column).unwrap();
+        text.lines().nth(ROW).unwrap().split(',').nth(at).unwrap().parse().unwrap()
+    };
+    // A shape timed twice keeps the upper middle timing (build.rs): row 8 (512 tokens, TP 1) is
+    // timed once in this file, so its corrupt value is the one kept either way.
+    const ROW: usize = 8;
+    let column = "time_stats.mlp_down_proj.median";
+    let value = cell(column);
+    for (factor, needle) in [(1.0, None), (100.0, Some("off both its neighbours")), (1e-6, Some("faster than its"))] {
+        let dir = tempfile::tempdir().unwrap();
+        let corrupted = corrupt(&file, dir.path(), "a100/Meta-Llama-3-8B/mlp.csv", ROW, column, &(value * factor).to_string());
+        let out = dir.path().join("x.csv");
+        let run = servesim(&["calibrate", "import", "--from", "vidur", corrupted.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        let err = stderr(&run);
+        match needle {
+            None => assert!(run.status.success(), "{err}"),
+            Some(needle) => {
+                assert_eq!(run.status.code(), Some(2), "×{factor}: {err}");
+                assert!(err.contains(needle) && err.contains("gemm fp16 m=") && err.contains("refused"), "×{factor}: {err}");
+                assert!(!out.exists(), "{err}");
+            }
+        }
+    }
+}

@@ -146,7 +146,7 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
                  out-of-place time per iteration"
             .into(),
     };
-    Ok(assemble(acc, source))
+    assemble(acc, source)
 }
 
 /// `comm/nccl/<newest NCCL version>/nccl_perf.parquet` under `gpu_dir`, when there is one.

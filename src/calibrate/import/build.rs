@@ -226,8 +226,9 @@ fn merged_origin(files: &[PathBuf]) -> Origin {
     Origin { repository: join(|o| &o.repository), commit: join(|o| &o.commit), license: join(|o| &o.license) }
 }
 
-/// The profile of `acc`'s rows, with its provenance.
-pub fn assemble(acc: Accumulator, source: Source) -> Imported {
+/// The profile of `acc`'s rows, with its provenance; refused where a row is not physical
+/// ([`super::physics`]), naming it and the files read.
+pub fn assemble(acc: Accumulator, source: Source) -> Result<Imported, ImportError> {
     let gpu = &source.gpu;
     let peak = Peak { flops_per_s: gpu.peak_flops_16bit, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s };
     let origin = merged_origin(&source.files);
@@ -243,6 +244,11 @@ pub fn assemble(acc: Accumulator, source: Source) -> Imported {
     };
     let files = source.files.iter().map(name).collect();
     let mut done = acc.finish(&peak);
+    let unusual = super::physics::check(&done.rows, gpu).map_err(|message| ImportError::File {
+        file: source.files_root.clone().or_else(|| source.files.first().cloned()).unwrap_or_default(),
+        message: format!("{message} (measured on {}; refused: a corrupt or mislabelled table)", gpu.name),
+    })?;
+    done.notes.extend(unusual);
     let mut agreement = source.agreement;
     if source.compare_bundled
         && let Some((name, bundled)) = crate::calibrate::bundled::for_gpu(gpu)
@@ -278,5 +284,5 @@ pub fn assemble(acc: Accumulator, source: Source) -> Imported {
             method: source.method,
         }),
     };
-    Imported { profile: Profile { rows: done.rows, provenance }, notes: done.notes }
+    Ok(Imported { profile: Profile { rows: done.rows, provenance }, notes: done.notes })
 }

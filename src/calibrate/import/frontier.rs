@@ -53,5 +53,5 @@ pub fn import(paths: &[PathBuf], gpu: Option<&str>) -> Result<Imported, ImportEr
                  plus its KV-cache write"
             .into(),
     };
-    Ok(assemble(acc, source))
+    assemble(acc, source)
 }

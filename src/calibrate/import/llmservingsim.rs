@@ -112,7 +112,7 @@ fn import_tables(files: Vec<PathBuf>, others: Vec<PathBuf>, gpu: Option<&str>, m
                  after 10 warm-ups"
             .into(),
     };
-    Ok(assemble(acc, source))
+    assemble(acc, source)
 }
 
 /// The model a `layers.csv` times: the first folder above it named as a servesim preset.

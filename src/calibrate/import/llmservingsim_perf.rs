@@ -142,7 +142,7 @@ pub fn import(files: &[PathBuf], others: &[PathBuf], gpu: Option<&str>, model: O
         compare_bundled: true,
         method: method(&bundles),
     };
-    let mut imported = assemble(acc, source);
+    let mut imported = assemble(acc, source)?;
     if let Some(line) = checks.mixed_agreement(&imported.profile) {
         imported.notes.push(format!("checked: {line}"));
         if let Some(source) = imported.profile.provenance.source.as_mut() {

@@ -21,6 +21,7 @@ pub mod layers;
 pub mod llmservingsim;
 pub mod llmservingsim_meta;
 pub mod llmservingsim_perf;
+pub mod physics;
 pub mod source;
 pub mod table;
 pub mod vidur;

@@ -109,7 +109,7 @@ pub fn import(paths: &[PathBuf], gpu: Option<&str>) -> Result<Imported, ImportEr
                  median of 3 runs of the median of 11 NCCL launches"
             .into(),
     };
-    Ok(assemble(acc, source))
+    assemble(acc, source)
 }
 
 fn read_mlp(table: &Table, acc: &mut Accumulator) -> Result<(), ImportError> {
