@@ -12,6 +12,10 @@ use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::{RawCluster, RawHardware, RawPool, RawScenario};
 use crate::scenario::{KvLink, Policy, Pool, PoolRole, Router, ScenarioError};
 
+/// Pools one scenario may hold: a fleet mixes a few GPU types and TP degrees, and each pool
+/// costs its own cost model and KV sizing before the first event.
+const POOLS_MAX: usize = 256;
+
 /// Fields that one pool-less deployment sets and pools set each for themselves: given with pools,
 /// which would win is unclear, so they are refused.
 fn reject_single_pool_fields(raw: &RawScenario, cx: &Cx) -> Result<(), ScenarioError> {
@@ -49,6 +53,15 @@ pub(super) fn resolve_pools(
     reject_single_pool_fields(raw, cx)?;
     if cluster.pools.is_empty() {
         return Err(cx.invalid("cluster.pools", "[]", "give at least one [[cluster.pools]] table"));
+    }
+    if cluster.pools.len() > POOLS_MAX {
+        return Err(cx.invalid(
+            &format!("cluster.pools[{POOLS_MAX}]"),
+            format!("(pool {} of {})", POOLS_MAX + 1, cluster.pools.len()),
+            format!(
+                "at most {POOLS_MAX} pools: each is priced and sized on its own (65,536 of them ran minutes with no output);                  replicas of one GPU and tensor_parallel belong in one pool's `replicas`"
+            ),
+        ));
     }
     let pools = cluster
         .pools

@@ -54,6 +54,10 @@ fn bad_pool_fields_name_the_pool() {
     invalid_in(&two_pools("gpu = \"A100\"\nnum_gpu_blocks = 0"), &[], "cluster.pools[1].num_gpu_blocks", "0");
     let unknown = load_text(&two_pools("gpu = \"A100\"\nhost = \"x\""), &[]).unwrap_err().to_string();
     assert!(unknown.contains("unknown field `host`"), "{unknown}");
+    // 65,536 one-replica pools ran minutes before the first event: refused at once, by count.
+    let many = two_pools("gpu = \"A100\"") + &"\n[[cluster.pools]]\ngpu = \"A100\"\n".repeat(300);
+    let msg = invalid_in(&many, &[], "cluster.pools[256]", "(pool 257 of 302)");
+    assert!(msg.contains("at most 256 pools"), "{msg}");
 }
 
 #[test]
