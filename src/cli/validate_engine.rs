@@ -121,6 +121,11 @@ pub(super) fn run(args: EngineValidationArgs, out: Option<&Path>) -> Result<(), 
         engine::write_outputs(&validation, dir)?;
         eprintln!("wrote {}", dir.display());
     }
+    // A run that cannot judge says so and fails, whatever --fail-on-miss says: its table is no
+    // verdict (exit 3, as a plan that ran and found no answer).
+    if let Some(reason) = &validation.cannot_judge {
+        return Err(Error::NoAnswer(format!("validate --engine cannot judge the twin on this machine: {reason}")));
+    }
     if args.fail_on_miss && !validation.meets_targets() {
         return Err(Error::Output { path: "validate --engine".into(), source: std::io::Error::other("a series missed its error target") });
     }

@@ -6,6 +6,7 @@
 //! [`crate::metrics::format::to_json`] that `simulate --out` writes, so both speak one vocabulary.
 
 pub mod engine;
+pub mod machine;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
