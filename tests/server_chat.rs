@@ -96,6 +96,37 @@ async fn a_streamed_chat_sends_the_role_then_content_then_finish_then_usage() {
     .await;
 }
 
+/// The body guidellm (whose default request type is chat) sends: a system prefix, the prompt
+/// as a text part, `max_completion_tokens` with `ignore_eos` and `"stop": null`, and vLLM's
+/// `continuous_usage_stats`, under which every chunk carries the usage so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_generators_chat_body_gets_usage_in_every_chunk() {
+    bounded(async {
+        let s = start_echo(None, 1024, Some(shipped())).await;
+        let body = json!({
+            "model": "echo", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+            "max_completion_tokens": 5, "stop": null, "ignore_eos": true,
+            "messages": [{"role": "system", "content": "prefix"}, {"role": "user", "content": [{"type": "text", "text": "the prompt"}]}],
+        });
+        let prompt = prompt_ids(&[json!({"role": "system", "content": "prefix"}), json!({"role": "user", "content": "the prompt"})]);
+        let chunks = stream_chunks(&s.base, "/v1/chat/completions", &body).await;
+        let completed: Vec<u64> = chunks.iter().map(|c| c["usage"]["completion_tokens"].as_u64().expect("usage in every chunk")).collect();
+        assert!(chunks.iter().all(|c| c["usage"]["prompt_tokens"] == prompt.len()), "{chunks:?}");
+        // The role chunk has none yet, each content chunk one more, then the usage chunk.
+        assert_eq!(completed, [0, 1, 2, 3, 4, 5, 5]);
+        assert_eq!(chunks.last().unwrap()["choices"], json!([]));
+        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, shipped().decode(&expected(&prompt, 5)).unwrap());
+        // Its text-completions body alike.
+        let body = json!({"model": "echo", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+                          "max_tokens": 3, "stop": null, "ignore_eos": true, "prompt": "the prompt"});
+        let chunks = stream_chunks(&s.base, "/v1/completions", &body).await;
+        let completed: Vec<u64> = chunks.iter().map(|c| c["usage"]["completion_tokens"].as_u64().unwrap()).collect();
+        assert_eq!(completed, [1, 2, 3, 3]);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_tokens_default_to_the_rest_of_the_context_and_eos_is_a_stop() {
     bounded(async {

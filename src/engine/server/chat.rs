@@ -63,7 +63,7 @@ async fn respond(front: &Front, body: &[u8]) -> Result<Response, ApiError> {
         logprobs: chat.output.logprobs.is_some(),
     };
     if chat.reply.stream {
-        return Ok(openai_stream(generation, chunks, chat.reply.include_usage));
+        return Ok(openai_stream(generation, chunks, chat.reply.include_usage, chat.reply.continuous_usage));
     }
     let whole = generation.collect().await.map_err(ApiError::internal)?;
     let content = chunks.echo.take().unwrap_or_default() + &whole.text;

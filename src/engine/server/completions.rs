@@ -45,7 +45,7 @@ async fn respond(front: &Front, body: &[u8]) -> Result<Response, super::request:
         text_offset: 0,
     };
     if req.reply.stream {
-        return Ok(openai_stream(generation, chunks, req.reply.include_usage));
+        return Ok(openai_stream(generation, chunks, req.reply.include_usage, req.reply.continuous_usage));
     }
     let mut chunks = chunks;
     let whole = generation.collect().await.map_err(super::request::ApiError::internal)?;

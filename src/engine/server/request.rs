@@ -96,6 +96,8 @@ pub struct ReplyOptions {
     pub stream: bool,
     /// OpenAI's `stream_options.include_usage`.
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats`: every chunk carries the usage so far.
+    pub continuous_usage: bool,
     /// TGI's `details`.
     pub details: bool,
     /// The client's seed (TGI's details repeat it).
@@ -177,6 +179,8 @@ pub(super) enum StopField {
 pub(super) struct StreamOptions {
     #[serde(default)]
     include_usage: Option<bool>,
+    #[serde(default)]
+    continuous_usage_stats: Option<bool>,
 }
 
 /// The fields the completions and chat routes share (vLLM's names).
@@ -258,13 +262,14 @@ pub(super) fn common(c: OpenAiCommon, served_model: &str) -> Result<Common, ApiE
         echo: c.echo.unwrap_or(false),
         logprobs: None,
     };
-    let reply = ReplyOptions {
-        model: c.model,
-        stream,
-        include_usage: c.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
-        details: false,
-        seed: c.seed,
-    };
+    let include_usage = c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+    let continuous_usage = c.stream_options.as_ref().and_then(|o| o.continuous_usage_stats).unwrap_or(false);
+    // vLLM puts usage in every chunk only when usage is asked for at all; asked alone it would
+    // do nothing.
+    if continuous_usage && !include_usage {
+        return Err(ApiError::bad_request("`stream_options.continuous_usage_stats` needs `stream_options.include_usage`: true"));
+    }
+    let reply = ReplyOptions { model: c.model, stream, include_usage, continuous_usage, details: false, seed: c.seed };
     Ok(Common { ignore_eos: c.ignore_eos.unwrap_or(false), sampling, reply, output, add_special_tokens: c.add_special_tokens })
 }
 
@@ -499,7 +504,7 @@ pub(super) fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<Par
         // TGI reports every token's log-probability; top_n_tokens adds the most likely.
         logprobs: Some(logprobs_count("parameters.top_n_tokens", p.top_n_tokens.unwrap_or(0))?),
     };
-    let reply = ReplyOptions { model: None, stream: false, include_usage: false, details: p.details.unwrap_or(false), seed: p.seed };
+    let reply = ReplyOptions { details: p.details.unwrap_or(false), seed: p.seed, ..ReplyOptions::default() };
     Ok(ParsedRequest {
         prompt,
         max_tokens: p.max_new_tokens.unwrap_or(MAX_TOKENS_DEFAULT),
@@ -539,8 +544,10 @@ mod tests {
         assert_eq!(req.prompt, PromptInput::Tokens(vec![1, 2, 3]));
         assert_eq!(req.max_tokens, MAX_TOKENS_DEFAULT);
         assert_eq!(req.sampling, SamplingParams::from_request(None, None, None, None).unwrap());
-        assert!(req.reply.stream && req.reply.include_usage);
+        assert!(req.reply.stream && req.reply.include_usage && !req.reply.continuous_usage);
         assert_eq!(completion(r#"{"prompt": ["hi"]}"#).unwrap().prompt, PromptInput::Text("hi".into()));
+        let req = completion(r#"{"prompt": "a", "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}"#).unwrap();
+        assert!(req.reply.continuous_usage);
     }
 
     #[test]
@@ -591,7 +598,8 @@ mod tests {
             (completion(r#"{"prompt": "a", "echo": true, "logprobs": 2}"#), 400, "`echo` with `logprobs`"),
             (completion(r#"{"prompt": "a", "logprobs": 99}"#), 400, "`logprobs` = 99"),
             (completion(r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#), 400, "`stream_options`"),
-            (completion(r#"{"prompt": "a", "stream": true, "stream_options": {"continuous_usage_stats": true}}"#), 400, "continuous_usage_stats"),
+            (completion(r#"{"prompt": "a", "stream": true, "stream_options": {"continuous_usage_stats": true}}"#), 400, "needs `stream_options.include_usage`"),
+            (completion(r#"{"prompt": "a", "stream": true, "stream_options": {"usage": true}}"#), 400, "unknown field `usage`"),
             (completion(r#"{"prompt": "a", "min_tokens": 4}"#), 400, "`min_tokens` = 4"),
             (completion(r#"{"prompt": "a", "messages": []}"#), 400, "unknown field `messages`"),
             (completion(r#"[1, 2]"#), 400, "must be a JSON object"),

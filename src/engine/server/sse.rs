@@ -55,6 +55,7 @@ struct OpenAiStream<C> {
     generation: Generation,
     chunks: C,
     include_usage: bool,
+    continuous_usage: bool,
     queued: VecDeque<Bytes>,
     opened: bool,
     over: bool,
@@ -62,10 +63,11 @@ struct OpenAiStream<C> {
 
 /// The SSE response of an OpenAI request: `chunks`' opening, a chunk a piece (the tokens the
 /// engine delivered together: a multi-step window's or a speculative step's go out as one, as
-/// vLLM streams them), the usage chunk with `include_usage`, then `data: [DONE]`. An engine error
-/// is an error event, then `[DONE]`.
-pub fn openai_stream<C: Chunks>(generation: Generation, chunks: C, include_usage: bool) -> Response {
-    let state = OpenAiStream { generation, chunks, include_usage, queued: VecDeque::new(), opened: false, over: false };
+/// vLLM streams them), the usage chunk with `include_usage`, then `data: [DONE]`. With
+/// `continuous_usage` (vLLM's `continuous_usage_stats`) every chunk also carries the usage so
+/// far. An engine error is an error event, then `[DONE]`.
+pub fn openai_stream<C: Chunks>(generation: Generation, chunks: C, include_usage: bool, continuous_usage: bool) -> Response {
+    let state = OpenAiStream { generation, chunks, include_usage, continuous_usage, queued: VecDeque::new(), opened: false, over: false };
     sse_response(stream::unfold(state, |mut s| async move {
         loop {
             if let Some(line) = s.queued.pop_front() {
@@ -76,13 +78,21 @@ pub fn openai_stream<C: Chunks>(generation: Generation, chunks: C, include_usage
             }
             if !s.opened {
                 s.opened = true;
-                let opening = s.chunks.opening();
-                s.queued.extend(opening.iter().map(data_line));
+                for mut chunk in s.chunks.opening() {
+                    if s.continuous_usage {
+                        chunk["usage"] = usage(&s.generation);
+                    }
+                    s.queued.push_back(data_line(&chunk));
+                }
                 continue;
             }
             match s.generation.next().await {
                 Some(Ok(piece)) => {
-                    s.queued.push_back(data_line(&s.chunks.piece(&piece)));
+                    let mut chunk = s.chunks.piece(&piece);
+                    if s.continuous_usage {
+                        chunk["usage"] = usage(&s.generation);
+                    }
+                    s.queued.push_back(data_line(&chunk));
                     if piece.finish.is_none() {
                         continue;
                     }
