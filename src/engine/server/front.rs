@@ -81,8 +81,17 @@ pub async fn tokenize(front: &Front, text: String, add_special_tokens: bool) -> 
     // The permit goes with the work: a client that leaves does not stop its tokenizing.
     let permit = front.tokenizing.clone().acquire_owned().await.map_err(|e| internal(e.to_string()))?;
     let tokenizer = front.engine.tokenizer().clone();
+    let context_len = front.engine.context_len() as usize;
     let encoded = tokio::task::spawn_blocking(move || {
-        let ids = tokenizer.encode(&text, add_special_tokens);
+        // A prompt past the context is refused before it is tokenized whole (which held hundreds
+        // of MB for a 1 MB prompt): the count stops a piece past the limit.
+        let ids = match tokenizer.count_past(&text, context_len) {
+            Some(counted) => Err(format!(
+                "this model's maximum context length is {context_len} tokens, but the prompt has over {counted} tokens \
+                 (counted a piece at a time, and stopped there)"
+            )),
+            None => tokenizer.encode(&text, add_special_tokens),
+        };
         drop(permit);
         ids
     });
