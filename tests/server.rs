@@ -6,24 +6,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, StepInputs, serve};
 use servesim::engine::model::SamplingParams;
+use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, StepInputs, serve};
 use servesim::scenario::Policy;
 use servesim::sched::{Batch, SchedulerConfig};
 
-/// Next token = f(last token, its position): printable ASCII, so byte-level text maps 1:1.
-fn echo_next(last: u32, pos: u32) -> u32 {
-    32 + (last.wrapping_mul(31).wrapping_add(pos.wrapping_mul(7)).wrapping_add(11)) % 95
-}
-
-fn expected(prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut seq = prompt.to_vec();
-    for _ in 0..n {
-        let t = echo_next(*seq.last().unwrap(), seq.len() as u32 - 1);
-        seq.push(t);
-    }
-    seq[prompt.len()..].to_vec()
-}
+mod server_support;
+use server_support::{Server, echo_next, expected, serve_engine};
 
 /// A deterministic fake forward pass that sleeps `step_delay` per step.
 struct EchoExecutor {
@@ -54,11 +43,6 @@ impl Executor for EchoExecutor {
     }
 }
 
-struct Server {
-    base: String,
-    engine: EngineHandle,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
-}
 
 fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
     SchedulerConfig {
@@ -83,18 +67,7 @@ async fn start(step_delay_ms: u64, eos: Option<u32>, max_num_seqs: u32, max_wait
 
 async fn start_with<E: Executor>(exec: E, config: SchedulerConfig, max_waiting: u32, context_len: u32) -> Server {
     let engine = EngineHandle::start(exec, config, Policy::VllmV1, max_waiting, context_len).with_model_name("echo");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = engine.clone();
-    tokio::spawn(async move {
-        serve(listener, handle, async move {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
-    });
-    Server { base, engine, _shutdown: tx }
+    serve_engine(engine).await
 }
 
 async fn post(base: &str, path: &str, body: &Value) -> (u16, String) {
