@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::calibrate::grid::Shape;
+use crate::calibrate::run::describe;
 use crate::calibrate::profile::ProfileRow;
 use crate::scenario::GpuSpec;
 
@@ -28,28 +29,6 @@ const PEAK_TOLERANCE: f64 = 1.05;
 const SPIKE_FACTOR: f64 = 10.0;
 /// A bigger shape this much faster than the next smaller one is counted in a note.
 const DROP_FACTOR: f64 = 2.0;
-
-/// The rows' shape in words, as an error or a note names it.
-pub fn describe(shape: &Shape) -> String {
-    match shape {
-        Shape::Gemm(g) => format!("gemm {} m={} n={} k={}", g.dtype.name(), g.m, g.n, g.k),
-        Shape::Attention(a) => format!(
-            "attention {:?} {} batch={} query_len={} context_len={} heads={}/{} head_dim={}{}",
-            a.phase,
-            a.dtype.name(),
-            a.batch,
-            a.query_len,
-            a.context_len,
-            a.num_heads,
-            a.num_kv_heads,
-            a.head_dim,
-            if a.uneven { " uneven" } else { "" }
-        ),
-        Shape::AllReduce(c) => format!("allreduce {} bytes over {} GPUs", c.bytes, c.gpus),
-        Shape::AllToAll(c) => format!("alltoall {} bytes over {} GPUs", c.bytes, c.gpus),
-        Shape::Sampling(s) => format!("sampling {:?} rows={} vocab={}", s.method, s.rows, s.vocab),
-    }
-}
 
 /// The series a row belongs to (every dimension but its size axis) and its place on that axis.
 fn series(shape: &Shape) -> Option<(String, u64)> {
