@@ -92,7 +92,7 @@ impl Tokenizer {
         // `expect`s, found by fuzzing): JSON syntax is checked here first, and a panic on a
         // well-formed file that is still not a tokenizer is caught and reported like an error.
         serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| invalid(e.to_string()))?;
-        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()))
+        let parsed = crate::panic_guard::contain(|| tokenizers::Tokenizer::from_bytes(text.as_bytes()))
             .map_err(|_| invalid("the tokenizers library could not read it (it panicked)".into()))?;
         let inner = parsed.map_err(|e| invalid(e.to_string()))?;
         let id_bound = inner.get_vocab(true).values().max().map_or(0, |&m| m.saturating_add(1));
