@@ -5,48 +5,78 @@
 
 use std::sync::OnceLock;
 
-use super::profile::{Profile, parse_csv, parse_provenance};
+use super::profile::{Profile, ProfileFacts, ProfileIndex, Provenance, pack, parse_csv, parse_provenance};
 use crate::scenario::GpuSpec;
 
-/// One bundled profile: the hardware preset it was measured on, its file name, and its files.
-struct Bundled {
+/// One bundled profile's files: the hardware preset it was measured on, its file name, its CSV,
+/// its provenance and its packed index (see [`pack`]).
+struct Files {
     gpu: &'static str,
     name: &'static str,
     csv_zst: &'static [u8],
     provenance: &'static str,
+    index: &'static [u8],
 }
 
 macro_rules! bundled {
     ($gpu:literal, $name:literal) => {
-        Bundled {
+        Files {
             gpu: $gpu,
             name: $name,
             csv_zst: include_bytes!(concat!("../../calibration/public/", $name, ".csv.zst")),
             provenance: include_str!(concat!("../../calibration/public/", $name, ".provenance.toml")),
+            index: include_bytes!(concat!("../../calibration/public/", $name, ".index")),
         }
     };
 }
 
-const BUNDLED: [Bundled; 4] = [
+const BUNDLED: [Files; 4] = [
     bundled!("H100-SXM", "h100-sxm--vllm-0.24.0"),
     bundled!("H200", "h200-sxm--vllm-0.24.0"),
     bundled!("B200", "b200-sxm--vllm-0.24.0"),
     bundled!("A100-80G-SXM", "a100-80g-sxm--vllm-0.14.0"),
 ];
 
-static LOADED: [OnceLock<Profile>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+static LOADED: [OnceLock<Bundled>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
-/// The bundled profile measured on `gpu`'s preset, by name, parsed once per process; `None` for a
-/// GPU without one (MI300X, L40S, a custom GPU).
-pub fn for_gpu(gpu: &GpuSpec) -> Option<(&'static str, &'static Profile)> {
+/// A bundled profile, loaded: what pricing reads (its provenance, its facts and its index, whose
+/// curves are built when first read), and its rows, parsed from the CSV only when asked for.
+pub struct Bundled {
+    /// Its file name.
+    pub name: &'static str,
+    /// The hardware preset it was measured on.
+    pub gpu: &'static str,
+    pub provenance: Provenance,
+    pub facts: ProfileFacts,
+    pub index: ProfileIndex,
+    csv_zst: &'static [u8],
+    profile: OnceLock<Profile>,
+}
+
+impl Bundled {
+    /// The whole profile, rows and all (parsed from its CSV on first use: about 0.1 s).
+    pub fn profile(&self) -> &Profile {
+        self.profile.get_or_init(|| {
+            let file = std::path::Path::new(self.name);
+            let bytes = zstd::decode_all(self.csv_zst).expect("bundled profile decompresses");
+            let text = String::from_utf8(bytes).expect("bundled profile is UTF-8");
+            let rows = parse_csv(&text, file, &self.provenance.peak.peak()).expect("bundled profile parses");
+            Profile { rows, provenance: self.provenance.clone() }
+        })
+    }
+}
+
+/// The bundled profile measured on `gpu`'s preset; `None` for a GPU without one (MI300X, L40S,
+/// a custom GPU).
+pub fn for_gpu(gpu: &GpuSpec) -> Option<&'static Bundled> {
     BUNDLED.iter().position(|b| b.gpu == gpu.name).map(load)
 }
 
 /// For a GPU without a bundled profile, the bundled GPU nearest to it by datasheet: the least
 /// distance in (ln dense 16-bit FLOP/s, ln memory bandwidth), since those two peaks are what a
-/// kernel's utilisation is relative to. Its name, its profile and its preset's name.
-pub fn nearest(gpu: &GpuSpec) -> Option<(&'static str, &'static Profile, &'static str)> {
-    let distance = |b: &Bundled| -> f64 {
+/// kernel's utilisation is relative to.
+pub fn nearest(gpu: &GpuSpec) -> Option<&'static Bundled> {
+    let distance = |b: &Files| -> f64 {
         let other = GpuSpec::preset(b.gpu).expect("a bundled GPU is a preset");
         let flops = (gpu.peak_flops_16bit / other.peak_flops_16bit).ln();
         let bandwidth = (gpu.memory_bandwidth_bytes_per_s / other.memory_bandwidth_bytes_per_s).ln();
@@ -54,24 +84,19 @@ pub fn nearest(gpu: &GpuSpec) -> Option<(&'static str, &'static Profile, &'stati
     };
     let usable = gpu.peak_flops_16bit > 0.0 && gpu.memory_bandwidth_bytes_per_s > 0.0;
     let i = (0..BUNDLED.len()).filter(|_| usable).min_by(|&a, &b| distance(&BUNDLED[a]).total_cmp(&distance(&BUNDLED[b])))?;
-    let (name, profile) = load(i);
-    Some((name, profile, BUNDLED[i].gpu))
+    Some(load(i))
 }
 
-/// The `i`th bundled profile, parsed once per process.
-fn load(i: usize) -> (&'static str, &'static Profile) {
-    let b = &BUNDLED[i];
-    let profile = LOADED[i].get_or_init(|| {
-        // The files are part of the build, checked by tests/calibrate_import.rs: failing to read
-        // them is a broken build, not bad input.
-        let file = std::path::Path::new(b.name);
-        let provenance = parse_provenance(b.provenance, file).expect("bundled provenance parses");
-        let bytes = zstd::decode_all(b.csv_zst).expect("bundled profile decompresses");
-        let text = String::from_utf8(bytes).expect("bundled profile is UTF-8");
-        let rows = parse_csv(&text, file, &provenance.peak.peak()).expect("bundled profile parses");
-        Profile { rows, provenance }
-    });
-    (b.name, profile)
+/// The `i`th bundled profile, loaded once per process.
+fn load(i: usize) -> &'static Bundled {
+    LOADED[i].get_or_init(|| {
+        let b = &BUNDLED[i];
+        // The files are part of the build, checked by the tests below and tests/calibrate_import.rs:
+        // failing to read them is a broken build, not bad input.
+        let provenance = parse_provenance(b.provenance, std::path::Path::new(b.name)).expect("bundled provenance parses");
+        let (index, facts) = pack::read(b.index).unwrap_or_else(|e| panic!("bundled {}.index: {e}", b.name));
+        Bundled { name: b.name, gpu: b.gpu, provenance, facts, index, csv_zst: b.csv_zst, profile: OnceLock::new() }
+    })
 }
 
 /// The GPU presets that have a bundled profile.
@@ -85,7 +110,7 @@ mod tests {
 
     #[test]
     fn gpus_without_a_profile_borrow_the_nearest_by_datasheet() {
-        let nearest_to = |name: &str| nearest(&GpuSpec::preset(name).unwrap()).map(|(_, _, gpu)| gpu);
+        let nearest_to = |name: &str| nearest(&GpuSpec::preset(name).unwrap()).map(|b| b.gpu);
         // MI300X: 1307 TFLOP/s, 5.3 TB/s; H200 (989, 4.8) is nearer than B200 (2250, 8.0) or
         // H100 (989, 3.35).
         assert_eq!(nearest_to("MI300X"), Some("H200"));
@@ -93,6 +118,33 @@ mod tests {
         assert_eq!(nearest_to("L40S"), Some("A100-80G-SXM"));
         for gpu in gpus() {
             assert_eq!(nearest_to(gpu), Some(gpu), "a bundled GPU is nearest to itself");
+        }
+    }
+
+    /// Each packed index is this crate's own index of its CSV, byte for byte, and reads back as
+    /// the index the CSV gives; `SERVESIM_BLESS=1` rewrites the packed files (after
+    /// `calibration/public/import.sh`, or a change to how an index is built).
+    #[test]
+    fn each_packed_index_is_its_csvs_index() {
+        let bless = std::env::var_os("SERVESIM_BLESS").is_some();
+        for (i, files) in BUNDLED.iter().enumerate() {
+            let file = std::path::Path::new(files.name);
+            let provenance = parse_provenance(files.provenance, file).unwrap();
+            let text = String::from_utf8(zstd::decode_all(files.csv_zst).unwrap()).unwrap();
+            let profile = Profile { rows: parse_csv(&text, file, &provenance.peak.peak()).unwrap(), provenance };
+            let packed = pack::write(&profile);
+            let path = format!("{}/calibration/public/{}.index", env!("CARGO_MANIFEST_DIR"), files.name);
+            if bless {
+                std::fs::write(&path, &packed).unwrap();
+                continue;
+            }
+            assert!(
+                packed == files.index,
+                "{path} is not the index of its CSV: run `SERVESIM_BLESS=1 cargo test --lib bundled` and commit it"
+            );
+            let bundled = load(i);
+            assert_eq!(bundled.facts, ProfileFacts::of(&profile.rows));
+            assert_eq!(bundled.index, ProfileIndex::new(&profile), "{} reads back as another index", files.name);
         }
     }
 }

@@ -46,7 +46,9 @@ use crate::scenario::model::Dtype;
 
 pub mod index;
 pub mod interpolate;
+mod lazy;
 pub mod leave_one_out;
+pub mod pack;
 
 pub use index::ProfileIndex;
 pub use leave_one_out::{LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
@@ -343,6 +345,30 @@ pub struct Profile {
     pub provenance: Provenance,
 }
 
+/// What decides whether a profile describes a scenario's kernels, beyond its provenance (see
+/// `cost::profile_match`): the dtypes of its GEMMs, in the order its rows first name them, and
+/// whether it timed attention. A bundled profile keeps them in its packed index, so that
+/// matching reads no rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileFacts {
+    pub gemm_dtypes: Vec<Dtype>,
+    pub has_attention: bool,
+}
+
+impl ProfileFacts {
+    pub fn of(rows: &[ProfileRow]) -> ProfileFacts {
+        let mut gemm_dtypes = Vec::new();
+        for row in rows {
+            if let Shape::Gemm(g) = &row.shape
+                && !gemm_dtypes.contains(&g.dtype)
+            {
+                gemm_dtypes.push(g.dtype);
+            }
+        }
+        ProfileFacts { gemm_dtypes, has_attention: rows.iter().any(|row| matches!(row.shape, Shape::Attention(_))) }
+    }
+}
+
 /// Why a profile could not be read or written. Each names the file (and the line, for CSV
 /// content).
 #[derive(Debug, thiserror::Error)]
@@ -369,7 +395,7 @@ fn is_compressed(csv: &Path) -> bool {
     csv.extension().is_some_and(|e| e == "zst")
 }
 
-fn phase_name(phase: AttentionPhase) -> &'static str {
+pub(crate) fn phase_name(phase: AttentionPhase) -> &'static str {
     match phase {
         AttentionPhase::Prefill => "prefill",
         AttentionPhase::Decode => "decode",
@@ -377,7 +403,7 @@ fn phase_name(phase: AttentionPhase) -> &'static str {
     }
 }
 
-fn parse_phase(s: &str) -> Option<AttentionPhase> {
+pub(crate) fn parse_phase(s: &str) -> Option<AttentionPhase> {
     match s {
         "prefill" => Some(AttentionPhase::Prefill),
         "decode" => Some(AttentionPhase::Decode),

@@ -199,7 +199,19 @@ impl Calibrated {
         tensor_parallel: u32,
         params: &CostParams,
     ) -> Calibrated {
-        let mut index = ProfileIndex::new(profile);
+        Self::transferred_index(ProfileIndex::new(profile), &profile.provenance.measured_on(), model, gpu, tensor_parallel, params)
+    }
+
+    /// [`Calibrated::transferred`] from a profile already indexed (a bundled one's), measured on
+    /// `measured_on`.
+    pub fn transferred_index(
+        mut index: ProfileIndex,
+        measured_on: &str,
+        model: &ModelSpec,
+        gpu: &GpuSpec,
+        tensor_parallel: u32,
+        params: &CostParams,
+    ) -> Calibrated {
         // Pricing at r × the peaks is each kernel reaching r × the utilisation it reached there.
         let r = params.transfer_utilisation;
         index.peak = Peak { flops_per_s: gpu.peak_flops_16bit * r, memory_bytes_per_s: gpu.memory_bandwidth_bytes_per_s * r };
@@ -209,10 +221,8 @@ impl Calibrated {
         index.sampling.clear();
         let share = if r == 1.0 { String::new() } else { format!(" × {r:.3} (cost.transfer_utilisation)") };
         let note = format!(
-            "calibrated profile: measured on {}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there{share}",
-            profile.provenance.measured_on(),
-            gpu.name,
-            gpu.name
+            "calibrated profile: measured on {measured_on}, not on {}; each kernel is priced at the utilisation of {}'s datasheet peaks it reached there{share}",
+            gpu.name, gpu.name
         );
         Self::build(index, model, gpu, tensor_parallel, params, vec![note])
     }
@@ -726,9 +736,9 @@ mod tests {
     #[test]
     fn grouped_experts_decode_near_the_weight_bandwidth() {
         let gpu = h100();
-        let (_, profile) = crate::cost::bundled::for_gpu(&gpu).expect("bundled H100 profile");
+        let bundled = crate::cost::bundled::for_gpu(&gpu).expect("bundled H100 profile");
         let model = ModelSpec::preset("Qwen3-30B-A3B").unwrap();
-        let calibrated = Calibrated::new(profile, &model, &gpu, 1, &CostParams::default());
+        let calibrated = Calibrated::from_index(bundled.index.clone(), &model, &gpu, 1, &CostParams::default());
         assert!(!calibrated.notices().iter().any(|n| n.contains("expert")), "{:#?}", calibrated.notices());
         let one = calibrated.predict(&decode_batch(1, 1000)).gemm_ns as f64 / 1e9;
         let bandwidth_s = 6.07e9 / gpu.memory_bandwidth_bytes_per_s;

@@ -7,8 +7,7 @@
 //! to any sharding, and an all-reduce the profile did not measure is priced by the ring formula
 //! with a note (see [`Calibrated`](super::calibrated::Calibrated)).
 
-use crate::calibrate::grid::Shape;
-use crate::calibrate::profile::Profile;
+use crate::calibrate::profile::{ProfileFacts, Provenance};
 use crate::scenario::{Dtype, FittedProfile, Policy, Scenario};
 
 /// The GPU families that profiles are matched by: a profile of an H100 SXM prices an H100 PCIe's
@@ -32,16 +31,16 @@ fn engine_of(policy: Policy) -> &'static str {
     }
 }
 
-/// Why `profile` does not describe `scenario`, one phrase per mismatch; empty when it does.
-pub fn kernel_profile_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> {
-    let mut out: Vec<String> = gpu_mismatch(profile, scenario).into_iter().collect();
-    out.extend(kernel_mismatches(profile, scenario));
+/// Why a profile (its `provenance` and `facts`) does not describe `scenario`, one phrase per
+/// mismatch; empty when it does.
+pub fn kernel_profile_mismatches(provenance: &Provenance, facts: &ProfileFacts, scenario: &Scenario) -> Vec<String> {
+    let mut out: Vec<String> = gpu_mismatch(provenance, scenario).into_iter().collect();
+    out.extend(kernel_mismatches(provenance, facts, scenario));
     out
 }
 
-/// Whether `profile` was measured on another GPU family than the scenario's.
-fn gpu_mismatch(profile: &Profile, scenario: &Scenario) -> Option<String> {
-    let provenance = &profile.provenance;
+/// Whether the profile was measured on another GPU family than the scenario's.
+fn gpu_mismatch(provenance: &Provenance, scenario: &Scenario) -> Option<String> {
     let measured = provenance.measured_on();
     let profile_family = if provenance.source.is_none() && provenance.device.device == "cpu" {
         Some("CPU")
@@ -69,12 +68,12 @@ fn same_model_name(a: &str, b: &str) -> bool {
     short.chars().any(|c| c.is_ascii_digit()) && long.contains(&short)
 }
 
-/// Whether `profile`'s kernels are another engine's or dtype's than the scenario's, whatever GPU
-/// they ran on (for a profile carried over to another GPU on purpose, only these apply).
-pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> {
+/// Whether the profile's kernels are another engine's or dtype's than the scenario's, whatever
+/// GPU they ran on (for a profile carried over to another GPU on purpose, only these apply).
+pub fn kernel_mismatches(provenance: &Provenance, facts: &ProfileFacts, scenario: &Scenario) -> Vec<String> {
     let mut out = Vec::new();
     // Imported tables name the engine whose kernels they timed.
-    if let Some(source) = &profile.provenance.source {
+    if let Some(source) = &provenance.source {
         let wanted = engine_of(scenario.engine.policy);
         if source.engine != wanted {
             out.push(format!(
@@ -90,9 +89,7 @@ pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> 
     // CUDA cores: on an H100 they reached at most 8 TFLOP/s in prefill and 17% of HBM bandwidth
     // in decode (docs/calibration.md), a small fraction of what an engine's FlashAttention
     // does, so they price servesim's engine and no other. Its cuBLASLt GEMMs are any engine's.
-    else if profile.provenance.device.device.starts_with("cuda")
-        && scenario.engine.policy != Policy::Servesim
-        && profile.rows.iter().any(|row| matches!(row.shape, Shape::Attention(_)))
+    else if provenance.device.device.starts_with("cuda") && scenario.engine.policy != Policy::Servesim && facts.has_attention
     {
         out.push(format!(
             "the profile timed servesim's own CUDA attention kernels, which run far below FlashAttention, and the \
@@ -102,27 +99,13 @@ pub fn kernel_mismatches(profile: &Profile, scenario: &Scenario) -> Vec<String> 
         ));
     }
     let weight = scenario.model.weight_dtype;
-    let gemm_dtypes: Vec<Dtype> = dtypes_of(profile, |shape| match shape {
-        Shape::Gemm(g) => Some(g.dtype),
-        _ => None,
-    });
+    let gemm_dtypes = &facts.gemm_dtypes;
     if !gemm_dtypes.is_empty() && !gemm_dtypes.contains(&weight) {
         out.push(format!(
             "the profile's GEMMs are {}, and the scenario's weights are {}",
-            names(&gemm_dtypes),
+            names(gemm_dtypes),
             weight.name()
         ));
-    }
-    out
-}
-
-/// The distinct dtypes of the profile's rows that `pick` selects, in first-seen order.
-fn dtypes_of(profile: &Profile, pick: impl Fn(&Shape) -> Option<Dtype>) -> Vec<Dtype> {
-    let mut out = Vec::new();
-    for dtype in profile.rows.iter().filter_map(|row| pick(&row.shape)) {
-        if !out.contains(&dtype) {
-            out.push(dtype);
-        }
     }
     out
 }

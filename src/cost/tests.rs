@@ -69,7 +69,7 @@ fn on_an_a100_the_roofline_prices_fp8_weight_only() {
 #[test]
 fn on_an_a100_the_bundled_profile_prices_fp8_weight_only_from_its_bf16_gemms() {
     let a100 = gpu("A100-80G-SXM");
-    let (_, profile) = bundled::for_gpu(&a100).expect("the A100 profile is bundled");
+    let profile = bundled::for_gpu(&a100).expect("the A100 profile is bundled").profile();
     let params = CostParams::default();
     assert_weight_only("A100 profile", |model| Box::new(Calibrated::new(profile, model, &a100, 1, &params)));
 
@@ -100,7 +100,7 @@ fn on_an_h100_fp8_keeps_the_fp8_peak() {
     let gemm_s = cost.gemm_ns as f64 / super::NS_PER_S;
     assert!(gemm_s > layers_s && gemm_s < layers_s * 1.01, "{gemm_s} s against {layers_s} s");
 
-    let (_, profile) = bundled::for_gpu(&h100).expect("the H100 profile is bundled");
+    let profile = bundled::for_gpu(&h100).expect("the H100 profile is bundled").profile();
     let calibrated = Calibrated::new(profile, &model, &h100, 1, &params);
     assert!(!calibrated.notices().iter().any(|n| n.contains("weight-only")), "{:#?}", calibrated.notices());
 }

@@ -7,7 +7,7 @@ use crate::cost::speculative::SpeculativeCost;
 use crate::cost::CostModel;
 use crate::cost::roofline::Roofline;
 use crate::metrics::Summary;
-use crate::calibrate::profile::Profile;
+use crate::calibrate::profile::{Profile, ProfileFacts, ProfileIndex, Provenance};
 use crate::cost::calibrated::Calibrated;
 use crate::cost::bundled;
 use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
@@ -212,47 +212,43 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         };
         ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
     };
+    let (index, provenance, name, mut notes): (ProfileIndex, &Provenance, String, Vec<String>);
     let from_file;
-    let (profile, name, mut notes): (&Profile, String, Vec<String>) = match &scenario.kernel_profile {
+    match &scenario.kernel_profile {
         None => {
             let Some(fitted) = &scenario.fitted_profile else { return Ok(roofline(CostKind::Roofline, Vec::new(), warnings)) };
             check(&fitted.path.display().to_string(), fitted_profile_mismatches(fitted, scenario))?;
             return Ok(roofline(CostKind::Fitted, Vec::new(), warnings));
         }
         Some(KernelProfile::Auto) => match bundled::for_gpu(gpu) {
-            Some((name, profile)) => {
+            Some(b) => {
                 // `auto` is the best there is for this GPU; what it lacks is said, not refused.
-                (profile, format!("bundled {name}"), auto_notes(name, kernel_profile_mismatches(profile, scenario)))
+                (index, provenance, name) = (b.index.clone(), &b.provenance, format!("bundled {}", b.name));
+                notes = auto_notes(b.name, kernel_profile_mismatches(provenance, &b.facts, scenario));
             }
             None => match bundled::nearest(gpu) {
-                Some((name, profile, _)) => {
-                    let model = Calibrated::transferred(profile, &scenario.model, gpu, tp, &scenario.cost);
-                    let label = format!(
-                        "{} (bundled {name}, measured on {}, transferred to {})",
-                        model.source(),
-                        profile.provenance.measured_on(),
-                        gpu.name
-                    );
-                    let mut notes = auto_notes(name, kernel_mismatches(profile, scenario));
+                Some(b) => {
+                    let measured_on = b.provenance.measured_on();
+                    let model = Calibrated::transferred_index(b.index.clone(), &measured_on, &scenario.model, gpu, tp, &scenario.cost);
+                    let label = format!("{} (bundled {}, measured on {measured_on}, transferred to {})", model.source(), b.name, gpu.name);
+                    let mut notes = auto_notes(b.name, kernel_mismatches(&b.provenance, &b.facts, scenario));
                     notes.extend_from_slice(model.notices());
                     match (scenario.transfer_correction, transfer::for_gpu(&gpu.name)) {
                         (Some(applied), _) => notes.push(applied.describe()),
                         (None, Some(unused)) if !unused.fitted_on(scenario.engine.policy.name()) => notes.push(format!(
-                            "{} is not applied: it was fitted on {} runs, and engine time on {} under {} was never recorded; kernels are assumed as well tuned as {}'s",
+                            "{} is not applied: it was fitted on {} runs, and engine time on {} under {} was never recorded; kernels are assumed as well tuned as {measured_on}'s",
                             unused.file,
                             unused.policies.join(" and "),
                             gpu.name,
                             scenario.engine.policy.name(),
-                            profile.provenance.measured_on()
                         )),
                         (None, Some(unused)) => notes.push(format!(
                             "{} is not applied here: [cost] is shared by pools of different GPUs",
                             unused.describe()
                         )),
                         (None, None) => notes.push(format!(
-                            "no correction is bundled for {}: its kernels are assumed as well tuned as {}'s",
+                            "no correction is bundled for {}: its kernels are assumed as well tuned as {measured_on}'s",
                             gpu.name,
-                            profile.provenance.measured_on()
                         )),
                     }
                     return Ok(ScenarioCost { model: Box::new(model), kind: CostKind::Transferred, label, notes, warnings });
@@ -269,12 +265,14 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         Some(KernelProfile::File(path)) => {
             let shown = format!("{:?}", path.display().to_string());
             from_file = read_profile(path).map_err(|e| invalid(shown, e))?;
-            check(&path.display().to_string(), kernel_profile_mismatches(&from_file, scenario))?;
-            (&*from_file, path.display().to_string(), Vec::new())
+            let facts = ProfileFacts::of(&from_file.rows);
+            check(&path.display().to_string(), kernel_profile_mismatches(&from_file.provenance, &facts, scenario))?;
+            (index, provenance, name, notes) =
+                (ProfileIndex::new(&from_file), &from_file.provenance, path.display().to_string(), Vec::new());
         }
     };
-    let calibrated = Calibrated::new(profile, &scenario.model, gpu, tp, &scenario.cost);
-    let label = format!("{} ({name}, measured on {})", calibrated.source(), profile.provenance.measured_on());
+    let calibrated = Calibrated::from_index(index, &scenario.model, gpu, tp, &scenario.cost);
+    let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
 }

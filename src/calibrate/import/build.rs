@@ -251,10 +251,10 @@ pub fn assemble(acc: Accumulator, source: Source) -> Result<Imported, ImportErro
     done.notes.extend(unusual);
     let mut agreement = source.agreement;
     if source.compare_bundled
-        && let Some((name, bundled)) = crate::calibrate::bundled::for_gpu(gpu)
+        && let Some(bundled) = crate::calibrate::bundled::for_gpu(gpu)
     {
-        let against = super::compare::against(&done.rows, &crate::calibrate::profile::ProfileIndex::new(bundled));
-        for line in against.lines(&format!("the bundled {name} (aiconfigurator) against these rows")) {
+        let against = super::compare::against(&done.rows, &bundled.index);
+        for line in against.lines(&format!("the bundled {} (aiconfigurator) against these rows", bundled.name)) {
             done.notes.push(format!("sources differ: {line}"));
             agreement.push(line);
         }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::interpolate::{Curve, GemmCurve, Surface, bracket, ln1};
+use super::lazy::LazyMap;
 use super::{Profile, ProfileRow};
 use crate::calibrate::backend::{AttentionPhase, AttentionShape, GemmShape, Peak, SamplingMethod};
 use crate::calibrate::grid::{HeadConfig, Shape, attention_work, gemm_work};
@@ -44,12 +45,14 @@ fn ln_utilisation(row: &ProfileRow, peak: &Peak) -> f64 {
 }
 
 /// A profile's measurements organised for interpolation: one utilisation curve per GEMM
-/// `(dtype, n, k)` and one surface per attention (phase, dtype, heads, uneven).
+/// `(dtype, n, k)` and one surface per attention (phase, dtype, heads, uneven). Each curve and
+/// surface is built from its own key's rows alone, so a bundled profile's are built only when
+/// read (see [`LazyMap`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProfileIndex {
     pub(crate) peak: Peak,
-    pub(crate) gemm: BTreeMap<(Dtype, u32, u32), GemmCurve>,
-    pub(crate) attention: BTreeMap<AttentionKey, Surface>,
+    pub(crate) gemm: LazyMap<(Dtype, u32, u32), GemmCurve>,
+    pub(crate) attention: LazyMap<AttentionKey, Surface>,
     /// Per GPU count: ln seconds against ln bytes of one all-reduce.
     pub(crate) allreduce: BTreeMap<u32, Curve>,
     /// Per GPU count: ln seconds against ln bytes each GPU sends in one all-to-all.
@@ -97,8 +100,10 @@ impl ProfileIndex {
             alltoall: curves(alltoall_points),
             sampling,
             peak,
-            gemm: gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect(),
-            attention: attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
+            gemm: LazyMap::built(gemm_points.into_iter().filter_map(|(k, v)| GemmCurve::new(v).map(|c| (k, c))).collect()),
+            attention: LazyMap::built(
+                attention_points.into_iter().filter_map(|(k, v)| Surface::new(&v).map(|s| (k, s))).collect(),
+            ),
         }
     }
 
