@@ -92,5 +92,44 @@ fn memory_per_request(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_sharegpt_100k, memory_per_request);
+/// The default path as a user runs it (issue 33): `servesim simulate` on the bench scenario, a
+/// whole process that loads the bundled H100 kernel profile and prices every step from it. The
+/// figure is the process's CPU time (user and system, from `getrusage` of the waited child), not
+/// its wall time, so the machine's other load counts less; the target is ≤ 60 ms.
+fn default_path_cli(c: &mut Criterion) {
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/bench-sharegpt-100k.toml");
+    let mut group = c.benchmark_group("simulate");
+    group.sample_size(20);
+    group.bench_function("sharegpt_100k_default_path_cli_cpu", |b| {
+        b.iter_custom(|iters| {
+            let before = children_cpu();
+            for _ in 0..iters {
+                let status = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+                    .arg("simulate")
+                    .arg(&scenario)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .expect("servesim runs");
+                assert!(status.success(), "servesim simulate failed: {status}");
+            }
+            children_cpu() - before
+        })
+    });
+    group.finish();
+}
+
+/// User plus system CPU of every waited-for child process so far.
+fn children_cpu() -> std::time::Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+criterion_group!(benches, bench_sharegpt_100k, default_path_cli, memory_per_request);
 criterion_main!(benches);
