@@ -119,6 +119,9 @@ pub struct OutputOptions {
     /// Log-probabilities of each generated token, with this many most likely alternatives
     /// (OpenAI `logprobs`/`top_logprobs`, TGI `top_n_tokens`).
     pub logprobs: Option<u32>,
+    /// Special tokens' text stays in the output (vLLM's `skip_special_tokens: false`); by
+    /// default it is left out, as vLLM and TGI decode.
+    pub keep_special: bool,
 }
 
 /// A request body, parsed and checked as far as it can be before tokenizing.
@@ -215,6 +218,8 @@ pub(super) struct OpenAiCommon {
     echo: Option<bool>,
     #[serde(default)]
     add_special_tokens: Option<bool>,
+    #[serde(default)]
+    skip_special_tokens: Option<bool>,
 }
 
 /// What [`OpenAiCommon`] asks, checked.
@@ -228,7 +233,7 @@ pub(super) struct Common {
 }
 
 /// The OpenAI routes' fields that are neither sampling nor output, as [`Table`] rows.
-pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 15] = [
+pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 16] = [
     ("model", Rule::Used),
     ("stream", Rule::Used),
     ("stream_options", Rule::Used),
@@ -243,6 +248,7 @@ pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 15] = [
     ("include_stop_str_in_output", Rule::Used),
     ("echo", Rule::Used),
     ("add_special_tokens", Rule::Used),
+    ("skip_special_tokens", Rule::Used),
     ("user", Rule::Inert),
 ];
 
@@ -261,6 +267,7 @@ pub(super) fn common(c: OpenAiCommon, served_model: &str) -> Result<Common, ApiE
         include_stop: c.include_stop_str_in_output.unwrap_or(false),
         echo: c.echo.unwrap_or(false),
         logprobs: None,
+        keep_special: !c.skip_special_tokens.unwrap_or(true),
     };
     let include_usage = c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
     let continuous_usage = c.stream_options.as_ref().and_then(|o| o.continuous_usage_stats).unwrap_or(false);
@@ -503,6 +510,8 @@ pub(super) fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<Par
         echo: p.return_full_text.unwrap_or(false),
         // TGI reports every token's log-probability; top_n_tokens adds the most likely.
         logprobs: Some(logprobs_count("parameters.top_n_tokens", p.top_n_tokens.unwrap_or(0))?),
+        // TGI decodes `generated_text` without special tokens, and has no field to keep them.
+        keep_special: false,
     };
     let reply = ReplyOptions { details: p.details.unwrap_or(false), seed: p.seed, ..ReplyOptions::default() };
     Ok(ParsedRequest {
@@ -570,13 +579,13 @@ mod tests {
             assert!(!greedy(&format!(r#"{{"inputs": "a", "parameters": {warper}}}"#)), "{warper}");
         }
         let req = generate(r#"{"inputs": "a", "parameters": {"stop": ["x", "yz"], "return_full_text": true, "top_n_tokens": 3}}"#).unwrap();
-        assert_eq!(req.output, OutputOptions { stop: vec!["x".into(), "yz".into()], stop_token_ids: vec![], include_stop: true, echo: true, logprobs: Some(3) });
+        assert_eq!(req.output, OutputOptions { stop: vec!["x".into(), "yz".into()], stop_token_ids: vec![], include_stop: true, echo: true, logprobs: Some(3), keep_special: false });
     }
 
     #[test]
     fn completion_output_fields_are_parsed() {
         let req = completion(r#"{"prompt": "a", "stop": "END", "stop_token_ids": [7], "echo": true, "include_stop_str_in_output": true}"#).unwrap();
-        assert_eq!(req.output, OutputOptions { stop: vec!["END".into()], stop_token_ids: vec![7], include_stop: true, echo: true, logprobs: None });
+        assert_eq!(req.output, OutputOptions { stop: vec!["END".into()], stop_token_ids: vec![7], include_stop: true, echo: true, logprobs: None, keep_special: false });
         assert_eq!(completion(r#"{"prompt": "a", "logprobs": 0}"#).unwrap().output.logprobs, Some(0));
         assert!(completion(r#"{"prompt": "a"}"#).unwrap().add_special_tokens);
         assert!(!completion(r#"{"prompt": "a", "add_special_tokens": false}"#).unwrap().add_special_tokens);
