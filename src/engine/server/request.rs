@@ -158,9 +158,33 @@ pub(super) fn parse_object(body: &[u8], table: &Table, request: &str) -> Result<
     Ok(map)
 }
 
-/// A checked object as the route's typed request; a field of the wrong type is named by serde.
+/// A checked object as the route's typed request. A field of the wrong type is named: serde
+/// names none behind `#[serde(flatten)]` ("invalid type: string \"yes\", expected a boolean").
+/// The field is the one whose absence clears the error; else a required one whose absence turns
+/// the error into its own absence (a missing required field masks any other error).
 pub(super) fn typed<T: for<'de> Deserialize<'de>>(map: Map<String, Value>) -> Result<T, ApiError> {
-    serde_json::from_value(Value::Object(map)).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
+    let mut value = Value::Object(map);
+    let error = match T::deserialize(&value) {
+        Ok(t) => return Ok(t),
+        Err(e) => e.to_string(),
+    };
+    let keys: Vec<String> = value.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    for required in [false, true] {
+        for key in &keys {
+            let Some(field) = value.as_object_mut().and_then(|m| m.remove(key)) else { continue };
+            let culprit = match T::deserialize(&value) {
+                Ok(_) => !required,
+                Err(e) => required && e.to_string().starts_with(&format!("missing field `{key}`")),
+            };
+            if culprit {
+                return Err(ApiError::bad_request(format!("invalid request: `{key}` = {}: {error}", fields::shown(&field))));
+            }
+            if let Some(m) = value.as_object_mut() {
+                m.insert(key.clone(), field);
+            }
+        }
+    }
+    Err(ApiError::bad_request(format!("invalid request: {error}")))
 }
 
 // ---------------------------------------------------------------- OpenAI, both routes
@@ -614,6 +638,11 @@ mod tests {
             (completion(r#"[1, 2]"#), 400, "must be a JSON object"),
             (generate(r#"{"inputs": "a", "parameters": {"adapter_id": "x"}}"#), 400, "unknown field `adapter_id`"),
             (generate(r#"{"inputs": "a", "parameters": {"stop": ["", "b"]}}"#), 400, "`parameters.stop`[0] is empty"),
+            // A value of the wrong type, which serde reports without the field's name.
+            (completion(r#"{"prompt": "a", "skip_special_tokens": "yes"}"#), 400, "`skip_special_tokens` = \"yes\": invalid type: string \"yes\", expected a boolean"),
+            (completion(r#"{"prompt": "a", "stream": 1}"#), 400, "`stream` = 1"),
+            (completion(r#"{"prompt": {"text": "a"}}"#), 400, "`prompt` = {\"text\":\"a\"}"),
+            (generate(r#"{"inputs": 5}"#), 400, "`inputs` = 5"),
         ];
         for (result, status, word) in cases {
             let e = result.unwrap_err();
