@@ -98,6 +98,20 @@ impl Focus {
     }
 }
 
+#[cfg(test)]
+impl Focus {
+    /// The tests' workload: 8 sequences of 32 prompt tokens and 16 output tokens under a
+    /// 128-token step budget.
+    pub(crate) fn example() -> Focus {
+        Focus {
+            gemm_m: (1, 128),
+            prefill: AttentionRegion { batch: (1, 4), query_len: (1, 32), context_len: (0, 0) },
+            decode: AttentionRegion { batch: (1, 8), query_len: (1, 1), context_len: (32, 48) },
+            mixed: AttentionRegion { batch: (1, 8), query_len: (1, 32), context_len: (1, 32) },
+        }
+    }
+}
+
 /// Whether `value` lies within `span` widened to the nearest values of `axis` outside it: the
 /// largest value at or below its start and the smallest at or above its end (the axis's ends
 /// where none is).
@@ -121,14 +135,8 @@ mod tests {
         Grid::new(options)
     }
 
-    /// 8 sequences of 32 prompt tokens and 16 output tokens under a 128-token step budget.
     fn focus() -> Focus {
-        Focus {
-            gemm_m: (1, 128),
-            prefill: AttentionRegion { batch: (1, 4), query_len: (1, 32), context_len: (0, 0) },
-            decode: AttentionRegion { batch: (1, 8), query_len: (1, 1), context_len: (32, 48) },
-            mixed: AttentionRegion { batch: (1, 8), query_len: (1, 32), context_len: (1, 32) },
-        }
+        Focus::example()
     }
 
     #[test]

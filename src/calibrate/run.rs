@@ -615,16 +615,21 @@ mod tests {
     }
 
     /// Each run moves `clock` on by `tick` and reports the synthetic law's duration; with
-    /// `attention_fails`, attention cannot be prepared (as if out of memory).
+    /// `attention_fails`, attention cannot be prepared (as if out of memory). `disturbed` takes
+    /// 17× the law's time the first `disturbed_times` times it is prepared (a burst of load
+    /// landing on it).
     struct Ticking {
         law: SyntheticBackend,
         clock: TestClock,
         tick: Duration,
         attention_fails: bool,
+        disturbed: Option<GemmShape>,
+        disturbed_times: u32,
     }
     impl Ticking {
         fn new(tick: Duration, attention_fails: bool) -> Ticking {
-            Ticking { law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), clock: TestClock::default(), tick, attention_fails }
+            let law = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+            Ticking { law, clock: TestClock::default(), tick, attention_fails, disturbed: None, disturbed_times: 0 }
         }
         fn op(&self, ns: f64) -> Box<dyn PreparedOp + '_> {
             Box::new(TickingOp { clock: self.clock.clone(), tick: self.tick, ns })
@@ -655,7 +660,9 @@ mod tests {
             vec![]
         }
         fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            Ok(self.op(self.law.gemm_ns(shape)))
+            let slow = Some(*shape) == self.disturbed && self.disturbed_times > 0;
+            self.disturbed_times -= u32::from(slow);
+            Ok(self.op(self.law.gemm_ns(shape) * if slow { 17.0 } else { 1.0 }))
         }
         fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
             if self.attention_fails {
@@ -689,14 +696,8 @@ mod tests {
 
     #[test]
     fn the_workloads_shapes_run_first_so_a_cut_run_has_them() {
-        use crate::calibrate::focus::{AttentionRegion, Focus};
         let grid = tiny_grid(vec![Dtype::Bf16]);
-        let focus = Focus {
-            gemm_m: (1, 64),
-            prefill: AttentionRegion { batch: (1, 2), query_len: (1, 32), context_len: (0, 0) },
-            decode: AttentionRegion { batch: (1, 4), query_len: (1, 1), context_len: (32, 48) },
-            mixed: AttentionRegion { batch: (1, 4), query_len: (1, 32), context_len: (1, 32) },
-        };
+        let focus = crate::calibrate::focus::Focus::example();
         let wanted = focus.shapes(&grid);
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         // A run cut as soon as it has timed as many shapes as the workload has.
@@ -715,37 +716,6 @@ mod tests {
         assert!(run.to_string().contains(&format!("the workload's {} shapes first, {} of them measured", wanted.len(), wanted.len())), "{run}");
     }
 
-    /// The synthetic law, except that `disturbed` takes 17× its time the first `times` times it
-    /// is prepared (a burst of load landing on it).
-    struct DisturbedOnce {
-        law: SyntheticBackend,
-        disturbed: GemmShape,
-        times: u32,
-    }
-    impl Backend for DisturbedOnce {
-        fn device_info(&self) -> DeviceInfo {
-            self.law.device_info()
-        }
-        fn peak(&self) -> Peak {
-            self.law.peak()
-        }
-        fn supports(&self, dtype: Dtype) -> bool {
-            self.law.supports(dtype)
-        }
-        fn kernel_hashes(&self) -> Vec<(String, String)> {
-            vec![]
-        }
-        fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            let slow = *shape == self.disturbed && self.times > 0;
-            self.times -= u32::from(slow);
-            let ns = self.law.gemm_ns(shape) * if slow { 17.0 } else { 1.0 };
-            Ok(Box::new(SyntheticOp { backend: &mut self.law, ns }))
-        }
-        fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            self.law.prepare_attention(shape)
-        }
-    }
-
     #[test]
     fn a_shape_a_burst_of_load_hit_is_retimed_and_the_provenance_says_so() {
         let grid = tiny_grid(vec![Dtype::Bf16]);
@@ -753,7 +723,7 @@ mod tests {
         let g = grid.gemms.iter().find(|g| g.m == 3).copied().expect("a 3-row GEMM");
         let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
         let run = |retimes_max: u32, times: u32| {
-            let mut backend = DisturbedOnce { law: law.clone(), disturbed: g, times };
+            let mut backend = Ticking { disturbed: Some(g), disturbed_times: times, ..Ticking::new(Duration::ZERO, false) };
             let options = RunOptions { timing, retimes_max, ..RunOptions::default() };
             let profile = calibrate(&mut backend, &grid, &options).unwrap();
             let median = profile.rows.iter().find(|r| r.shape == Shape::Gemm(g)).unwrap().measurement.median_ns;

@@ -176,7 +176,6 @@ mod tests {
     }
 
     use crate::calibrate::backend::{AttentionShape, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp};
-    use crate::calibrate::focus::AttentionRegion;
     use crate::calibrate::grid::{GridOptions, GridScale};
     use crate::calibrate::run::{RunOptions, SyntheticBackend, calibrate};
 
@@ -221,12 +220,7 @@ mod tests {
     }
 
     fn focus() -> Focus {
-        Focus {
-            gemm_m: (1, 128),
-            prefill: AttentionRegion { batch: (1, 4), query_len: (1, 32), context_len: (0, 0) },
-            decode: AttentionRegion { batch: (1, 8), query_len: (1, 1), context_len: (32, 48) },
-            mixed: AttentionRegion { batch: (1, 8), query_len: (1, 32), context_len: (1, 32) },
-        }
+        Focus::example()
     }
 
     #[test]
