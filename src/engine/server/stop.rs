@@ -7,6 +7,8 @@
 //! each time text is added, the stop strings are tried in the request's order, and the first one
 //! that ends in the new text wins, cut at its first place there. So of `["lo", "hel"]`, a piece
 //! "say hello" stops on "lo" (the output is "say hel"), not on "hel", which starts earlier.
+//! The server pushes one token's text at a time, also for tokens delivered together, as vLLM
+//! 0.6's multi-step output processor checked them.
 
 /// What one piece of text let through.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
