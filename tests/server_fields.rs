@@ -100,6 +100,96 @@ async fn stop_strings_end_the_output_before_them_on_every_route() {
     .await;
 }
 
+/// vLLM tries the stop strings in the request's order each time text is added, and the first
+/// that ends in the new text wins (`check_stop_strings`), even where another starts earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_stop_strings_ending_together_the_first_listed_wins() {
+    bounded(async {
+        let s = start_echo(None, 1024, Some(shipped())).await;
+        let (_, text) = echo_output("order test", 30);
+        // Two stop strings ending at the same token: its last three characters and last two.
+        let (long, at) = stop_in(&text, 9, 3);
+        let short: String = long.chars().skip(1).collect();
+        assert_eq!(stop_in(&text, at + 1, 2), (short.clone(), at + 1), "the short one first appears inside the long one");
+        for (stops, kept, matched) in [([&short, &long], at + 1, &short), ([&long, &short], at, &long)] {
+            let v = post_ok(&s.base, COMPLETIONS, &json!({"prompt": "order test", "max_tokens": 30, "stop": stops})).await;
+            assert_eq!(v["choices"][0]["text"], prefix(&text, kept), "{stops:?}: {v}");
+            assert_eq!(v["choices"][0]["stop_reason"].as_str(), Some(matched.as_str()));
+            assert_eq!(v["usage"]["completion_tokens"], at + 3, "the token that completed both, counted");
+        }
+    })
+    .await;
+}
+
+/// The shipped 32,000-id tokenizer directory with `id` made a special token, `<eot>` (an id the
+/// fake executor generates, so that a special token shows up in an output), chat template and all.
+fn with_special(id: u32) -> Tokenizer {
+    let shipped_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tokenizers/servesim-char-32000");
+    let mut spec: Value = serde_json::from_str(&std::fs::read_to_string(shipped_dir.join("tokenizer.json")).unwrap()).unwrap();
+    let vocab = spec["model"]["vocab"].as_object_mut().unwrap();
+    let character = vocab.iter().find(|(_, v)| v.as_u64() == Some(u64::from(id))).map(|(k, _)| k.clone()).unwrap();
+    vocab.remove(&character);
+    vocab.insert("<eot>".into(), json!(id));
+    let added = json!({"id": id, "content": "<eot>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true});
+    spec["added_tokens"].as_array_mut().unwrap().push(added);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), spec.to_string()).unwrap();
+    std::fs::copy(shipped_dir.join("tokenizer_config.json"), dir.path().join("tokenizer_config.json")).unwrap();
+    Tokenizer::load(dir.path()).unwrap()
+}
+
+/// As vLLM detokenizes: special tokens leave no text unless `skip_special_tokens` is false, and
+/// the token that stopped the output (the model's EOS) leaves none unless
+/// `include_stop_str_in_output`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_tokens_and_the_eos_leave_no_text_unless_asked() {
+    bounded(async {
+        let prompt = shipped().encode("specials", true).unwrap();
+        let ids = expected(&prompt, 16);
+        let special = ids[3];
+        let stop_at = (5..ids.len()).find(|&i| !ids[..i].contains(&ids[i])).expect("a token new to the output");
+        let (eos, before) = (ids[stop_at], &ids[..stop_at]);
+        let t = with_special(special);
+        assert_eq!(t.decode(&[special]).unwrap(), "<eot>");
+        assert_ne!(special, eos);
+        let s = start_echo(Some(eos), 1024, Some(with_special(special))).await;
+        let text = |ids: &[u32], skip: bool| t.decode_skipping(ids, skip).unwrap();
+        // A token prompt: the test tokenizer lacks the character it made special.
+        let ask = |extra: Value| {
+            let mut body = json!({"prompt": prompt, "max_tokens": 16});
+            body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            body
+        };
+        let cases = [
+            (json!({}), text(before, true)),
+            (json!({"skip_special_tokens": true}), text(before, true)),
+            (json!({"skip_special_tokens": false}), text(before, false)),
+            (json!({"include_stop_str_in_output": true}), text(&ids[..=stop_at], true)),
+        ];
+        for (extra, want) in cases {
+            let v = post_ok(&s.base, COMPLETIONS, &ask(extra.clone())).await;
+            assert_eq!(v["choices"][0]["text"], want, "{extra}: {v}");
+            assert_eq!((v["choices"][0]["finish_reason"].as_str(), v["usage"]["completion_tokens"].as_u64()), (Some("stop"), Some(stop_at as u64 + 1)));
+            let mut streamed = ask(extra.clone());
+            streamed["stream"] = json!(true);
+            let chunks = stream_chunks(&s.base, COMPLETIONS, &streamed).await;
+            let sent: String = chunks.iter().map(|c| c["choices"][0]["text"].as_str().unwrap()).collect();
+            assert_eq!(sent, want, "streamed, {extra}");
+        }
+        assert!(!text(before, true).contains("<eot>") && text(before, false).contains("<eot>"));
+        // Chat decodes alike: the same output with and without the special tokens' text.
+        let messages = json!([{"role": "user", "content": "specials"}]);
+        let content = |v: Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        let kept = content(post_ok(&s.base, CHAT, &json!({"messages": messages, "max_tokens": 16, "skip_special_tokens": false, "ignore_eos": true})).await);
+        let skipped = content(post_ok(&s.base, CHAT, &json!({"messages": messages, "max_tokens": 16, "ignore_eos": true})).await);
+        assert_eq!(kept.replace("<eot>", ""), skipped);
+        assert!(!skipped.contains("<eot>"), "{skipped}");
+        let message = refusal(&s.base, COMPLETIONS, &json!({"prompt": "x", "skip_special_tokens": "yes"})).await;
+        assert!(message.contains("skip_special_tokens"), "{message}");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_token_ids_end_the_output_without_their_text() {
     bounded(async {
@@ -252,6 +342,28 @@ async fn logprobs_come_from_the_models_logits_on_every_route() {
         let v = post_ok(&s.base, "/generate", &json!({"inputs": prompt_text, "parameters": {"max_new_tokens": 1, "details": true, "do_sample": true, "temperature": 0.5, "seed": 3}})).await;
         let t = &v["details"]["tokens"][0];
         close(&t["logprob"], hot[t["id"].as_u64().unwrap() as usize]);
+        // With top-k or top-p too, the distribution after them: log-softmax over the tokens they
+        // keep (TGI's warpers set the rest to −∞), which the OpenAI routes never report.
+        let mass = |n: usize| order[..n].iter().map(|&id| hot[id as usize].exp()).sum::<f64>();
+        let renormalised = |kept: usize, id: u32| if order[..kept].contains(&id) { hot[id as usize] - mass(kept).ln() } else { f64::NEG_INFINITY };
+        // A top-p between the mass of the 3 most likely tokens and of the 4: it keeps 4.
+        for (warper, kept) in [(json!({"top_k": 3}), 3), (json!({"top_p": (mass(3) + mass(4)) / 2.0}), 4)] {
+            let mut parameters = json!({"max_new_tokens": 1, "details": true, "temperature": 0.5, "seed": 3, "top_n_tokens": kept + 1});
+            parameters.as_object_mut().unwrap().extend(warper.as_object().unwrap().clone());
+            let v = post_ok(&s.base, "/generate", &json!({"inputs": prompt_text, "parameters": parameters})).await;
+            let want = |id: u32| renormalised(kept, id);
+            let t = &v["details"]["tokens"][0];
+            close(&t["logprob"], want(t["id"].as_u64().unwrap() as u32));
+            let top = v["details"]["top_tokens"][0].as_array().unwrap();
+            for (i, alt) in top.iter().enumerate() {
+                assert_eq!(alt["id"], order[i], "{warper}: {v}");
+                if i < kept {
+                    close(&alt["logprob"], want(order[i]));
+                } else {
+                    assert_eq!(alt["logprob"], -9999.0, "{warper}: a token it drops can never be drawn: {v}");
+                }
+            }
+        }
 
         let message = refusal(&s.base, COMPLETIONS, &json!({"prompt": "x", "logprobs": 21})).await;
         assert!(message.contains("`logprobs` = 21"), "{message}");
@@ -286,7 +398,8 @@ async fn tgi_is_greedy_unless_asked_to_sample() {
                 ids(&post_ok(&base, "/generate", &json!({"inputs": "greedy or not", "parameters": p})).await)
             }
         };
-        let greedy = post_ok(&s.base, COMPLETIONS, &json!({"prompt": "greedy or not", "max_tokens": 16, "temperature": 0})).await;
+        // Special tokens' text kept, so that re-encoding the text gives every generated id.
+        let greedy = post_ok(&s.base, COMPLETIONS, &json!({"prompt": "greedy or not", "max_tokens": 16, "temperature": 0, "skip_special_tokens": false})).await;
         let greedy_text = greedy["choices"][0]["text"].as_str().unwrap().to_string();
         let tokenizer = Tokenizer::shipped(256).unwrap();
         let greedy_ids: Vec<u64> = tokenizer.encode(&greedy_text, false).unwrap().into_iter().map(u64::from).collect();
@@ -309,7 +422,6 @@ async fn fields_the_server_does_not_act_on_are_refused_by_name() {
             (COMPLETIONS, json!({"prompt": "x", "suffix": "tail"}), "`suffix`"),
             (COMPLETIONS, json!({"prompt": "x", "guided_json": {}}), "`guided_json`"),
             (COMPLETIONS, json!({"prompt": "x", "prompt_logprobs": 1}), "`prompt_logprobs`"),
-            (COMPLETIONS, json!({"prompt": "x", "skip_special_tokens": true}), "`skip_special_tokens`"),
             (COMPLETIONS, json!({"prompt": "x", "nonsense": 1}), "unknown field `nonsense`"),
             (COMPLETIONS, json!({"prompt": "x", "stop": [""]}), "`stop`[0] is empty"),
             (COMPLETIONS, json!({"prompt": "x", "stop": vec!["a"; 33]}), "33 strings"),

@@ -140,6 +140,19 @@ async fn vllm_names_count_what_the_responses_said() {
             bounds(&page, "vllm:e2e_request_latency_seconds"),
             ["0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "40.0", "50.0", "60.0", "120.0", "240.0", "480.0", "960.0", "1920.0", "7680.0", "+Inf"]
         );
+        // vLLM's intervals of a finished request, in the same buckets: queued to its first step
+        // (waiting), its first step to its first token (prefill) and to its last (running,
+        // "inference"), and first to last token (decode). One observation a request; running is
+        // prefill plus decode, and waiting plus running is within the end-to-end latency.
+        let latency_bounds = bounds(&page, "vllm:e2e_request_latency_seconds");
+        for name in ["vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds", "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds"] {
+            assert_eq!(sample(&page, &labelled(&format!("{name}_count"))), requests, "{name}");
+            assert_eq!(bounds(&page, name), latency_bounds, "{name}");
+        }
+        let sum = |name: &str| sample(&page, &labelled(&format!("vllm:{name}_sum")));
+        assert!((sum("request_inference_time_seconds") - sum("request_prefill_time_seconds") - sum("request_decode_time_seconds")).abs() < 1e-6, "{page}");
+        assert!(sum("request_queue_time_seconds") + sum("request_inference_time_seconds") <= sum("e2e_request_latency_seconds") + 1e-6, "{page}");
+        assert!(sum("request_inference_time_seconds") > 0.0, "{page}");
         // Token counts in 1-2-5 buckets up to the context (1024), as vLLM's up to max_model_len.
         assert_eq!(bounds(&page, "vllm:request_prompt_tokens"), ["1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "500.0", "1000.0", "+Inf"]);
         // The engine's own count includes what it generated past the stop string before the

@@ -42,8 +42,11 @@ fn counts(v: &Value, key: &str) -> Vec<u64> {
 #[test]
 fn vllm_openai_chat_backend_completes_every_request_with_exact_counts() {
     let Some(dir) = vllm_benchmarks() else { return };
-    let (server, base) = spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "8"]);
-    let tokenizer_dir = repo().join("tokenizers/servesim-char-256");
+    // The shipped tokenizer with plain added tokens, so that the text the client re-encodes holds
+    // a `<s>` the random model samples (`tokenizer_without_specials`).
+    let tokenizer = tokenizer_without_specials();
+    let tokenizer_dir = tokenizer.path().to_path_buf();
+    let (server, base) = spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "8", "--tokenizer", tokenizer_dir.to_str().unwrap()]);
     let results = tempfile::tempdir().unwrap();
     let out = Command::new("python3")
         .current_dir(&dir)

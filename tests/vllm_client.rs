@@ -1,7 +1,8 @@
 //! vLLM's own client, `benchmark_serving.py` from the vLLM 0.6.3.post1 source distribution,
-//! against `servesim serve` with the shipped tokenizer directory: the client makes prompts and
-//! counts tokens with transformers (`--tokenizer tokenizers/servesim-char-256`), the server with
-//! the `tokenizers` crate, and every count must agree exactly.
+//! against `servesim serve` with the shipped tokenizer directory (a copy whose added tokens are
+//! not special: `tests/common`'s `tokenizer_without_specials`): the client makes prompts and
+//! counts tokens with transformers, the server with the `tokenizers` crate, and every count must
+//! agree exactly.
 //!
 //! Needs `SERVESIM_VLLM_BENCHMARKS`, a directory with `benchmark_serving.py`,
 //! `backend_request_func.py` and `sonnet.txt`, and a python3 that imports aiohttp, numpy, tqdm,
@@ -38,10 +39,10 @@ fn vllm_benchmarks() -> Option<PathBuf> {
     }
 }
 
-/// Runs `benchmark_serving.py` offline against `base` and returns its `--save-result` JSON.
-fn run_client(dir: &Path, base: &str, args: &[&str]) -> Value {
+/// Runs `benchmark_serving.py` offline against `base`, counting with the tokenizer directory
+/// `tokenizer`, and returns its `--save-result` JSON.
+fn run_client(dir: &Path, base: &str, tokenizer: &Path, args: &[&str]) -> Value {
     let results = tempfile::tempdir().unwrap();
-    let tokenizer = repo().join("tokenizers/servesim-char-256");
     let out = Command::new("python3")
         .current_dir(dir)
         .arg("benchmark_serving.py")
@@ -73,8 +74,11 @@ fn server_tokens(base: &str) -> (f64, f64) {
 /// server counted exactly what the client did (plus vLLM's initial test request, which repeats
 /// the first prompt and is not in the results).
 fn check_exact(dir: &Path, args: &[&str], num_prompts: u64) -> Value {
-    let (server, base) = spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "8"]);
-    let v = run_client(dir, &base, args);
+    // Server and client share a copy of the shipped tokenizer whose added tokens are plain, so
+    // that a `<s>` the random model samples is in the text the client re-encodes.
+    let tokenizer = tokenizer_without_specials();
+    let (server, base) = spawn_serve(&["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "8", "--tokenizer", tokenizer.path().to_str().unwrap()]);
+    let v = run_client(dir, &base, tokenizer.path(), args);
     let (prompt, generated) = server_tokens(&base);
     drop(server);
     let input_lens = counts(&v, "input_lens");

@@ -3,8 +3,10 @@
 
 pub mod backend;
 pub mod bundled;
+pub mod consistency;
 pub mod cpu;
 pub mod cuda;
+pub mod focus;
 pub mod grid;
 pub mod import;
 pub mod noise;

@@ -239,6 +239,19 @@ pub struct RunSummary {
     /// over the memory cap, with what it needs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported_reasons: Vec<String>,
+    /// Shapes of the workload the run was for (`RunOptions::focus`), which ran first in every
+    /// pass, and how many of them were measured; 0 for a run over the grid alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub focus_shapes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub focus_measured: u64,
+    /// Each re-timing of a shape that broke monotonicity or whose passes disagreed, with why and
+    /// its median before and after (`calibrate::consistency`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retimed: Vec<String>,
+    /// Shapes still inconsistent when the re-timings ran out (the first few), with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inconsistent: Vec<String>,
     /// The reference kernel timed before and after the passes, and whether the machine was too
     /// noisy ([`ReferenceTimings`]); absent when not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +261,13 @@ pub struct RunSummary {
 fn one_pass() -> u32 {
     1
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Re-timings the one-line summary shows; the provenance keeps them all.
+const RETIMED_SHOWN: usize = 3;
 
 impl std::fmt::Display for RunSummary {
     /// One line for the end of a run: `measured 120 of 130 shapes; 4 unsupported, 6 skipped
@@ -264,6 +284,21 @@ impl std::fmt::Display for RunSummary {
         }
         if self.cut_short {
             write!(f, "; cut short by the budget")?;
+        }
+        if self.focus_shapes > 0 {
+            write!(f, "; the workload's {} shapes first, {} of them measured", self.focus_shapes, self.focus_measured)?;
+        }
+        if !self.retimed.is_empty() {
+            write!(f, "; inconsistent shapes re-timed: {}", self.retimed.len())?;
+        }
+        for note in self.retimed.iter().take(RETIMED_SHOWN) {
+            write!(f, "\n  re-timed: {note}")?;
+        }
+        if self.retimed.len() > RETIMED_SHOWN {
+            write!(f, "\n  re-timed: … {} more in the provenance's run.retimed", self.retimed.len() - RETIMED_SHOWN)?;
+        }
+        for note in &self.inconsistent {
+            write!(f, "\n  still inconsistent: {note}")?;
         }
         for failure in &self.failures {
             write!(f, "\n  failed: {failure}")?;
@@ -740,6 +775,10 @@ mod tests {
                     failures: vec![],
                     cut_short: true,
                     unsupported_reasons: vec!["gemm 1×2×3 fp32: needs 9 GiB".into()],
+                    focus_shapes: 3,
+                    focus_measured: 2,
+                    retimed: vec!["gemm 3×2×3 fp32: its passes disagree (1.000 ms, 17.000 ms); median 9.000 ms → 1.100 ms".into()],
+                    inconsistent: vec!["gemm 1×2×3 fp32: gemm 1×2×3 fp32 took 5.000 ms, 2.0× the 2.500 ms of gemm 3×2×3 fp32, which has more work".into()],
                     reference: Some(ReferenceTimings::judge("gemm 256×1024×1024 f32".into(), vec![5e6, 6e6], 0.1)),
                 },
             },
@@ -761,14 +800,17 @@ mod tests {
         assert_eq!(
             back.provenance.run.to_string(),
             "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed, in 2 passes; cut short by the \
-             budget\n  skipped: gemm 1×2×3 fp32: needs 9 GiB"
+             budget; the workload's 3 shapes first, 2 of them measured; inconsistent shapes re-timed: 1\n  re-timed: gemm \
+             3×2×3 fp32: its passes disagree (1.000 ms, 17.000 ms); median 9.000 ms → 1.100 ms\n  still inconsistent: gemm \
+             1×2×3 fp32: gemm 1×2×3 fp32 took 5.000 ms, 2.0× the 2.500 ms of gemm 3×2×3 fp32, which has more work\n  \
+             skipped: gemm 1×2×3 fp32: needs 9 GiB"
         );
         // A provenance written before passes existed made one.
         let text = profile.provenance.to_toml_string();
         assert!(text.contains("passes = 2\n"), "{text}");
         let old: Provenance = toml::from_str(&text.replace("passes = 2\n", "")).unwrap();
         assert_eq!(old.run.passes, 1);
-        assert!(!old.run.to_string().contains("passes"));
+        assert!(!old.run.to_string().contains(", in 1 passes") && !old.run.to_string().contains(", in 2 passes"));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! run are skipped and counted (the first few reasons kept: a shape over the CPU's memory cap
 //! says what it needs); a shape that fails (e.g. out of memory) is skipped, counted and its
 //! reason kept; "device unavailable" ends the run with an error. With `noise_check`, a reference
-//! kernel is timed before and after every pass ([`super::noise`]).
+//! kernel is timed before and after every pass ([`super::noise`]). With a [`Focus`], the shapes of
+//! the workload it names run first in every pass. After the passes, shapes that break
+//! monotonicity or whose passes disagree are timed again, a bounded number of times
+//! ([`super::consistency`]).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -14,6 +17,8 @@ use super::backend::{
     AllReduceShape, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak, PreparedOp, SamplingMethod,
     SamplingShape,
 };
+use super::consistency::{Retimed, retime};
+use super::focus::Focus;
 use super::grid::{Grid, OpKind, Shape, Work, attention_work, gemm_work};
 use super::noise::{NOISE_THRESHOLD, ReferenceTimings, time_reference};
 use super::profile::{KernelHash, Profile, ProfileRow, Provenance, RunSummary, rfc3339_utc};
@@ -49,11 +54,27 @@ pub struct RunOptions {
     /// Time a reference kernel before the first pass and after each, and warn when the machine
     /// was too noisy ([`super::noise`]); the timings go into the provenance.
     pub noise_check: bool,
+    /// The workload the profile is for: its shapes run first in every pass (after the host
+    /// sampler's), so a run its budget cuts still has them.
+    pub focus: Option<Focus>,
+    /// Re-timings of inconsistent shapes after the passes, at most
+    /// ([`super::consistency::retime`]; 0: no check). They run even when the budget is spent,
+    /// and count towards `shapes_max`.
+    pub retimes_max: u32,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { budget: None, shapes_max: None, progress: false, timing: TimingOptions::default(), passes: 1, noise_check: false }
+        RunOptions {
+            budget: None,
+            shapes_max: None,
+            progress: false,
+            timing: TimingOptions::default(),
+            passes: 1,
+            noise_check: false,
+            focus: None,
+            retimes_max: 0,
+        }
     }
 }
 
@@ -88,7 +109,11 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         return Err(DeviceError::Failed(format!("backend reports a non-positive peak: {peak:?}")));
     }
     let device = backend.device_info();
-    let shapes = grid.shapes_in_run_order();
+    let focused = options.focus.as_ref().map(|f| f.shapes(grid)).unwrap_or_default();
+    let shapes = match &options.focus {
+        Some(focus) => focus.reorder(grid, grid.shapes_in_run_order()),
+        None => grid.shapes_in_run_order(),
+    };
 
     let passes = options.passes.max(1);
     let mut progress = Progress::new(options.progress, shapes.len() as u64 * passes as u64, passes, options.budget);
@@ -159,6 +184,8 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         // The budget ended a pass: the reference after it is still wanted.
         time_reference_now(backend, &progress)?;
     }
+    let retimes = options.shapes_max.map_or(options.retimes_max, |max| max.saturating_sub(timed).min(u64::from(options.retimes_max)) as u32);
+    let retimed = retime_inconsistent(backend, grid, &shapes, &mut outcomes, &focused, retimes, &options.timing)?;
     progress.finish();
 
     let mut summary = RunSummary {
@@ -168,6 +195,9 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         passes: passes_run,
         cut_short: passes_done < passes,
         unsupported_reasons: reasons_unsupported,
+        focus_shapes: focused.len() as u64,
+        retimed: retimed.notes,
+        inconsistent: retimed.inconsistent.into_iter().take(FAILURES_KEPT).collect(),
         reference: reference.first().map(|(shape, _)| {
             let kernel = describe(&Shape::Gemm(*shape));
             ReferenceTimings::judge(kernel, reference.iter().map(|r| r.1).collect(), NOISE_THRESHOLD)
@@ -179,6 +209,7 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         if !outcome.passes.is_empty() {
             rows.push(ProfileRow::new(*shape, Measurement::from_passes(&outcome.passes), &peak));
             summary.measured += 1;
+            summary.focus_measured += u64::from(focused.contains(shape));
         } else if outcome.unsupported {
             summary.skipped_unsupported += 1;
         } else if let Some(reason) = outcome.failure {
@@ -219,6 +250,31 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
     })
 }
 
+/// Times again, as one more pass, the measured shapes that break monotonicity or whose passes
+/// disagree ([`retime`]), the `focused` ones first, at most `max` times. A shape that fails now
+/// keeps what it had; an unavailable device ends the run.
+fn retime_inconsistent(
+    backend: &mut dyn Backend,
+    grid: &Grid,
+    shapes: &[Shape],
+    outcomes: &mut [ShapeOutcome],
+    focused: &std::collections::BTreeSet<Shape>,
+    max: u32,
+    timing: &TimingOptions,
+) -> Result<Retimed, DeviceError> {
+    let mut pass_medians: Vec<Vec<f64>> =
+        outcomes.iter().map(|o| o.passes.iter().map(|p| Measurement::from_samples(p).median_ns).collect()).collect();
+    let mut time_shape = |i: usize| match measure_shape(backend, grid, &shapes[i], timing) {
+        Ok(Some(samples)) => {
+            outcomes[i].passes.push(samples.clone());
+            Ok(Some(samples))
+        }
+        Ok(None) | Err(DeviceError::Unsupported(_) | DeviceError::Failed(_)) => Ok(None),
+        Err(e @ DeviceError::Unavailable(_)) => Err(e),
+    };
+    retime(shapes, &mut pass_medians, &|s| focused.contains(s), max, &describe, &mut time_shape)
+}
+
 /// Fewest leave-one-out points of a kind whose median and p90 are worth printing.
 const LOO_POINTS_MIN: usize = 3;
 
@@ -236,6 +292,12 @@ pub fn leave_one_out_summary(profile: &Profile) -> String {
         format!("{name} median {:.1}%, p90 {:.1}% over {} points", median * 100.0, p90 * 100.0, errors.len())
     };
     format!("leave-one-out interpolation error: {}; {}", part("GEMM", &loo.gemm), part("attention", &loo.attention))
+}
+
+/// The median of one measurement of `shape`, timed as a calibration run times it (a GEMM among
+/// its step's GEMMs); `Ok(None)`: the backend cannot run this kind of shape at all.
+pub fn time_shape(backend: &mut dyn Backend, grid: &Grid, shape: &Shape, timing: &TimingOptions) -> Result<Option<f64>, DeviceError> {
+    Ok(measure_shape(backend, grid, shape, timing)?.map(|samples| Measurement::from_samples(&samples).median_ns))
 }
 
 /// The repeats of one measurement of `shape`; `Ok(None)`: the backend cannot run this kind of
@@ -553,16 +615,21 @@ mod tests {
     }
 
     /// Each run moves `clock` on by `tick` and reports the synthetic law's duration; with
-    /// `attention_fails`, attention cannot be prepared (as if out of memory).
+    /// `attention_fails`, attention cannot be prepared (as if out of memory). `disturbed` takes
+    /// 17× the law's time the first `disturbed_times` times it is prepared (a burst of load
+    /// landing on it).
     struct Ticking {
         law: SyntheticBackend,
         clock: TestClock,
         tick: Duration,
         attention_fails: bool,
+        disturbed: Option<GemmShape>,
+        disturbed_times: u32,
     }
     impl Ticking {
         fn new(tick: Duration, attention_fails: bool) -> Ticking {
-            Ticking { law: SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), clock: TestClock::default(), tick, attention_fails }
+            let law = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+            Ticking { law, clock: TestClock::default(), tick, attention_fails, disturbed: None, disturbed_times: 0 }
         }
         fn op(&self, ns: f64) -> Box<dyn PreparedOp + '_> {
             Box::new(TickingOp { clock: self.clock.clone(), tick: self.tick, ns })
@@ -593,7 +660,9 @@ mod tests {
             vec![]
         }
         fn prepare_gemm(&mut self, shape: &GemmShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
-            Ok(self.op(self.law.gemm_ns(shape)))
+            let slow = Some(*shape) == self.disturbed && self.disturbed_times > 0;
+            self.disturbed_times -= u32::from(slow);
+            Ok(self.op(self.law.gemm_ns(shape) * if slow { 17.0 } else { 1.0 }))
         }
         fn prepare_attention(&mut self, shape: &AttentionShape) -> Result<Box<dyn PreparedOp + '_>, DeviceError> {
             if self.attention_fails {
@@ -623,6 +692,58 @@ mod tests {
         // Whatever was cut, the leave-one-out line has no NaN.
         let line = leave_one_out_summary(&profile);
         assert!(line.starts_with("leave-one-out interpolation error: GEMM ") && !line.contains("NaN"), "{line}");
+    }
+
+    #[test]
+    fn the_workloads_shapes_run_first_so_a_cut_run_has_them() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let focus = crate::calibrate::focus::Focus::example();
+        let wanted = focus.shapes(&grid);
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        // A run cut as soon as it has timed as many shapes as the workload has.
+        let cut = RunOptions { shapes_max: Some(wanted.len() as u64), timing, passes: 3, ..RunOptions::default() };
+        let measured = |options: &RunOptions| -> std::collections::BTreeSet<Shape> {
+            let profile = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, options).unwrap();
+            profile.rows.iter().map(|r| r.shape).collect()
+        };
+        let focused = RunOptions { focus: Some(focus.clone()), ..cut.clone() };
+        assert_eq!(measured(&focused), wanted);
+        // Coarse to fine over the whole grid, the same cut misses some of them.
+        assert!(!wanted.is_subset(&measured(&cut)));
+        let profile = calibrate(&mut SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]), &grid, &focused).unwrap();
+        let run = &profile.provenance.run;
+        assert_eq!((run.focus_shapes, run.focus_measured), (wanted.len() as u64, wanted.len() as u64));
+        assert!(run.to_string().contains(&format!("the workload's {} shapes first, {} of them measured", wanted.len(), wanted.len())), "{run}");
+    }
+
+    #[test]
+    fn a_shape_a_burst_of_load_hit_is_retimed_and_the_provenance_says_so() {
+        let grid = tiny_grid(vec![Dtype::Bf16]);
+        let law = SyntheticBackend::new(gpu_peak(), vec![Dtype::Bf16]);
+        let g = grid.gemms.iter().find(|g| g.m == 3).copied().expect("a 3-row GEMM");
+        let timing = TimingOptions { warmup: 0, min_repeats: 1, max_repeats: 1, ..TimingOptions::default() };
+        let run = |retimes_max: u32, times: u32| {
+            let mut backend = Ticking { disturbed: Some(g), disturbed_times: times, ..Ticking::new(Duration::ZERO, false) };
+            let options = RunOptions { timing, retimes_max, ..RunOptions::default() };
+            let profile = calibrate(&mut backend, &grid, &options).unwrap();
+            let median = profile.rows.iter().find(|r| r.shape == Shape::Gemm(g)).unwrap().measurement.median_ns;
+            (median / law.gemm_ns(&g), profile.provenance.run)
+        };
+        // Unchecked, the profile keeps the 17× timing.
+        let (ratio, summary) = run(0, 1);
+        assert_eq!((ratio, summary.retimed.len()), (17.0, 0));
+        // Checked: timed twice more (17× and the law disagree, so a third pass decides), then
+        // the law's time; each re-timing named in the provenance and the summary line.
+        let (ratio, summary) = run(32, 1);
+        assert_eq!(ratio, 1.0, "{summary:?}");
+        assert_eq!(summary.retimed.len(), 2, "{:?}", summary.retimed);
+        assert!(summary.retimed.iter().all(|r| r.starts_with(&describe(&Shape::Gemm(g)))), "{:?}", summary.retimed);
+        assert!(summary.inconsistent.is_empty(), "{:?}", summary.inconsistent);
+        assert!(summary.to_string().contains("; inconsistent shapes re-timed: 2\n  re-timed: gemm 3×"), "{summary}");
+        // Slow every time within the bound: re-timed as often as allowed, and still named.
+        let (ratio, summary) = run(2, 100);
+        assert_eq!((ratio, summary.retimed.len(), summary.inconsistent.len()), (17.0, 2, 1), "{summary:?}");
+        assert!(summary.to_string().contains("\n  still inconsistent: gemm 3×"), "{summary}");
     }
 
     #[test]

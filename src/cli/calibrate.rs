@@ -224,6 +224,8 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
         passes: args.passes.unwrap_or(if on_gpu { 1 } else { PASSES_DEFAULT }),
         noise_check: true,
+        focus: None,
+        retimes_max: crate::calibrate::consistency::RETIMES_DEFAULT,
     };
     eprintln!("{}", plan(&grid, &args.device, &scale_name, run_options.passes));
     let profile = calibrate(backend.as_mut(), &grid, &run_options)

@@ -25,6 +25,8 @@ use std::time::Duration;
 use crate::Error;
 use crate::bench::{Backend, BenchConfig};
 use crate::calibrate::backend::{Backend as CalibrationBackend, Peak, SamplingMethod};
+use crate::calibrate::consistency::RETIMES_DEFAULT;
+use crate::calibrate::focus::{AttentionRegion, Focus};
 use crate::calibrate::grid::{Grid, GridOptions, GridScale};
 use crate::calibrate::profile::Profile;
 use crate::calibrate::run::RunOptions;
@@ -256,6 +258,30 @@ fn series_prompts(sweep: &SweepSetup, concurrency: u32) -> u32 {
     (sweep.rounds.saturating_mul(concurrency)).max(MIN_PROMPTS)
 }
 
+/// What the engine's steps run under `sweep`, on the axes the cost model prices them by:
+/// calibration measures these shapes first ([`Focus`]). A step holds at most `max_num_seqs`
+/// sequences (the Poisson series is not held to a concurrency), at most its token budget and at
+/// most a prompt per sequence; a decode's context runs from the prompt to the prompt plus the
+/// output, and a chunk continuing a prompt sits over part of it.
+pub fn focus(setup: &EngineSetup, sweep: &SweepSetup) -> Focus {
+    let k = &setup.knobs;
+    let closed = sweep.concurrency.iter().copied().max().unwrap_or(1);
+    let seqs = if sweep.poisson_load > 0.0 { k.max_num_seqs } else { closed.min(k.max_num_seqs) }.max(1);
+    let budget = k.max_num_batched_tokens.max(1);
+    let prompt = sweep.input_len.clamp(1, budget);
+    let tokens = budget.min(seqs.saturating_mul(sweep.input_len.max(1))).max(seqs.min(budget));
+    Focus {
+        gemm_m: (1, tokens),
+        prefill: AttentionRegion { batch: (1, seqs.min(budget)), query_len: (1, prompt), context_len: (0, 0) },
+        decode: AttentionRegion {
+            batch: (1, seqs),
+            query_len: (1, 1),
+            context_len: (sweep.input_len, sweep.input_len.saturating_add(sweep.output_len)),
+        },
+        mixed: AttentionRegion { batch: (1, seqs), query_len: (1, prompt), context_len: (1, sweep.input_len.max(1)) },
+    }
+}
+
 /// Calibrates (unless a profile is given), starts the engine, benches the sweep, simulates it.
 /// `log` receives one line per stage.
 pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result<EngineValidation, Error> {
@@ -336,15 +362,30 @@ pub fn run(config: &EngineValidationConfig, log: &mut dyn FnMut(&str)) -> Result
         }
     }
     server.stop(&runtime);
-    // The calibration's reference kernel once more, on the engine's threads: a machine whose
-    // speed moved since calibration cannot judge the twin (a GPU's is not timed again here).
-    let after_run_ns = match setup.device {
-        None => super::machine::time_reference_on_cpu(setup.threads, setup.dtype()),
-        Some(_) => None,
+    // The calibration's reference kernel and the shapes the comparison leans on once more, on
+    // the engine's threads: a machine whose speed moved since calibration cannot judge the twin
+    // (a GPU's are not timed again here).
+    let after = match setup.device {
+        None => after_run_on_cpu(config, &profile, log),
+        Some(_) => super::machine::AfterRun::default(),
     };
-    let cannot_judge = super::machine::verdict(&profile, after_run_ns);
+    let cannot_judge = super::machine::verdict(&profile, &after);
     log("4/4 compared");
     Ok(EngineValidation { setup: setup.clone(), profile, scenario_toml: scenario_text, sampling, series, cannot_judge })
+}
+
+/// The reference kernel and the engine's own shapes timed on the CPU after the benchmarks, as
+/// calibration timed them ([`super::machine::after_run`]); nothing where the backend cannot start.
+fn after_run_on_cpu(config: &EngineValidationConfig, profile: &Profile, log: &mut dyn FnMut(&str)) -> super::machine::AfterRun {
+    let setup = &config.engine;
+    let Ok(mut backend) = crate::calibrate::cpu::CpuBackend::new(setup.threads) else { return super::machine::AfterRun::default() };
+    let Ok(grid) = engine_grid(config, &backend) else { return super::machine::AfterRun::default() };
+    let shapes = super::machine::drift_shapes(profile, &focus(setup, &config.sweep), &grid);
+    let after = super::machine::after_run(&mut backend, &grid, profile, &shapes, setup.dtype(), &TimingOptions::quick());
+    if let Some(drift) = &after.drift {
+        log(&format!("    after the benchmarks: {}", drift.describe()));
+    }
+    after
 }
 
 /// Times the kernels the engine runs, on the device it runs on, over its model's shapes up to
@@ -366,22 +407,22 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
             1,
         ),
     };
-    let bare =
-        Scenario::from_toml_str(&scenario_toml(setup, &config.sweep, &backend.device_info().name, backend.peak(), HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
-    // servesim's engines sample on the host, the CUDA one too: its twin prices that.
-    let mut options = GridOptions {
-        sampling_rows: crate::calibrate::grid::SAMPLING_ROWS,
-        ..GridOptions::for_model(bare.model.clone(), vec![1], vec![setup.dtype()], config.grid)
-    };
-    options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
-    options.extra_m = backend.gemm_m_breakpoints();
-    let grid = Grid::new(options);
+    let grid = engine_grid(config, backend.as_ref())?;
     let on = match setup.device {
         None => format!("{} threads", setup.threads),
         Some(_) => backend.device_info().name,
     };
-    log(&format!("1/4 calibrating {} shapes of the {} model on {on}", grid.len(), setup.size));
-    let options = RunOptions { budget: config.calibration_budget, shapes_max: None, progress: false, timing, passes, noise_check: true };
+    log(&format!("1/4 calibrating {} shapes of the {} model on {on}, the engine's own first", grid.len(), setup.size));
+    let options = RunOptions {
+        budget: config.calibration_budget,
+        shapes_max: None,
+        progress: false,
+        timing,
+        passes,
+        noise_check: true,
+        focus: Some(focus(setup, &config.sweep)),
+        retimes_max: RETIMES_DEFAULT,
+    };
     let started = std::time::Instant::now();
     let profile = crate::calibrate::run::calibrate(backend.as_mut(), &grid, &options).map_err(|e| device_error(format!("calibration failed: {e}")))?;
     log(&format!("    {}; {:.0} s", profile.provenance.run, started.elapsed().as_secs_f64()));
@@ -390,6 +431,22 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
         log(&format!("    {warning}"));
     }
     Ok(profile)
+}
+
+/// The calibration grid of the engine's model on `backend`: its shapes up to its token budget
+/// (what a step can run), with the host sampler's (servesim's engines sample on the host, the
+/// CUDA one too: its twin prices that).
+fn engine_grid(config: &EngineValidationConfig, backend: &dyn CalibrationBackend) -> Result<Grid, Error> {
+    let setup = &config.engine;
+    let bare =
+        Scenario::from_toml_str(&scenario_toml(setup, &config.sweep, &backend.device_info().name, backend.peak(), HostOverhead::default())?, "engine.toml".as_ref(), &[])?;
+    let mut options = GridOptions {
+        sampling_rows: crate::calibrate::grid::SAMPLING_ROWS,
+        ..GridOptions::for_model(bare.model.clone(), vec![1], vec![setup.dtype()], config.grid)
+    };
+    options.max_m = setup.knobs.max_num_batched_tokens.max(setup.knobs.max_num_seqs);
+    options.extra_m = backend.gemm_m_breakpoints();
+    Ok(Grid::new(options))
 }
 
 /// The profile's file name in `--out DIR`: `cpu.csv` or `gpu.csv`.

@@ -28,6 +28,29 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A copy of the shipped 256-id tokenizer directory whose added tokens (`<unk>`, `<s>`, `</s>`)
+/// are not special. The random `tiny` model samples them now and then (3 of 60 requests of 8
+/// greedy tokens), and an output leaves special tokens' text out, as vLLM's does, so a client that
+/// counts tokens by re-encoding the text would miss them, against vLLM as much as against
+/// `serve`. Tests of exact client counts serve and count with this copy.
+pub fn tokenizer_without_specials() -> tempfile::TempDir {
+    let from = repo().join("tokenizers/servesim-char-256");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let read = |name: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(from.join(name)).expect(name)).expect(name) };
+    let mut tokenizer = read("tokenizer.json");
+    for token in tokenizer["added_tokens"].as_array_mut().expect("added_tokens") {
+        token["special"] = serde_json::Value::Bool(false);
+    }
+    let mut config = read("tokenizer_config.json");
+    for (_, token) in config["added_tokens_decoder"].as_object_mut().expect("added_tokens_decoder") {
+        token["special"] = serde_json::Value::Bool(false);
+    }
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).expect("write tokenizer.json");
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).expect("write tokenizer_config.json");
+    std::fs::copy(from.join("special_tokens_map.json"), dir.path().join("special_tokens_map.json")).expect("copy special_tokens_map.json");
+    dir
+}
+
 /// A small valid scenario that later tests break one field at a time.
 pub const SMALL: &str = r#"
 name = "small"

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 pub use config::LlamaConfig;
 pub use executor::{ModelExecutor, OpTimes};
-pub use sampling::{GREEDY_TEMPERATURE_MAX, SampleScratch, Sampler, SamplingParams, greedy, lm_like_logits, sample, uniform};
+pub use sampling::{GREEDY_TEMPERATURE_MAX, SampleScratch, Sampler, SamplingParams, greedy, kept_weights, lm_like_logits, sample, uniform};
 pub use plan::{BlockTables, RowOrder, SeqGroup, StepPlan};
 pub use weights::{LayerWeights, LlamaWeights, WeightDtype};
 

@@ -115,15 +115,26 @@ pub struct SampleScratch {
 /// The token `params` draw from `logits` given the uniform number `u` in [0, 1). Greedy
 /// parameters ignore `u`.
 pub fn sample(logits: &[f32], params: &SamplingParams, u: f32, scratch: &mut SampleScratch) -> u32 {
+    match kept_weights(logits, params, scratch) {
+        Some(_) => inverse_cdf(&scratch.weights, u, &mut scratch.blocks),
+        None => greedy(logits),
+    }
+}
+
+/// The distribution `params` draw from, unnormalised: `scratch`'s weights become
+/// `e^(x / temperature − max)` for the tokens top-k and top-p keep and 0 for the rest, and the
+/// scaled maximum `max` comes back. `None` where nothing is drawn: greedy parameters, or a row
+/// without a finite logit (both take the argmax).
+pub fn kept_weights(logits: &[f32], params: &SamplingParams, scratch: &mut SampleScratch) -> Option<f32> {
     if params.is_greedy() || logits.is_empty() {
-        return greedy(logits);
+        return None;
     }
     let vocab = logits.len();
     let w = &mut scratch.weights;
     w.resize(vocab, 0.0);
     let max = scale_logits(logits, params.temperature, w);
     if max == f32::NEG_INFINITY {
-        return greedy(logits); // No finite logit: nothing to weigh.
+        return None; // No finite logit: nothing to weigh.
     }
     let k = params.top_k as usize;
     if k > 0 && k < vocab {
@@ -147,7 +158,14 @@ pub fn sample(logits: &[f32], params: &SamplingParams, u: f32, scratch: &mut Sam
             }
         }
     }
-    inverse_cdf(w, u, &mut scratch.blocks)
+    Some(max)
+}
+
+impl SampleScratch {
+    /// The weights [`kept_weights`] left.
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
 }
 
 /// The order top-p ranks tokens in: weight falling, then token id rising.

@@ -50,7 +50,7 @@ async fn respond(front: &Front, body: &[u8]) -> Result<Response, ApiError> {
     // vLLM's default for chat: whatever room the context leaves (at least 1, so that a prompt
     // that fills the context is refused with its numbers).
     let max_tokens = chat.max_tokens.unwrap_or_else(|| engine.context_len().saturating_sub(prompt.len() as u32).max(1));
-    let logprobs = chat.output.logprobs.map(|top| LogprobsAsk { top, temperature: 1.0 });
+    let logprobs = chat.output.logprobs.map(|top| LogprobsAsk { top, sampled: false });
     let ask = Ask { prompt, max_tokens, ignore_eos: chat.ignore_eos, sampling: chat.sampling, output: &chat.output, logprobs };
     let mut generation = start(front, ask).await?;
     let mut chunks = ChatChunks {

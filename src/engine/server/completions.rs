@@ -32,7 +32,7 @@ async fn respond(front: &Front, body: &[u8]) -> Result<Response, super::request:
     };
     let prompt = prompt_ids(front, req.prompt, req.add_special_tokens).await?;
     // vLLM V1's default: the log-probabilities of the model's own distribution.
-    let logprobs = req.output.logprobs.map(|top| LogprobsAsk { top, temperature: 1.0 });
+    let logprobs = req.output.logprobs.map(|top| LogprobsAsk { top, sampled: false });
     let ask = Ask { prompt, max_tokens: req.max_tokens, ignore_eos: req.ignore_eos, sampling: req.sampling, output: &req.output, logprobs };
     let mut generation = start(front, ask).await?;
     let chunks = CompletionChunks {

@@ -141,9 +141,9 @@ pub struct GenerateParams {
 pub struct LogprobsAsk {
     /// How many of the most likely tokens to report besides the sampled one (0: that one only).
     pub top: u32,
-    /// The temperature of the distribution reported: 1 is the model's own (vLLM V1's default,
-    /// "raw_logprobs"); TGI reports the distribution it samples from.
-    pub temperature: f32,
+    /// Of the distribution the request samples from (temperature, top-k and top-p applied), as
+    /// TGI reports; else the model's own, vLLM V1's default ("raw_logprobs").
+    pub sampled: bool,
 }
 
 /// A sampled token's log-probability and the most likely tokens', from its row of logits.
@@ -169,6 +169,9 @@ pub struct Delivery {
     pub ids: Vec<u32>,
     pub logprobs: Vec<TokenLogprobs>,
     pub finish: Option<FinishReason>,
+    /// When a step first ran the request (vLLM's scheduled timestamp): its time waiting ends
+    /// there, and its time running starts.
+    pub scheduled: Option<Instant>,
 }
 
 /// What a request submitted with [`EngineHandle::submit_with`] receives.
@@ -269,10 +272,10 @@ enum Sink {
 
 impl Sink {
     /// Sends a delivery; false when the receiver is gone.
-    fn tokens(&self, ids: Vec<u32>, logprobs: Vec<TokenLogprobs>, finish: Option<FinishReason>) -> bool {
+    fn tokens(&self, ids: Vec<u32>, logprobs: Vec<TokenLogprobs>, finish: Option<FinishReason>, scheduled: Option<Instant>) -> bool {
         match self {
             Sink::Events(tx) => tx.send(Event::Tokens { ids, finish }).is_ok(),
-            Sink::Outputs(tx) => tx.send(Output::Tokens(Delivery { ids, logprobs, finish })).is_ok(),
+            Sink::Outputs(tx) => tx.send(Output::Tokens(Delivery { ids, logprobs, finish, scheduled })).is_ok(),
         }
     }
 
@@ -532,6 +535,8 @@ struct Live {
     stopping: bool,
     /// Draft tokens proposed for its next decode (n-gram speculation).
     drafts: Vec<u32>,
+    /// When a step first ran it.
+    scheduled: Option<Instant>,
 }
 
 impl Live {
@@ -621,6 +626,7 @@ impl<E: Executor> EngineLoop<E> {
                                 unsent_logprobs: Vec::new(),
                                 stopping: false,
                                 drafts: Vec::new(),
+                                scheduled: None,
                             },
                         );
                     }
@@ -673,6 +679,13 @@ impl<E: Executor> EngineLoop<E> {
         let (running, waiting) = (self.scheduler.num_running(), self.scheduler.num_waiting());
         let kv_blocks_used = self.scheduler.kv().pool().blocks_used();
         let by_seq: HashMap<u32, u32> = self.live.iter().map(|(&id, l)| (l.seq, id)).collect();
+        // Its first step ends its wait, as vLLM's first SCHEDULED event does (a preempted request
+        // keeps its first).
+        for work in &batch.seqs {
+            if let Some(live) = by_seq.get(&work.seq).and_then(|id| self.live.get_mut(id)) {
+                live.scheduled.get_or_insert(start);
+            }
+        }
         self.inputs.seqs.clear();
         for work in &batch.seqs {
             let live = by_seq.get(&work.seq).and_then(|id| self.live.get(id));
@@ -755,7 +768,7 @@ impl<E: Executor> EngineLoop<E> {
                     };
                     let ids = std::mem::take(&mut live.unsent);
                     let logprobs = std::mem::take(&mut live.unsent_logprobs);
-                    if !live.sink.tokens(ids, logprobs, finish) && finish.is_none() {
+                    if !live.sink.tokens(ids, logprobs, finish, live.scheduled) && finish.is_none() {
                         gone.push(id); // The client is gone.
                     }
                 }

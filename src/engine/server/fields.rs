@@ -94,8 +94,7 @@ pub(super) const NEUTRAL_SAMPLING: [(&str, Rule); 7] = [
 ];
 
 /// vLLM extensions that change what is generated or how, refused on both OpenAI routes.
-pub(super) const REFUSED_VLLM: [(&str, Rule); 14] = [
-    ("skip_special_tokens", Rule::OnlyAt { is_neutral: is_false, neutral: "false", why: "the text keeps special tokens, so every generated token shows in it" }),
+pub(super) const REFUSED_VLLM: [(&str, Rule); 13] = [
     ("spaces_between_special_tokens", Rule::Refused("the text is the tokenizer's own decode")),
     ("prompt_logprobs", Rule::Refused("only sampled tokens' log-probabilities are computed (see `logprobs`)")),
     ("return_tokens_as_token_ids", Rule::OnlyAt { is_neutral: is_false, neutral: "false", why: "tokens are reported as text" }),

@@ -87,7 +87,7 @@ impl Generation {
         Generation {
             id: stream.id(),
             stream: Some(stream),
-            decoder: StreamDecoder::new(tokenizer),
+            decoder: StreamDecoder::new(tokenizer, !output.keep_special),
             stop: StopMatcher::new(output.stop.clone(), output.include_stop),
             stop_token_ids: output.stop_token_ids.clone(),
             include_stop: output.include_stop,
@@ -151,9 +151,12 @@ impl Generation {
             piece.ids.push(id);
             piece.logprobs.extend(logprobs.next());
             self.completion_tokens += 1;
-            let stop_token = last && d.finish == Some(FinishReason::Stop) && self.stop_token_ids.contains(&id);
-            // A stop token's text is left out, as vLLM leaves it, unless asked to keep it.
-            let mut text = if stop_token && !self.include_stop { String::new() } else { self.decoder.push(id)? };
+            let stopped = last && d.finish == Some(FinishReason::Stop);
+            let stop_token = stopped && self.stop_token_ids.contains(&id);
+            // The token that stopped the output (the model's EOS or a stop token) adds no text
+            // unless asked to keep it, as vLLM's detokenizer skips it; kept, a special token's
+            // text still shows only with `skip_special_tokens: false`.
+            let mut text = if stopped && !self.include_stop { String::new() } else { self.decoder.push(id)? };
             if last && d.finish.is_some() {
                 text.push_str(&self.decoder.flush()?);
             }
@@ -175,7 +178,7 @@ impl Generation {
                 }
             }
         }
-        self.record.tokens(piece.ids.len() as u32);
+        self.record.tokens(piece.ids.len() as u32, d.scheduled);
         if let Some(f) = &piece.finish {
             self.end(if *f == Finish::Length { Ended::Length } else { Ended::Stop });
         }

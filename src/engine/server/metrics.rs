@@ -26,7 +26,8 @@ const TTFT_BUCKETS_S: [f64; 22] =
     [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
 /// vLLM's buckets of `vllm:inter_token_latency_seconds` and `vllm:request_time_per_output_token_seconds`.
 const TOKEN_GAP_BUCKETS_S: [f64; 19] = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
-/// vLLM's `request_latency_buckets` (end-to-end latency).
+/// vLLM's `request_latency_buckets`: end-to-end latency, and the queue, prefill, decode and
+/// inference time of a request.
 const E2E_BUCKETS_S: [f64; 21] =
     [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0];
 
@@ -99,6 +100,10 @@ struct Counts {
     inter_token: Histogram,
     request_tpot: Histogram,
     e2e: Histogram,
+    queue: Histogram,
+    prefill: Histogram,
+    decode: Histogram,
+    inference: Histogram,
     request_prompt_tokens: Histogram,
     request_generation_tokens: Histogram,
     request_max_tokens: Histogram,
@@ -123,6 +128,10 @@ impl FrontMetrics {
                 inter_token: Histogram::new(&TOKEN_GAP_BUCKETS_S),
                 request_tpot: Histogram::new(&TOKEN_GAP_BUCKETS_S),
                 e2e: Histogram::new(&E2E_BUCKETS_S),
+                queue: Histogram::new(&E2E_BUCKETS_S),
+                prefill: Histogram::new(&E2E_BUCKETS_S),
+                decode: Histogram::new(&E2E_BUCKETS_S),
+                inference: Histogram::new(&E2E_BUCKETS_S),
                 request_prompt_tokens: Histogram::new(&tokens),
                 request_generation_tokens: Histogram::new(&tokens),
                 request_max_tokens: Histogram::new(&tokens),
@@ -140,6 +149,8 @@ impl FrontMetrics {
 pub struct RequestRecord {
     metrics: Arc<FrontMetrics>,
     queued: Instant,
+    /// When a step first ran it, as the engine says with its tokens.
+    scheduled: Option<Instant>,
     first: Option<Instant>,
     last: Option<Instant>,
     prompt_tokens: u32,
@@ -151,11 +162,15 @@ pub struct RequestRecord {
 impl RequestRecord {
     /// A request queued at `queued` with `prompt_tokens` and a limit of `max_tokens`.
     pub fn new(metrics: Arc<FrontMetrics>, prompt_tokens: u32, max_tokens: u32, queued: Instant) -> RequestRecord {
-        RequestRecord { metrics, queued, first: None, last: None, prompt_tokens, max_tokens, generated: 0, ended: false }
+        RequestRecord { metrics, queued, scheduled: None, first: None, last: None, prompt_tokens, max_tokens, generated: 0, ended: false }
     }
 
-    /// `n` tokens of the request reached the front end together, now.
-    pub fn tokens(&mut self, n: u32) {
+    /// `n` tokens of the request reached the front end together, now; the engine first ran it at
+    /// `scheduled`.
+    pub fn tokens(&mut self, n: u32, scheduled: Option<Instant>) {
+        if self.scheduled.is_none() {
+            self.scheduled = scheduled;
+        }
         if n == 0 {
             return;
         }
@@ -196,6 +211,15 @@ impl RequestRecord {
                 _ => 0.0,
             };
             c.request_tpot.observe(tpot);
+            // vLLM's intervals (`update_from_finished_request`): queued to scheduled, scheduled
+            // to the first token, first to last token, scheduled to the last token.
+            if let (Some(scheduled), Some(first), Some(last)) = (self.scheduled, self.first, self.last) {
+                let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+                c.queue.observe(secs(self.queued, scheduled));
+                c.prefill.observe(secs(scheduled, first));
+                c.decode.observe(secs(first, last));
+                c.inference.observe(secs(scheduled, last));
+            }
         }
     }
 }
@@ -269,6 +293,10 @@ pub fn render(stats: &EngineStats, front: &FrontMetrics, model_name: &str) -> St
     histogram(&mut out, "vllm:time_per_output_token_seconds", "vLLM 0.8's name of vllm:inter_token_latency_seconds.", &c.inter_token);
     histogram(&mut out, "vllm:request_time_per_output_token_seconds", "A finished request's decode time per token after the first.", &c.request_tpot);
     histogram(&mut out, "vllm:e2e_request_latency_seconds", "Time from queueing to the last token of a finished request.", &c.e2e);
+    histogram(&mut out, "vllm:request_queue_time_seconds", "A finished request's time waiting, from queueing to its first step.", &c.queue);
+    histogram(&mut out, "vllm:request_inference_time_seconds", "A finished request's time running, from its first step to its last token.", &c.inference);
+    histogram(&mut out, "vllm:request_prefill_time_seconds", "A finished request's time from its first step to its first token.", &c.prefill);
+    histogram(&mut out, "vllm:request_decode_time_seconds", "A finished request's time from its first token to its last.", &c.decode);
     histogram(&mut out, "vllm:request_prompt_tokens", "Prompt tokens of a finished request.", &c.request_prompt_tokens);
     histogram(&mut out, "vllm:request_generation_tokens", "Tokens a finished request generated.", &c.request_generation_tokens);
     histogram(&mut out, "vllm:request_params_max_tokens", "The max_tokens of a finished request.", &c.request_max_tokens);
@@ -340,16 +368,21 @@ mod tests {
     #[test]
     fn a_request_is_counted_once_its_first_token_arrives_and_aborts_on_drop() {
         let m = Arc::new(FrontMetrics::new(64));
-        let mut r = RequestRecord::new(m.clone(), 7, 10, Instant::now());
+        let queued = Instant::now();
+        let mut r = RequestRecord::new(m.clone(), 7, 10, queued);
         assert_eq!(m.counts().prompt_tokens, 0);
-        r.tokens(1);
-        r.tokens(3);
+        r.tokens(1, Some(queued + std::time::Duration::from_millis(400)));
+        r.tokens(3, Some(queued));
         r.end(Ended::Length);
         r.end(Ended::Stop);
         drop(r);
         let c = m.counts().clone();
         assert_eq!((c.prompt_tokens, c.generation_tokens, c.ended), (7, 4, [0, 1, 0, 0, 0]));
         assert_eq!((c.ttft.count, c.inter_token.count, c.e2e.count, c.request_generation_tokens.sum), (1, 1, 1, 4.0));
+        // Queued 0.4 s before its first step (the first delivery says when; later ones do not
+        // move it), in vLLM's 0.3–0.5 s bucket; each interval observed once.
+        assert_eq!((c.queue.count, c.queue.counts[..2].to_vec(), c.queue.sum), (1, vec![0, 1], 0.4));
+        assert_eq!((c.prefill.count, c.decode.count, c.inference.count), (1, 1, 1));
         drop(RequestRecord::new(m.clone(), 3, 5, Instant::now()));
         assert_eq!(m.counts().ended, [0, 1, 1, 0, 0]);
         assert_eq!(m.counts().prompt_tokens, 7, "an aborted request that produced nothing counts no prompt");

@@ -137,7 +137,7 @@ fn sample_rows_with_logprobs(
         .zip(params.par_iter().zip(seeds).zip(asks))
         .map(|(row, ((p, &seed), ask))| {
             let token = sample_row(row, p, seed);
-            (token, ask.map(|ask| token_logprobs(row, token, ask)))
+            (token, ask.map(|ask| token_logprobs(row, token, ask, p)))
         })
         .unzip()
 }

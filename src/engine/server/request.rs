@@ -119,6 +119,9 @@ pub struct OutputOptions {
     /// Log-probabilities of each generated token, with this many most likely alternatives
     /// (OpenAI `logprobs`/`top_logprobs`, TGI `top_n_tokens`).
     pub logprobs: Option<u32>,
+    /// Special tokens' text stays in the output (vLLM's `skip_special_tokens: false`); by
+    /// default it is left out, as vLLM and TGI decode.
+    pub keep_special: bool,
 }
 
 /// A request body, parsed and checked as far as it can be before tokenizing.
@@ -155,9 +158,33 @@ pub(super) fn parse_object(body: &[u8], table: &Table, request: &str) -> Result<
     Ok(map)
 }
 
-/// A checked object as the route's typed request; a field of the wrong type is named by serde.
+/// A checked object as the route's typed request. A field of the wrong type is named: serde
+/// names none behind `#[serde(flatten)]` ("invalid type: string \"yes\", expected a boolean").
+/// The field is the one whose absence clears the error; else a required one whose absence turns
+/// the error into its own absence (a missing required field masks any other error).
 pub(super) fn typed<T: for<'de> Deserialize<'de>>(map: Map<String, Value>) -> Result<T, ApiError> {
-    serde_json::from_value(Value::Object(map)).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
+    let mut value = Value::Object(map);
+    let error = match T::deserialize(&value) {
+        Ok(t) => return Ok(t),
+        Err(e) => e.to_string(),
+    };
+    let keys: Vec<String> = value.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    for required in [false, true] {
+        for key in &keys {
+            let Some(field) = value.as_object_mut().and_then(|m| m.remove(key)) else { continue };
+            let culprit = match T::deserialize(&value) {
+                Ok(_) => !required,
+                Err(e) => required && e.to_string().starts_with(&format!("missing field `{key}`")),
+            };
+            if culprit {
+                return Err(ApiError::bad_request(format!("invalid request: `{key}` = {}: {error}", fields::shown(&field))));
+            }
+            if let Some(m) = value.as_object_mut() {
+                m.insert(key.clone(), field);
+            }
+        }
+    }
+    Err(ApiError::bad_request(format!("invalid request: {error}")))
 }
 
 // ---------------------------------------------------------------- OpenAI, both routes
@@ -215,6 +242,8 @@ pub(super) struct OpenAiCommon {
     echo: Option<bool>,
     #[serde(default)]
     add_special_tokens: Option<bool>,
+    #[serde(default)]
+    skip_special_tokens: Option<bool>,
 }
 
 /// What [`OpenAiCommon`] asks, checked.
@@ -228,7 +257,7 @@ pub(super) struct Common {
 }
 
 /// The OpenAI routes' fields that are neither sampling nor output, as [`Table`] rows.
-pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 15] = [
+pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 16] = [
     ("model", Rule::Used),
     ("stream", Rule::Used),
     ("stream_options", Rule::Used),
@@ -243,6 +272,7 @@ pub(super) const OPENAI_COMMON_FIELDS: [(&str, Rule); 15] = [
     ("include_stop_str_in_output", Rule::Used),
     ("echo", Rule::Used),
     ("add_special_tokens", Rule::Used),
+    ("skip_special_tokens", Rule::Used),
     ("user", Rule::Inert),
 ];
 
@@ -261,6 +291,7 @@ pub(super) fn common(c: OpenAiCommon, served_model: &str) -> Result<Common, ApiE
         include_stop: c.include_stop_str_in_output.unwrap_or(false),
         echo: c.echo.unwrap_or(false),
         logprobs: None,
+        keep_special: !c.skip_special_tokens.unwrap_or(true),
     };
     let include_usage = c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
     let continuous_usage = c.stream_options.as_ref().and_then(|o| o.continuous_usage_stats).unwrap_or(false);
@@ -503,6 +534,8 @@ pub(super) fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<Par
         echo: p.return_full_text.unwrap_or(false),
         // TGI reports every token's log-probability; top_n_tokens adds the most likely.
         logprobs: Some(logprobs_count("parameters.top_n_tokens", p.top_n_tokens.unwrap_or(0))?),
+        // TGI decodes `generated_text` without special tokens, and has no field to keep them.
+        keep_special: false,
     };
     let reply = ReplyOptions { details: p.details.unwrap_or(false), seed: p.seed, ..ReplyOptions::default() };
     Ok(ParsedRequest {
@@ -570,13 +603,13 @@ mod tests {
             assert!(!greedy(&format!(r#"{{"inputs": "a", "parameters": {warper}}}"#)), "{warper}");
         }
         let req = generate(r#"{"inputs": "a", "parameters": {"stop": ["x", "yz"], "return_full_text": true, "top_n_tokens": 3}}"#).unwrap();
-        assert_eq!(req.output, OutputOptions { stop: vec!["x".into(), "yz".into()], stop_token_ids: vec![], include_stop: true, echo: true, logprobs: Some(3) });
+        assert_eq!(req.output, OutputOptions { stop: vec!["x".into(), "yz".into()], stop_token_ids: vec![], include_stop: true, echo: true, logprobs: Some(3), keep_special: false });
     }
 
     #[test]
     fn completion_output_fields_are_parsed() {
         let req = completion(r#"{"prompt": "a", "stop": "END", "stop_token_ids": [7], "echo": true, "include_stop_str_in_output": true}"#).unwrap();
-        assert_eq!(req.output, OutputOptions { stop: vec!["END".into()], stop_token_ids: vec![7], include_stop: true, echo: true, logprobs: None });
+        assert_eq!(req.output, OutputOptions { stop: vec!["END".into()], stop_token_ids: vec![7], include_stop: true, echo: true, logprobs: None, keep_special: false });
         assert_eq!(completion(r#"{"prompt": "a", "logprobs": 0}"#).unwrap().output.logprobs, Some(0));
         assert!(completion(r#"{"prompt": "a"}"#).unwrap().add_special_tokens);
         assert!(!completion(r#"{"prompt": "a", "add_special_tokens": false}"#).unwrap().add_special_tokens);
@@ -605,6 +638,11 @@ mod tests {
             (completion(r#"[1, 2]"#), 400, "must be a JSON object"),
             (generate(r#"{"inputs": "a", "parameters": {"adapter_id": "x"}}"#), 400, "unknown field `adapter_id`"),
             (generate(r#"{"inputs": "a", "parameters": {"stop": ["", "b"]}}"#), 400, "`parameters.stop`[0] is empty"),
+            // A value of the wrong type, which serde reports without the field's name.
+            (completion(r#"{"prompt": "a", "skip_special_tokens": "yes"}"#), 400, "`skip_special_tokens` = \"yes\": invalid type: string \"yes\", expected a boolean"),
+            (completion(r#"{"prompt": "a", "stream": 1}"#), 400, "`stream` = 1"),
+            (completion(r#"{"prompt": {"text": "a"}}"#), 400, "`prompt` = {\"text\":\"a\"}"),
+            (generate(r#"{"inputs": 5}"#), 400, "`inputs` = 5"),
         ];
         for (result, status, word) in cases {
             let e = result.unwrap_err();

@@ -2,6 +2,13 @@
 //! still turn out to begin one is held back, so a stream never sends part of a stop string it
 //! then leaves out (vLLM holds back the longest stop string's length less one; holding back only
 //! a tail that is a prefix of a stop string sends the rest sooner, and sends the same text).
+//!
+//! Which stop string ends the output is vLLM's choice (`check_stop_strings` in its detokenizer):
+//! each time text is added, the stop strings are tried in the request's order, and the first one
+//! that ends in the new text wins, cut at its first place there. So of `["lo", "hel"]`, a piece
+//! "say hello" stops on "lo" (the output is "say hel"), not on "hel", which starts earlier.
+//! The server pushes one token's text at a time, also for tokens delivered together, as vLLM
+//! 0.6's multi-step output processor checked them.
 
 /// What one piece of text let through.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,13 +29,11 @@ pub struct StopMatcher {
     text: String,
     /// Bytes of `text` already let through.
     emitted: usize,
-    longest: usize,
 }
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>, include: bool) -> StopMatcher {
-        let longest = stops.iter().map(String::len).max().unwrap_or(0);
-        StopMatcher { stops, include, text: String::new(), emitted: 0, longest }
+        StopMatcher { stops, include, text: String::new(), emitted: 0 }
     }
 
     /// Takes the next piece of output text. After a match the output is over: push no more.
@@ -38,13 +43,16 @@ impl StopMatcher {
         }
         let before = self.text.len();
         self.text.push_str(piece);
-        // A stop string that ends in the new text starts at most `longest - 1` bytes before it;
-        // one that ends earlier was found by an earlier push.
-        let mut from = before.saturating_sub(self.longest.saturating_sub(1));
-        while !self.text.is_char_boundary(from) {
-            from -= 1;
-        }
-        let found = self.stops.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|at| (from + at, s))).min_by_key(|&(at, s)| (at, s.len()));
+        let text = &self.text;
+        let found = self.stops.iter().find_map(|stop| {
+            // A stop string that ends in the new text starts at most its length less one byte
+            // before it; one that ended earlier was found by an earlier push.
+            let mut from = before.saturating_sub(stop.len().saturating_sub(1));
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            text[from..].find(stop.as_str()).map(|at| (from + at, stop))
+        });
         if let Some((at, stop)) = found {
             let end = if self.include { at + stop.len() } else { at };
             let emit = self.text[self.emitted.min(end)..end].to_string();
@@ -122,9 +130,19 @@ mod tests {
     }
 
     #[test]
-    fn the_earliest_stop_string_wins_and_text_is_cut_on_characters() {
+    fn the_first_stop_string_in_the_requests_order_wins_and_text_is_cut_on_characters() {
+        // vLLM tries the stop strings in the request's order: "lo" ends in the new text, so it
+        // wins over "hel", which starts earlier.
         let (sent, matched) = run(&["lo", "hel"], false, &["say hello"]);
+        assert_eq!((sent.concat(), matched.as_deref()), ("say hel".to_string(), Some("lo")));
+        let (sent, matched) = run(&["hel", "lo"], false, &["say hello"]);
         assert_eq!((sent.concat(), matched.as_deref()), ("say ".to_string(), Some("hel")));
+        // Pushed a character at a time, "hel" ends first, whatever the order.
+        let (sent, matched) = run(&["lo", "hel"], false, &["say ", "h", "e", "l", "l", "o"]);
+        assert_eq!((sent.concat(), matched.as_deref()), ("say ".to_string(), Some("hel")));
+        // A stop string twice in one piece: cut at its first place.
+        let (sent, matched) = run(&["ab"], true, &["xabyab"]);
+        assert_eq!((sent.concat(), matched.as_deref()), ("xab".to_string(), Some("ab")));
         let (sent, matched) = run(&["é!"], false, &["caf", "é", "!", "x"]);
         assert_eq!((sent.concat(), matched.as_deref()), ("caf".to_string(), Some("é!")));
         let (sent, matched) = run(&["界"], false, &["世", "界"]);

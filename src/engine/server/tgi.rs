@@ -35,13 +35,11 @@ async fn submit(front: &Front, body: &[u8], stream: bool) -> Result<Started, Api
         (PromptInput::Text(text), true) => text.clone(),
         _ => String::new(),
     };
-    // TGI reports every shown token's log-probability, of the distribution it samples from; an
-    // executor that computes none (a test's fake) reports null, not a made-up number.
+    // TGI reports every shown token's log-probability, of the distribution it samples from (its
+    // warpers', then log-softmax); an executor that computes none (a test's fake) reports null,
+    // not a made-up number.
     let shown = stream || req.reply.details;
-    let logprobs = req.output.logprobs.filter(|_| shown && front.engine.computes_logprobs()).map(|top| LogprobsAsk {
-        top,
-        temperature: if req.sampling.is_greedy() { 1.0 } else { req.sampling.temperature },
-    });
+    let logprobs = req.output.logprobs.filter(|_| shown && front.engine.computes_logprobs()).map(|top| LogprobsAsk { top, sampled: true });
     let prompt = prompt_ids(front, req.prompt, req.add_special_tokens).await?;
     let ask = Ask { prompt, max_tokens: req.max_tokens, ignore_eos: req.ignore_eos, sampling: req.sampling, output: &req.output, logprobs };
     let generation = start(front, ask).await?;

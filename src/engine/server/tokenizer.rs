@@ -9,8 +9,9 @@
 //! - [`Tokenizer::bytes`], one token per UTF-8 byte, built in code: the default of an
 //!   [`super::EngineHandle`] that was given none (tests with fake executors).
 //!
-//! Decoding never skips special tokens: every generated id shows up in the text, so a client
-//! that re-encodes the text (vLLM's `benchmark_serving.py` does) counts every token.
+//! A generated output's text skips special tokens unless the request says otherwise
+//! (`skip_special_tokens`, true by default, as vLLM and TGI decode); everything else here
+//! decodes them too (a token's own text, an echoed prompt).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -214,7 +215,12 @@ impl Tokenizer {
     /// Text of `ids`, special tokens included. Ids the tokenizer does not know decode to nothing
     /// (as in transformers).
     pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
-        self.inner.decode(ids, false).map_err(|e| format!("tokenizer {}: cannot decode: {e}", self.origin))
+        self.decode_skipping(ids, false)
+    }
+
+    /// Text of `ids`, special tokens left out when `skip_special_tokens`.
+    pub fn decode_skipping(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, String> {
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| format!("tokenizer {}: cannot decode: {e}", self.origin))
     }
 
     /// The text of one token alone (TGI's per-token `text`); empty if it cannot be decoded.
@@ -242,33 +248,36 @@ impl Tokenizer {
 /// borrowing the tokenizer as `DecodeStream` does, so it can live in a `'static` response stream.
 pub struct StreamDecoder {
     tokenizer: Arc<Tokenizer>,
+    skip_special_tokens: bool,
     ids: Vec<u32>,
     prefix: String,
     prefix_index: usize,
 }
 
 impl StreamDecoder {
-    pub fn new(tokenizer: Arc<Tokenizer>) -> StreamDecoder {
-        StreamDecoder { tokenizer, ids: Vec::new(), prefix: String::new(), prefix_index: 0 }
+    /// A decoder that leaves special tokens' text out when `skip_special_tokens`.
+    pub fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> StreamDecoder {
+        StreamDecoder { tokenizer, skip_special_tokens, ids: Vec::new(), prefix: String::new(), prefix_index: 0 }
     }
 
     /// The text that became stable with this token (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String, String> {
         let t = &self.tokenizer;
-        let step = tokenizers::tokenizer::step_decode_stream(&t.inner, vec![id], false, &mut self.ids, &mut self.prefix, &mut self.prefix_index);
+        let skip = self.skip_special_tokens;
+        let step = tokenizers::tokenizer::step_decode_stream(&t.inner, vec![id], skip, &mut self.ids, &mut self.prefix, &mut self.prefix_index);
         step.map(Option::unwrap_or_default).map_err(|e| format!("tokenizer {}: cannot decode token {id}: {e}", t.origin))
     }
 
     /// Whatever is still held back (an incomplete character, decoded as the full decode would).
     pub fn flush(&mut self) -> Result<String, String> {
-        let t = &self.tokenizer;
-        let whole = t.decode(&self.ids)?;
+        let (t, skip) = (&self.tokenizer, self.skip_special_tokens);
+        let whole = t.decode_skipping(&self.ids, skip)?;
         let rest = match whole.strip_prefix(self.prefix.as_str()) {
             Some(rest) => rest.to_string(),
             // Decoding is not prefix-stable here: Hugging Face's ByteFallback turns a whole run
             // of byte tokens into one U+FFFD per byte when the run is not valid UTF-8, so the
             // window's text is not the emitted text plus more. Flush the held-back tail alone.
-            None => t.decode(&self.ids[self.prefix_index.min(self.ids.len())..])?,
+            None => t.decode_skipping(&self.ids[self.prefix_index.min(self.ids.len())..], skip)?,
         };
         self.ids.clear();
         self.prefix.clear();
@@ -283,7 +292,7 @@ mod tests {
     use rand::{RngExt, SeedableRng};
 
     fn stream(tokenizer: &Arc<Tokenizer>, ids: &[u32]) -> String {
-        let mut d = StreamDecoder::new(tokenizer.clone());
+        let mut d = StreamDecoder::new(tokenizer.clone(), false);
         let mut s: String = ids.iter().map(|&t| d.push(t).unwrap()).collect();
         s.push_str(&d.flush().unwrap());
         s
@@ -348,6 +357,22 @@ mod tests {
     }
 
     #[test]
+    fn skipping_special_tokens_leaves_their_text_out_whole_and_streamed() {
+        let t = Arc::new(Tokenizer::shipped(256).unwrap());
+        let mut ids = t.encode("ab", false).unwrap();
+        ids.extend([254, 255]);
+        ids.extend(t.encode("c", false).unwrap());
+        assert_eq!(t.decode(&ids).unwrap(), "ab<s></s>c");
+        assert_eq!(t.decode_skipping(&ids, true).unwrap(), "abc");
+        for (skip, text) in [(true, "abc"), (false, "ab<s></s>c")] {
+            let mut d = StreamDecoder::new(t.clone(), skip);
+            let mut streamed: String = ids.iter().map(|&id| d.push(id).unwrap()).collect();
+            streamed.push_str(&d.flush().unwrap());
+            assert_eq!(streamed, text, "skip_special_tokens {skip}");
+        }
+    }
+
+    #[test]
     fn byte_tokenizer_round_trips_multibyte_text_and_streams_whole_characters() {
         let t = Arc::new(Tokenizer::bytes());
         let text = "héllo → 世界";
@@ -356,7 +381,7 @@ mod tests {
         assert_eq!(t.decode(&ids).unwrap(), text);
         assert_eq!(stream(&t, &ids), text);
         // A character split across tokens is held back until whole.
-        let mut d = StreamDecoder::new(t.clone());
+        let mut d = StreamDecoder::new(t.clone(), false);
         assert_eq!(d.push(0xE4).unwrap(), "");
         assert_eq!(d.push(0xB8).unwrap(), "");
         assert_eq!(d.push(0x96).unwrap(), "世");
