@@ -16,3 +16,5 @@ for gpu in h100_sxm h200_sxm b200_sxm a100_sxm; do
     servesim calibrate import --from aiconfigurator "$data/$gpu" --engine vllm \
         --out "calibration/public/$name--vllm-$version.csv.zst"
 done
+# Each profile's packed index (`*.index`, what a run loads) is rebuilt from its new CSV.
+SERVESIM_BLESS=1 cargo test --lib --quiet bundled
