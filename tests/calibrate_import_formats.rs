@@ -86,9 +86,9 @@ fn loo(name: &str, profile: &Profile) -> (f64, f64) {
 /// The bundled profile of `gpu` (aiconfigurator, vLLM) against `profile`'s rows, printed per
 /// kind.
 fn against_bundled(name: &str, profile: &Profile, gpu: &str) -> compare::Agreement {
-    let (bundled_name, bundled) = servesim::cost::bundled::for_gpu(&GpuSpec::preset(gpu).unwrap()).unwrap();
-    let agreement = compare::against(&profile.rows, &ProfileIndex::new(bundled));
-    for line in agreement.lines(&format!("{name}: the bundled {bundled_name}")) {
+    let bundled = servesim::cost::bundled::for_gpu(&GpuSpec::preset(gpu).unwrap()).unwrap();
+    let agreement = compare::against(&profile.rows, &bundled.index);
+    for line in agreement.lines(&format!("{name}: the bundled {}", bundled.name)) {
         println!("{line}");
     }
     agreement

@@ -758,6 +758,15 @@ impl<E: Executor> EngineLoop<E> {
                         None => live.stopping = true,
                     }
                 }
+                // The counts and gauges are published before any client hears of its tokens: a
+                // client that reads /metrics after its last response must find its request
+                // counted and no longer running.
+                {
+                    let mut s = self.stats();
+                    s.generation_tokens_total += generated as u64;
+                    s.requests_finished_total += (finished.len() + stopped_now.len()) as u64;
+                }
+                self.publish_stats();
                 for (&id, live) in self.live.iter_mut().filter(|(id, _)| deliver.contains(id) || stopped_now.contains(id)) {
                     let finish = if stopped_now.contains(&id) || (finished.contains(&id) && live.stopping) {
                         Some(FinishReason::Stop)
@@ -773,10 +782,7 @@ impl<E: Executor> EngineLoop<E> {
                     }
                 }
                 self.propose_drafts(&batch, &by_seq);
-                let mut s = self.stats();
-                s.generation_tokens_total += generated as u64;
-                s.requests_finished_total += (finished.len() + stopped_now.len()) as u64;
-                s.requests_cancelled_total += gone.len() as u64;
+                self.stats().requests_cancelled_total += gone.len() as u64;
             }
             Err(message) => {
                 for work in &batch.seqs {
