@@ -1,0 +1,213 @@
+//! Reading a Hugging Face `config.json`.
+
+use super::hf_keys::check_keys;
+use super::{Dtype, ModelSpec, MoeSpec, default_kv_dtype};
+use std::path::{Path, PathBuf};
+
+impl ModelSpec {
+    /// Reads a Hugging Face `config.json` (Llama, Qwen2, Mistral and other dense GQA models).
+    pub fn from_hf_config_file(path: &Path) -> Result<ModelSpec, HfConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| HfConfigError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        let default_name = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "custom".to_string());
+        Self::from_hf_config_json(&text, path, &default_name)
+    }
+
+    /// Parses the text of a Hugging Face `config.json`; `file` is only used in errors. Keys:
+    /// `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`
+    /// (default: `num_attention_heads`, i.e. no GQA), `head_dim` (default: hidden / heads),
+    /// `intermediate_size`, `vocab_size`, `tie_word_embeddings` (default false, as in
+    /// `LlamaConfig`, `Qwen2Config` and `MistralConfig`), `max_position_embeddings`, and
+    /// `torch_dtype` (or `dtype`, its newer name) for the weights' dtype: float32 checkpoints are
+    /// served in bf16 (vLLM's `--dtype auto` downcasts them), absent means bf16. A
+    /// `quantization_config` with `quant_method = "fp8"` means fp8 weights; other quantization
+    /// methods are rejected rather than mis-sized. Mixture-of-experts keys: see
+    /// [`moe_from_hf_config`]. Every other key is checked first, by the rule in `hf_keys`:
+    /// architecture that is not modelled is refused, naming the key, never priced as if absent.
+    pub fn from_hf_config_json(
+        text: &str,
+        file: &Path,
+        name: &str,
+    ) -> Result<ModelSpec, HfConfigError> {
+        let file_buf = file.to_path_buf();
+        let json: serde_json::Value =
+            serde_json::from_str(text).map_err(|source| HfConfigError::Json {
+                file: file_buf.clone(),
+                source,
+            })?;
+        let obj = json.as_object().ok_or_else(|| HfConfigError::BadValue {
+            file: file_buf.clone(),
+            key: "(top level)".into(),
+            value: "not an object".into(),
+            reason: "config.json must hold a JSON object".into(),
+        })?;
+        check_keys(obj, file)?;
+        let get = |key: &str| obj.get(key).filter(|v| !v.is_null());
+        let uint = |key: &str| -> Result<Option<u32>, HfConfigError> {
+            match get(key) {
+                None => Ok(None),
+                Some(v) => match v.as_u64() {
+                    Some(n) if n > 0 && n <= u32::MAX as u64 => Ok(Some(n as u32)),
+                    _ => Err(HfConfigError::BadValue {
+                        file: file_buf.clone(),
+                        key: key.into(),
+                        value: v.to_string(),
+                        reason: "expected a positive integer".into(),
+                    }),
+                },
+            }
+        };
+        let required = |key: &str| -> Result<u32, HfConfigError> {
+            uint(key)?.ok_or_else(|| HfConfigError::MissingKey {
+                file: file_buf.clone(),
+                key: key.into(),
+            })
+        };
+
+        let num_layers = required("num_hidden_layers")?;
+        let hidden_size = required("hidden_size")?;
+        let num_heads = required("num_attention_heads")?;
+        let num_kv_heads = uint("num_key_value_heads")?.unwrap_or(num_heads);
+        let head_dim = uint("head_dim")?.unwrap_or(hidden_size / num_heads);
+        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf)?;
+        let ffn_size = match moe {
+            None => required("intermediate_size")?,
+            Some((_, shared)) => shared,
+        };
+        let moe = moe.map(|(spec, _)| spec);
+        let vocab_size = required("vocab_size")?;
+        let max_position_embeddings = required("max_position_embeddings")?;
+        let tied_embeddings = match get("tie_word_embeddings") {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| HfConfigError::BadValue {
+                file: file_buf.clone(),
+                key: "tie_word_embeddings".into(),
+                value: v.to_string(),
+                reason: "expected true or false".into(),
+            })?,
+        };
+        let dtype_key = if get("torch_dtype").is_some() {
+            "torch_dtype"
+        } else {
+            "dtype"
+        };
+        let mut weight_dtype = match get(dtype_key) {
+            None => Dtype::Bf16,
+            Some(v) => match v.as_str().and_then(Dtype::parse) {
+                Some(Dtype::Fp32) => Dtype::Bf16,
+                Some(d) => d,
+                None => {
+                    return Err(HfConfigError::BadValue {
+                        file: file_buf.clone(),
+                        key: dtype_key.into(),
+                        value: v.to_string(),
+                        reason: "expected \"bfloat16\", \"float16\" or \"float32\"".into(),
+                    });
+                }
+            },
+        };
+        // `check_keys` admits fp8 alone.
+        if get("quantization_config").is_some() {
+            weight_dtype = Dtype::Fp8;
+        }
+        Ok(ModelSpec {
+            name: name.to_string(),
+            num_layers,
+            hidden_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            ffn_size,
+            vocab_size,
+            tied_embeddings,
+            max_position_embeddings,
+            weight_dtype,
+            kv_dtype: default_kv_dtype(weight_dtype),
+            moe,
+        })
+    }
+}
+
+/// The routed experts of a Hugging Face config, and the shared experts' intermediate size (0:
+/// none); `None` for a dense model. Reads the keys of Mixtral (`num_local_experts`,
+/// `intermediate_size` per expert), Qwen2/Qwen3-MoE (`num_experts`, `moe_intermediate_size`,
+/// `shared_expert_intermediate_size`) and DeepSeek (`n_routed_experts`, `n_shared_experts` of
+/// `moe_intermediate_size` each), with `num_experts_per_tok`. Refused rather than mis-sized:
+/// dense layers among the sparse ones (`decoder_sparse_step` > 1, `mlp_only_layers`; and
+/// `first_k_dense_replace`, refused with the other architectural keys in `hf_keys`).
+fn moe_from_hf_config<'v>(
+    get: &dyn Fn(&str) -> Option<&'v serde_json::Value>,
+    uint: &dyn Fn(&str) -> Result<Option<u32>, HfConfigError>,
+    required: &dyn Fn(&str) -> Result<u32, HfConfigError>,
+    file: &Path,
+) -> Result<Option<(MoeSpec, u32)>, HfConfigError> {
+    let mut experts = None;
+    for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
+        if let Some(n) = uint(key)? {
+            experts = Some(n);
+            break;
+        }
+    }
+    let Some(num_experts) = experts.filter(|&n| n > 1) else { return Ok(None) };
+    let refuse = |key: &str, value: String, reason: &str| HfConfigError::BadValue {
+        file: file.to_path_buf(),
+        key: key.into(),
+        value,
+        reason: reason.into(),
+    };
+    if let Some(step) = uint("decoder_sparse_step")?.filter(|&s| s > 1) {
+        return Err(refuse("decoder_sparse_step", step.to_string(), "dense layers between expert layers are not modelled"));
+    }
+    if let Some(layers) = get("mlp_only_layers").filter(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
+        return Err(refuse("mlp_only_layers", layers.to_string(), "dense layers among expert layers are not modelled"));
+    }
+    let experts_per_token = required("num_experts_per_tok")?;
+    if experts_per_token > num_experts {
+        return Err(refuse(
+            "num_experts_per_tok",
+            experts_per_token.to_string(),
+            &format!("more experts per token than the {num_experts} experts"),
+        ));
+    }
+    let expert_ffn_size = match uint("moe_intermediate_size")? {
+        Some(f) => f,
+        None => required("intermediate_size")?,
+    };
+    let shared = match (uint("shared_expert_intermediate_size")?, uint("n_shared_experts")?) {
+        (Some(f), _) => f,
+        (None, Some(n)) => n.saturating_mul(expert_ffn_size),
+        (None, None) => 0,
+    };
+    Ok(Some((MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew: 0.0, expert_parallel: false }, shared)))
+}
+
+/// Why a Hugging Face `config.json` could not be used. Each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum HfConfigError {
+    #[error("{}: cannot read: {source}", file.display())]
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not valid JSON: {source}", file.display())]
+    Json {
+        file: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: missing key `{key}`", file.display())]
+    MissingKey { file: PathBuf, key: String },
+    #[error("{}: key `{key}` = {value}: {reason}", file.display())]
+    BadValue {
+        file: PathBuf,
+        key: String,
+        value: String,
+        reason: String,
+    },
+}

@@ -1,0 +1,296 @@
+//! Every key of a Hugging Face `config.json`, sorted into what servesim reads, what it knows does
+//! not change what serving costs, and what changes the architecture in a way servesim does not
+//! model. The last is refused with the key's name and value: a config priced as full attention
+//! everywhere when it has sliding-window or linear-attention layers gives numbers that look right
+//! and are not.
+//!
+//! The rule, in order:
+//!
+//! 1. A key in [`refusal`]'s table with a value that changes the architecture is refused (for
+//!    example `sliding_window` unless `use_sliding_window` is false, `layer_types` unless every
+//!    layer is `full_attention`, any `linear_*` or `index_*` key, the latent ranks of MLA).
+//! 2. `quantization_config` must have `quant_method = "fp8"` and only keys of that method;
+//!    `rope_scaling` (or `rope_parameters`) must be of a type that does not change cost.
+//! 3. `model_type`, when given, must be one of [`MODELLED_TYPES`]. vLLM picks the model's code
+//!    from it, so it decides which keys matter; configs written by hand may leave it out.
+//! 4. Any other key must be one servesim reads or one in [`HARMLESS`], or look like metadata by
+//!    its name (token ids, dropout, auxiliary-loss coefficients, initialisers, `_private` keys:
+//!    [`harmless_by_name`]). Anything else is refused as unknown: servesim cannot tell whether a
+//!    key it has never seen changes the model, and a user of vLLM would rather be told than get
+//!    a confident wrong answer. The error says how to go on when the key is harmless.
+
+use super::HfConfigError;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// The `model_type`s whose layers are all the decoder [`super::ModelSpec`] describes: grouped-query
+/// attention over the whole context, a gated MLP or gated experts in every layer.
+pub(super) const MODELLED_TYPES: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"];
+
+/// Keys the parser reads (see `from_hf_config_json` and `moe_from_hf_config`).
+const READ: &[&str] = &[
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "torch_dtype",
+    "dtype",
+    "quantization_config",
+    "model_type",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "n_shared_experts",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "first_k_dense_replace",
+];
+
+/// Keys known not to change what a forward pass costs, each group with why.
+const HARMLESS: &[&str] = &[
+    // What the checkpoint is and how it was saved.
+    "architectures",
+    "transformers_version",
+    "auto_map",
+    "use_cache",
+    "pretraining_tp",
+    "torch_dtype_original",
+    // Numerical constants: the same kernels run whatever their value.
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "rope_theta",
+    "partial_rotary_factor",
+    "initializer_range",
+    "hidden_act",
+    "swiglu_limit",
+    "attn_logit_softcapping",
+    // Bias adds and q/k norms are elementwise, a few hundred nanoseconds beside the GEMMs.
+    "attention_bias",
+    "mlp_bias",
+    "qkv_bias",
+    "use_qk_norm",
+    // Only meaningful with `use_sliding_window: true`, which is refused.
+    "max_window_layers",
+    // Which experts a token goes to, not how many: the cost is the same.
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "scoring_func",
+    "topk_method",
+    "n_group",
+    "topk_group",
+    "seq_aux",
+    // Training-time settings.
+    "ep_size",
+    "output_router_logits",
+    // Multi-token-prediction layers: vLLM loads them only as a speculative proposer
+    // (`[engine.speculative] method = "mtp"`), not with the model.
+    "num_nextn_predict_layers",
+    // gpt-oss's context length before YaRN; gpt-oss is refused by its attention, not by this.
+    "initial_context_length",
+];
+
+/// Keys that look like metadata by their name: token ids, dropout probabilities (0 at inference),
+/// auxiliary-loss coefficients (training only), initialisers and `_private` keys.
+fn harmless_by_name(key: &str) -> bool {
+    key.starts_with('_')
+        || key.starts_with("initializer_")
+        || key.contains("dropout")
+        || key.contains("aux_loss")
+        || ["_token_id", "_token_ids", "_token_index"].iter().any(|end| key.ends_with(end))
+}
+
+/// Rope scaling types that leave the attention kernels' work unchanged: they rescale positions
+/// or frequencies (linear, NTK-dynamic, YaRN, Llama 3's smoothed interpolation, LongRoPE's
+/// per-dimension factors) and YaRN's softmax scale, all folded into the rotary embedding.
+const ROPE_TYPES_SAME_COST: &[&str] = &["default", "linear", "dynamic", "yarn", "llama3", "longrope"];
+
+/// Keys of an fp8 `quantization_config` (per-tensor or block-scaled, as DeepSeek ships it).
+const FP8_QUANT_KEYS: &[&str] =
+    &["quant_method", "activation_scheme", "fmt", "weight_block_size", "scale_fmt", "ignored_layers", "modules_to_not_convert"];
+
+/// Whether a present value of `key` changes the architecture in a way not modelled, and why.
+/// `obj` is the whole config, for keys whose meaning depends on another (`sliding_window` on
+/// `use_sliding_window`). Checked in [`REFUSED`]'s order, so a config with several is refused
+/// for the same key whatever order its file lists them in.
+fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'static str> {
+    let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
+    match key {
+        "layer_types" => {
+            let all_full = value.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention"));
+            (!all_full).then_some("layers other than full attention (sliding-window, chunked or linear) are not modelled")
+        }
+        "use_sliding_window" => (value == &Value::Bool(true)).then_some("sliding-window attention is not modelled"),
+        // Qwen2 and Qwen3 configs carry a window with `use_sliding_window: false`; a window as
+        // long as the context attends to all of it.
+        "sliding_window" => {
+            let longer_than_context = value.as_u64().zip(obj.get("max_position_embeddings").and_then(Value::as_u64)).is_some_and(|(w, ctx)| w >= ctx);
+            (flag("use_sliding_window") != Some(false) && !longer_than_context).then_some("sliding-window attention is not modelled")
+        }
+        "use_mrope" => (value == &Value::Bool(true)).then_some("multimodal rotary embeddings (M-RoPE) are not modelled"),
+        "moe_layer_freq" => (value.as_u64() != Some(1)).then_some("dense layers between expert layers are not modelled"),
+        "first_k_dense_replace" => (value.as_u64() != Some(0)).then_some("dense layers before the expert layers are not modelled"),
+        "text_config" => Some("a multimodal model's configuration; its text model (with its own architecture) is not modelled"),
+        "vision_config" => Some("a vision encoder is not modelled"),
+        "attention_chunk_size" => Some("chunked local attention (Llama 4) is not modelled"),
+        "no_rope_layers" | "nope_layer_interval" => Some("layers without rotary embedding, global among chunked ones (Llama 4), are not modelled"),
+        "interleave_moe_layer_step" => {
+            (value.as_u64() != Some(1)).then_some("dense layers interleaved with expert layers are not modelled")
+        }
+        "intermediate_size_mlp" => Some("a dense MLP beside the experts of a different size (Llama 4) is not modelled"),
+        "full_attention_interval" => Some("hybrid linear-attention layers (Gated DeltaNet) are not modelled"),
+        "kv_lora_rank" | "q_lora_rank" | "qk_nope_head_dim" | "qk_rope_head_dim" | "v_head_dim" => {
+            Some("multi-head latent attention (MLA) is not modelled")
+        }
+        "sinks" | "attention_sink" | "use_attention_sink" => Some("attention sinks are not modelled"),
+        _ if key.starts_with("index_") => Some("DeepSeek sparse attention (an indexer choosing top-k keys) is not modelled"),
+        _ if key.starts_with("linear_") => Some("linear-attention layers (Gated DeltaNet) are not modelled"),
+        _ => None,
+    }
+}
+
+/// The keys [`refusal`] knows, in the order they are checked: the attention's kind first (what
+/// most changes the cost), then the layers' mix of dense and expert MLPs, then multimodal wrappers.
+const REFUSED: &[&str] = &[
+    "index_topk",
+    "index_n_heads",
+    "index_head_dim",
+    "layer_types",
+    "full_attention_interval",
+    "use_sliding_window",
+    "sliding_window",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "nope_layer_interval",
+    "sinks",
+    "attention_sink",
+    "use_attention_sink",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "use_mrope",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "interleave_moe_layer_step",
+    "intermediate_size_mlp",
+    "text_config",
+    "vision_config",
+];
+
+/// Why a `model_type` that is not modelled is not, where it is a family people deploy.
+fn model_type_reason(model_type: &str) -> String {
+    let why = match model_type {
+        "gpt_oss" => "gpt-oss's attention sinks, alternating sliding-window layers and MXFP4 experts are not modelled",
+        "deepseek_v2" | "deepseek_v3" | "kimi_k2" => "multi-head latent attention (MLA) is not modelled",
+        "deepseek_v32" => "DeepSeek sparse attention is not modelled",
+        "qwen3_next" | "qwen3_5" | "qwen3_5_moe" => "hybrid linear attention (Gated DeltaNet) is not modelled",
+        "llama4" | "llama4_text" => "Llama 4's chunked local attention and interleaved experts are not modelled",
+        "glm4_moe" => "GLM-4.5's leading dense layers are not modelled",
+        _ => "this model family is not modelled",
+    };
+    format!("{why}; modelled: {}", MODELLED_TYPES.join(", "))
+}
+
+/// Checks every key of a config's top-level object by the rule in this module's documentation.
+pub(super) fn check_keys(obj: &Map<String, Value>, file: &Path) -> Result<(), HfConfigError> {
+    let refuse = |key: &str, value: String, reason: &str| HfConfigError::BadValue {
+        file: file.to_path_buf(),
+        key: key.into(),
+        value,
+        reason: reason.into(),
+    };
+    let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
+    // A multimodal wrapper's text model names the reason better than the wrapper does.
+    if let Some(Value::Object(text)) = present("text_config") {
+        for key in REFUSED.iter().filter(|k| **k != "text_config") {
+            if let Some(why) = text.get(*key).filter(|v| !v.is_null()).and_then(|v| refusal(key, v, text)) {
+                return Err(refuse(&format!("text_config.{key}"), brief(&text[*key]), why));
+            }
+        }
+    }
+    for key in REFUSED {
+        if let Some(why) = present(key).and_then(|v| refusal(key, v, obj)) {
+            return Err(refuse(key, brief(&obj[*key]), why));
+        }
+    }
+    // Keys starting `index_` or `linear_` that the table does not list by name.
+    for (key, value) in obj.iter().filter(|(_, v)| !v.is_null()) {
+        if let Some(why) = (key.starts_with("index_") || key.starts_with("linear_")).then(|| refusal(key, value, obj)).flatten() {
+            return Err(refuse(key, brief(value), why));
+        }
+    }
+    if let Some(q) = present("quantization_config") {
+        check_quantization(q, &refuse)?;
+    }
+    for key in ["rope_scaling", "rope_parameters"] {
+        if let Some(rope) = present(key) {
+            let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("default");
+            if !ROPE_TYPES_SAME_COST.contains(&kind) {
+                return Err(refuse(
+                    &format!("{key}.rope_type"),
+                    format!("{kind:?}"),
+                    &format!("a rope scaling whose cost is not known; those priced as plain RoPE: {}", ROPE_TYPES_SAME_COST.join(", ")),
+                ));
+            }
+        }
+    }
+    if let Some(model_type) = present("model_type") {
+        let name = model_type.as_str().unwrap_or_default();
+        if !MODELLED_TYPES.contains(&name) {
+            return Err(refuse("model_type", model_type.to_string(), &model_type_reason(name)));
+        }
+    }
+    let known = |key: &str| {
+        READ.contains(&key)
+            || HARMLESS.contains(&key)
+            || REFUSED.contains(&key)
+            || ["rope_scaling", "rope_parameters"].contains(&key)
+            || harmless_by_name(key)
+    };
+    if let Some((key, value)) = obj.iter().find(|(key, _)| !known(key)) {
+        return Err(refuse(
+            key,
+            brief(value),
+            "a key servesim does not know, so it cannot tell whether it changes the model's cost; if it does not, \
+             remove it from a copy of config.json (and report it, to be added to the keys known harmless)",
+        ));
+    }
+    Ok(())
+}
+
+/// Only fp8 weights are modelled: other methods change the bytes per weight (4-bit AWQ, GPTQ,
+/// MXFP4, bitsandbytes) or the kernels (compressed-tensors schemes), which are not priced yet.
+fn check_quantization(q: &Value, refuse: &dyn Fn(&str, String, &str) -> HfConfigError) -> Result<(), HfConfigError> {
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+    if !method.eq_ignore_ascii_case("fp8") {
+        return Err(refuse("quantization_config.quant_method", format!("{method:?}"), "only fp8 quantization is modelled"));
+    }
+    let fields = q.as_object().into_iter().flatten();
+    if let Some((key, value)) = fields.filter(|(_, v)| !v.is_null()).find(|(key, _)| !FP8_QUANT_KEYS.contains(&key.as_str())) {
+        return Err(refuse(
+            &format!("quantization_config.{key}"),
+            brief(value),
+            &format!("not a key of fp8 quantization servesim knows ({})", FP8_QUANT_KEYS.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// A value as an error shows it: arrays and objects cut to their first 80 characters, since a
+/// 94-entry `layer_types` would bury the message.
+fn brief(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
