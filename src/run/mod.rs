@@ -212,6 +212,13 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         };
         ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
     };
+    if let (Some(_), Some(layers)) = (&scenario.kernel_profile, unprofiled_layers(&scenario.model)) {
+        let note = format!(
+            "cost.profile: kernel profiles have no rows for {layers}, so {} is priced by the roofline, not as grouped-query attention",
+            scenario.model.name
+        );
+        return Ok(roofline(CostKind::Roofline, vec![note], warnings));
+    }
     let (index, provenance, name, mut notes): (ProfileIndex, &Provenance, String, Vec<String>);
     let from_file;
     match &scenario.kernel_profile {
@@ -275,6 +282,16 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
     let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
+}
+
+/// What of `model` a kernel profile's GEMM and attention rows do not describe, if anything: the
+/// calibrated model would price it as the fused-QKV, every-layer-alike decoder.
+fn unprofiled_layers(model: &crate::scenario::ModelSpec) -> Option<&'static str> {
+    match (model.mla.is_some(), model.leading_dense_layers() > 0) {
+        (true, _) => Some("multi-head latent attention"),
+        (false, true) => Some("leading dense layers among expert layers"),
+        (false, false) => None,
+    }
 }
 
 /// `auto` picks the best profile there is for the GPU; where it still differs from the scenario,
