@@ -508,3 +508,27 @@ fn run_point_in(scenario: &Scenario, config: &SimConfig, pools: &[sim::Pool], po
     let summary = Summary::from_records(&output.records, percentiles);
     PointResult { num_prompts: point.num_prompts, request_rate: point.request_rate, output, summary }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on_h200(preset: &str) -> Scenario {
+        let text = format!(
+            "[model]\npreset = \"{preset}\"\ndtype = \"fp8\"\n[hardware]\ngpu = \"H200\"\ncount = 8\n[engine]\ntensor_parallel = 8\n\
+             [cost]\nprofile = \"auto\"\n[workload]\nnum_prompts = 1\n[workload.dataset]\nkind = \"fixed\"\ninput_len = 8\noutput_len = 8\n"
+        );
+        Scenario::from_toml_str(&text, std::path::Path::new("s.toml"), &[]).unwrap()
+    }
+
+    /// The bundled H200 profile prices Llama's kernels; it has no rows for MLA, which it would
+    /// price as grouped-query attention, so DeepSeek-V3 gets the roofline and a note saying why.
+    #[test]
+    fn latent_attention_is_priced_by_the_roofline_with_a_note() {
+        let llama = scenario_cost(&on_h200("Llama-3.1-70B"), false).unwrap();
+        assert_eq!(llama.kind, CostKind::Calibrated);
+        let deepseek = scenario_cost(&on_h200("DeepSeek-V3"), false).unwrap();
+        assert_eq!((deepseek.kind, deepseek.model.source()), (CostKind::Roofline, "roofline"));
+        assert!(deepseek.notes.iter().any(|n| n.contains("no rows for multi-head latent attention")), "{:?}", deepseek.notes);
+    }
+}
