@@ -384,7 +384,12 @@ impl Roofline {
         // Elementwise work is memory-bound; norm weights (hidden elements, read once) are
         // negligible next to activations and left out.
         let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * act_bytes;
-        let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * act_bytes;
+        // MLA rotates only each query head's rope part and the one shared rotary key.
+        let rotated_width = match &model.mla {
+            Some(mla) => (heads_per_gpu + 1.0) * mla.qk_rope_head_dim as f64,
+            None => (heads_per_gpu + kv_heads_per_gpu) * head_dim,
+        };
+        let rotary_bytes_per_token = ROTARY_PASSES * rotated_width * act_bytes;
         // A routed token's experts run SiLU·mul on their intermediates too (on whichever GPUs
         // hold them: the same bytes per GPU when routing is balanced).
         let routed_ffn_per_gpu = model.moe.map_or(0.0, |moe| {
