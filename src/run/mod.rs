@@ -514,11 +514,30 @@ mod tests {
     use super::*;
 
     fn on_h200(preset: &str) -> Scenario {
-        let text = format!(
+        Scenario::from_toml_str(&toml_of(preset), std::path::Path::new("s.toml"), &[]).unwrap()
+    }
+
+    fn toml_of(preset: &str) -> String {
+        format!(
             "[model]\npreset = \"{preset}\"\ndtype = \"fp8\"\n[hardware]\ngpu = \"H200\"\ncount = 8\n[engine]\ntensor_parallel = 8\n\
              [cost]\nprofile = \"auto\"\n[workload]\nnum_prompts = 1\n[workload.dataset]\nkind = \"fixed\"\ninput_len = 8\noutput_len = 8\n"
-        );
-        Scenario::from_toml_str(&text, std::path::Path::new("s.toml"), &[]).unwrap()
+        )
+    }
+
+    /// DeepSeek-V3's MTP head is one expert layer: its weights per GPU at TP 8 in fp8 are that
+    /// layer's MLA (replicated down-projection, 1/8 of the rest), router, 1/8 of its experts and
+    /// its two norms (16-bit), not the mean of the dense and expert layers.
+    #[test]
+    fn a_deepseek_mtp_head_is_one_expert_layer() {
+        let text = format!("{}[engine.speculative]\nmethod = \"mtp\"\nnum_speculative_tokens = 1\nacceptance_rate = 0.8\n", toml_of("DeepSeek-V3"));
+        let scenario = Scenario::from_toml_str(&text, std::path::Path::new("s.toml"), &[]).unwrap();
+        let spec = scenario.engine.speculative.as_ref().expect("mtp");
+        let head = spec.draft.as_ref().unwrap();
+        assert_eq!((head.num_layers, head.leading_dense_layers()), (1, 0));
+        let h: u64 = 7168;
+        let attention = 7168 * 2112 + 1536 * 16 * 192 + 512 * 16 * 256 + 16 * 128 * h + 2048;
+        let experts = h * 256 + 3 * h * 256 * 256 + 3 * h * 256;
+        assert_eq!(spec.weight_bytes_per_gpu(8), attention + experts + 2 * 2 * h);
     }
 
     /// The bundled H200 profile prices Llama's kernels; it has no rows for MLA, which it would
