@@ -47,6 +47,7 @@ fn cpu_test_model() -> ModelSpec {
         weight_dtype: Dtype::Fp32,
         kv_dtype: Dtype::Fp32,
         moe: None,
+        mla: None,
     }
 }
 

@@ -10,6 +10,7 @@ pub use crate::calibrate::bundled;
 pub mod calibrated;
 pub mod engine_time;
 mod memo;
+pub mod mla;
 pub mod moe;
 pub mod profile_match;
 pub mod roofline;
@@ -17,6 +18,8 @@ pub mod sampling;
 pub mod speculative;
 pub mod weight_only;
 
+#[cfg(test)]
+mod tests_mla;
 #[cfg(test)]
 mod tests;
 

@@ -83,7 +83,7 @@ mod tests {
     use super::*;
 
     fn moe(experts: u32, k: u32, skew: f64, expert_parallel: bool) -> MoeSpec {
-        MoeSpec { num_experts: experts, experts_per_token: k, expert_ffn_size: 1024, routing_skew: skew, expert_parallel }
+        MoeSpec { num_experts: experts, experts_per_token: k, expert_ffn_size: 1024, routing_skew: skew, expert_parallel, dense_layers: 0, dense_ffn_size: 0 }
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
 use super::memo::{ByDecodeBatch, ByRows};
+use super::mla::{AttentionCounts, MlaAttention};
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
 use super::weight_only::weight_gemm_peak_flops;
@@ -137,6 +138,11 @@ pub struct Roofline {
     lm_head: GemmOp,
     /// The routed experts of a mixture-of-experts model.
     moe: Option<MoeGemms>,
+    /// Multi-head latent attention, where the model has it: `layer_gemms`' QKV is then empty
+    /// and its output projection MLA's.
+    mla: Option<MlaLayer>,
+    /// The leading dense layers of a mixture of experts (DeepSeek's `first_k_dense_replace`).
+    leading_dense: Option<LeadingDense>,
     /// Attention compute time per (query token, key) pair per layer, seconds.
     attention_s_per_key: f64,
     /// The same for prefill tokens attending to keys already cached (chunked prefill's prefix
@@ -200,6 +206,32 @@ pub struct Roofline {
 struct MoeGemms {
     routing: ExpertRouting,
     router: GemmOp,
+    gate_up: GemmOp,
+    down: GemmOp,
+}
+
+/// MLA's projections on one GPU beside its output projection, and its attention (see
+/// [`super::mla`]), with the rates that price that attention's work.
+#[derive(Clone, Debug, PartialEq)]
+struct MlaLayer {
+    /// The replicated down-projection (q_a and kv_a fused) and the query up-projection: one
+    /// row per token.
+    down: GemmOp,
+    q_up: GemmOp,
+    /// kv_b: one row per decode token (absorbed into queries and outputs) and per key prefill
+    /// decompresses.
+    kv_up: GemmOp,
+    attention: MlaAttention,
+    attention_s_per_flop: f64,
+    prefix_attention_s_per_flop: f64,
+    s_per_byte: f64,
+}
+
+/// Leading dense layers' MLP on one GPU, and their share of the layers: the rest run the
+/// shared and routed experts.
+#[derive(Clone, Debug, PartialEq)]
+struct LeadingDense {
+    share: f64,
     gate_up: GemmOp,
     down: GemmOp,
 }
@@ -302,12 +334,29 @@ impl Roofline {
         let qkv_width = (heads_per_gpu + KV_TENSORS * kv_heads_per_gpu) * head_dim;
         let attn_out_width = heads_per_gpu * head_dim;
         let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, act_bytes, gemm_flops_per_s, bytes_per_s);
-        let layer_gemms = [
-            gemm(hidden, qkv_width),
-            gemm(attn_out_width, hidden),
-            gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu),
-            gemm(ffn_per_gpu, hidden),
-        ];
+        let mla_projections = model.mla.map(|mla| mla.projections(hidden_elems, shard.heads).map(|(k, n)| gemm(k as f64, n as f64)));
+        let (qkv, out) = match &mla_projections {
+            Some([.., out]) => (gemm(0.0, 0.0), out.clone()),
+            None => (gemm(hidden, qkv_width), gemm(attn_out_width, hidden)),
+        };
+        let layer_gemms = [qkv, out, gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu), gemm(ffn_per_gpu, hidden)];
+        let mla = model.mla.zip(mla_projections).map(|(spec, [down, q_up, kv_up, _])| MlaLayer {
+            down,
+            q_up,
+            kv_up,
+            attention: MlaAttention::new(&spec, heads_per_gpu, model.kv_dtype.bytes() as f64, act_bytes),
+            attention_s_per_flop: 1.0 / (peak_16bit * attention_eff),
+            prefix_attention_s_per_flop: 1.0 / (peak_16bit * params.prefix_attention_efficiency),
+            s_per_byte: 1.0 / bytes_per_s,
+        });
+        let leading_dense = model.moe.filter(|_| model.leading_dense_layers() > 0).map(|moe| {
+            let ffn = (moe.dense_ffn_size as f64 / t).ceil();
+            LeadingDense {
+                share: model.leading_dense_layers() as f64 / model.num_layers as f64,
+                gate_up: gemm(hidden, GATE_UP_PROJECTIONS * ffn),
+                down: gemm(ffn, hidden),
+            }
+        });
         let lm_head = GemmOp::new(hidden, vocab_per_gpu, lm_head_weight_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s);
         // The router stays 16-bit, as the LM head does (vLLM's gate is an unquantized
         // replicated linear layer).
@@ -321,7 +370,7 @@ impl Roofline {
             }
         });
 
-        let weight_bytes_read_per_step = model.num_layers as u64 * shard.linear_elements_per_layer * model.weight_dtype.bytes()
+        let weight_bytes_read_per_step = shard.linear_elements.saturating_mul(model.weight_dtype.bytes())
             + hidden_elems * shard.vocab_rows * lm_head_weight_bytes as u64;
 
         // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.
@@ -335,7 +384,12 @@ impl Roofline {
         // Elementwise work is memory-bound; norm weights (hidden elements, read once) are
         // negligible next to activations and left out.
         let norm_bytes_per_token = FUSED_ADD_NORM_VECTORS * hidden * act_bytes;
-        let rotary_bytes_per_token = ROTARY_PASSES * (heads_per_gpu + kv_heads_per_gpu) * head_dim * act_bytes;
+        // MLA rotates only each query head's rope part and the one shared rotary key.
+        let rotated_width = match &model.mla {
+            Some(mla) => (heads_per_gpu + 1.0) * mla.qk_rope_head_dim as f64,
+            None => (heads_per_gpu + kv_heads_per_gpu) * head_dim,
+        };
+        let rotary_bytes_per_token = ROTARY_PASSES * rotated_width * act_bytes;
         // A routed token's experts run SiLU·mul on their intermediates too (on whichever GPUs
         // hold them: the same bytes per GPU when routing is balanced).
         let routed_ffn_per_gpu = model.moe.map_or(0.0, |moe| {
@@ -362,7 +416,12 @@ impl Roofline {
                 let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
                     * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
                 let bytes_per_token = alltoall_send_bytes_per_token * (t - 1.0) / t;
-                (ALL_TO_ALLS_PER_LAYER * bytes_per_token / link_bytes_per_s, ALL_TO_ALLS_PER_LAYER * params.collective_latency_us * S_PER_US)
+                // Only the expert layers dispatch: the leading dense ones have no experts.
+            let expert_share = 1.0 - leading_dense.as_ref().map_or(0.0, |d| d.share);
+            (
+                expert_share * ALL_TO_ALLS_PER_LAYER * bytes_per_token / link_bytes_per_s,
+                expert_share * ALL_TO_ALLS_PER_LAYER * params.collective_latency_us * S_PER_US,
+            )
             }
             None => (0.0, 0.0),
         };
@@ -391,6 +450,8 @@ impl Roofline {
             layer_gemms,
             lm_head,
             moe,
+            mla,
+            leading_dense,
             attention_s_per_key,
             prefix_attention_s_per_key,
             attention_s_per_kv_token,
@@ -516,6 +577,8 @@ impl Roofline {
         let mut prefix_keys: u64 = 0;
         let mut prefill_seqs: u64 = 0;
         let mut kv_tokens_read: u64 = 0;
+        // The decodes' share of the above, which MLA prices apart from prefill.
+        let (mut decode_keys, mut decode_kv_tokens, mut decode_tokens) = (0u64, 0u64, 0u64);
         for work in &batch.seqs {
             let q = work.new_tokens as u64;
             let c = work.context_tokens as u64;
@@ -523,7 +586,11 @@ impl Roofline {
             sampled += u64::from(work.sampled_rows());
             if work.is_decode() {
                 // One token, or (verifying drafts) a few causal ones, on the cached context.
-                keys += q * c + q * (q + 1) / 2;
+                let seq_keys = q * c + q * (q + 1) / 2;
+                keys += seq_keys;
+                decode_keys += seq_keys;
+                decode_kv_tokens += c + q;
+                decode_tokens += q;
             } else {
                 prefill_seqs += 1;
                 prefix_keys += q * c;
@@ -538,6 +605,9 @@ impl Roofline {
         sampled += cohort_seqs;
         keys += cohort.context_tokens + cohort_seqs;
         kv_tokens_read += cohort.context_tokens + cohort_seqs;
+        decode_keys += cohort.context_tokens + cohort_seqs;
+        decode_kv_tokens += cohort.context_tokens + cohort_seqs;
+        decode_tokens += cohort_seqs;
         // Every sequence decodes one token, in a step that prepares its own inputs: everything
         // but attention depends on the batch's size and graph alone.
         let decode_only = prefill_seqs == 0 && batch.window_step == 0 && tokens == sampled && tokens == u64::from(batch.num_seqs());
@@ -545,24 +615,43 @@ impl Roofline {
         let tokens = count_to_f64(tokens);
         let sampled = count_to_f64(sampled);
 
-        let attention_compute_s =
-            count_to_f64(keys) * self.attention_s_per_key + count_to_f64(prefix_keys) * self.prefix_attention_s_per_key;
-        let attention_memory_s =
-            count_to_f64(kv_tokens_read) * self.attention_s_per_kv_token + tokens * self.attention_s_per_query;
+        let (attention_compute_s, attention_memory_s) = match &self.mla {
+            None => (
+                count_to_f64(keys) * self.attention_s_per_key + count_to_f64(prefix_keys) * self.prefix_attention_s_per_key,
+                count_to_f64(kv_tokens_read) * self.attention_s_per_kv_token + tokens * self.attention_s_per_query,
+            ),
+            Some(mla) => {
+                let work = mla.attention.work(&AttentionCounts {
+                    decode_keys: count_to_f64(decode_keys),
+                    decode_kv_tokens: count_to_f64(decode_kv_tokens),
+                    decode_queries: count_to_f64(decode_tokens),
+                    prefill_keys: count_to_f64(keys - decode_keys),
+                    prefix_keys: count_to_f64(prefix_keys),
+                    prefill_kv_tokens: count_to_f64(kv_tokens_read - decode_kv_tokens),
+                    prefill_queries: tokens - count_to_f64(decode_tokens),
+                });
+                (
+                    work.flops * mla.attention_s_per_flop + work.prefix_flops * mla.prefix_attention_s_per_flop,
+                    work.bytes * mla.s_per_byte,
+                )
+            }
+        };
         let attention_s = if tokens > 0.0 {
             self.num_layers * larger(attention_compute_s, attention_memory_s)
         } else {
             0.0
         };
+        // kv_b's rows beyond one per token: the cached keys prefill decompresses.
+        let prefill_prefix_tokens = kv_tokens_read - decode_kv_tokens - (tokens_count - decode_tokens);
 
         let parts_but_attention = || {
             // A graph replays kernels shaped for its padded size.
             let gemm_rows = batch.graph_size.map_or(tokens_count, u64::from);
-            let layer_gemm_s = self.layer_gemm_s_by_rows.get_whole(gemm_rows, || {
-                let rows = count_to_f64(gemm_rows);
-                self.layer_gemms.iter().map(|op| op.time_s(rows)).sum::<f64>() + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(rows))
+            let layer_gemm_s = self.layer_gemm_s_by_rows.get_whole(gemm_rows, || self.layer_gemm_s(count_to_f64(gemm_rows)));
+            let kv_up_s = self.mla.as_ref().map_or(0.0, |mla| {
+                self.num_layers * mla.kv_up.time_s(count_to_f64(gemm_rows + prefill_prefix_tokens))
             });
-            let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled);
+            let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled) + kv_up_s;
 
             let elementwise_s = tokens
                 * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token)
@@ -584,6 +673,27 @@ impl Roofline {
             communication_ns,
             overhead_ns,
         }
+    }
+}
+
+impl Roofline {
+    /// One layer's GEMMs (the MoE's included) for `rows` token rows, seconds: with leading
+    /// dense layers, the mean over the layers.
+    fn layer_gemm_s(&self, rows: f64) -> f64 {
+        let [qkv, out, gate_up, down] = &self.layer_gemms;
+        let experts_s = self.moe.as_ref().map_or(0.0, |moe| moe.time_s(rows));
+        let mut layer_s = match &self.leading_dense {
+            None => self.layer_gemms.iter().map(|op| op.time_s(rows)).sum::<f64>() + experts_s,
+            Some(dense) => {
+                let expert_layer_s = gate_up.time_s(rows) + down.time_s(rows) + experts_s;
+                let dense_layer_s = dense.gate_up.time_s(rows) + dense.down.time_s(rows);
+                qkv.time_s(rows) + out.time_s(rows) + (1.0 - dense.share) * expert_layer_s + dense.share * dense_layer_s
+            }
+        };
+        if let Some(mla) = &self.mla {
+            layer_s += mla.down.time_s(rows) + mla.q_up.time_s(rows);
+        }
+        layer_s
     }
 }
 
@@ -627,6 +737,7 @@ mod tests {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             moe: None,
+            mla: None,
         }
     }
 

@@ -212,6 +212,13 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         };
         ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
     };
+    if let (Some(_), Some(layers)) = (&scenario.kernel_profile, unprofiled_layers(&scenario.model)) {
+        let note = format!(
+            "cost.profile: kernel profiles have no rows for {layers}, so {} is priced by the roofline, not as grouped-query attention",
+            scenario.model.name
+        );
+        return Ok(roofline(CostKind::Roofline, vec![note], warnings));
+    }
     let (index, provenance, name, mut notes): (ProfileIndex, &Provenance, String, Vec<String>);
     let from_file;
     match &scenario.kernel_profile {
@@ -275,6 +282,16 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
     let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
+}
+
+/// What of `model` a kernel profile's GEMM and attention rows do not describe, if anything: the
+/// calibrated model would price it as the fused-QKV, every-layer-alike decoder.
+fn unprofiled_layers(model: &crate::scenario::ModelSpec) -> Option<&'static str> {
+    match (model.mla.is_some(), model.leading_dense_layers() > 0) {
+        (true, _) => Some("multi-head latent attention"),
+        (false, true) => Some("leading dense layers among expert layers"),
+        (false, false) => None,
+    }
 }
 
 /// `auto` picks the best profile there is for the GPU; where it still differs from the scenario,
@@ -490,4 +507,47 @@ fn run_point_in(scenario: &Scenario, config: &SimConfig, pools: &[sim::Pool], po
     let output = sim::simulate_pools(&requests, config, pools);
     let summary = Summary::from_records(&output.records, percentiles);
     PointResult { num_prompts: point.num_prompts, request_rate: point.request_rate, output, summary }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on_h200(preset: &str) -> Scenario {
+        Scenario::from_toml_str(&toml_of(preset), std::path::Path::new("s.toml"), &[]).unwrap()
+    }
+
+    fn toml_of(preset: &str) -> String {
+        format!(
+            "[model]\npreset = \"{preset}\"\ndtype = \"fp8\"\n[hardware]\ngpu = \"H200\"\ncount = 8\n[engine]\ntensor_parallel = 8\n\
+             [cost]\nprofile = \"auto\"\n[workload]\nnum_prompts = 1\n[workload.dataset]\nkind = \"fixed\"\ninput_len = 8\noutput_len = 8\n"
+        )
+    }
+
+    /// DeepSeek-V3's MTP head is one expert layer: its weights per GPU at TP 8 in fp8 are that
+    /// layer's MLA (replicated down-projection, 1/8 of the rest), router, 1/8 of its experts and
+    /// its two norms (16-bit), not the mean of the dense and expert layers.
+    #[test]
+    fn a_deepseek_mtp_head_is_one_expert_layer() {
+        let text = format!("{}[engine.speculative]\nmethod = \"mtp\"\nnum_speculative_tokens = 1\nacceptance_rate = 0.8\n", toml_of("DeepSeek-V3"));
+        let scenario = Scenario::from_toml_str(&text, std::path::Path::new("s.toml"), &[]).unwrap();
+        let spec = scenario.engine.speculative.as_ref().expect("mtp");
+        let head = spec.draft.as_ref().unwrap();
+        assert_eq!((head.num_layers, head.leading_dense_layers()), (1, 0));
+        let h: u64 = 7168;
+        let attention = 7168 * 2112 + 1536 * 16 * 192 + 512 * 16 * 256 + 16 * 128 * h + 2048;
+        let experts = h * 256 + 3 * h * 256 * 256 + 3 * h * 256;
+        assert_eq!(spec.weight_bytes_per_gpu(8), attention + experts + 2 * 2 * h);
+    }
+
+    /// The bundled H200 profile prices Llama's kernels; it has no rows for MLA, which it would
+    /// price as grouped-query attention, so DeepSeek-V3 gets the roofline and a note saying why.
+    #[test]
+    fn latent_attention_is_priced_by_the_roofline_with_a_note() {
+        let llama = scenario_cost(&on_h200("Llama-3.1-70B"), false).unwrap();
+        assert_eq!(llama.kind, CostKind::Calibrated);
+        let deepseek = scenario_cost(&on_h200("DeepSeek-V3"), false).unwrap();
+        assert_eq!((deepseek.kind, deepseek.model.source()), (CostKind::Roofline, "roofline"));
+        assert!(deepseek.notes.iter().any(|n| n.contains("no rows for multi-head latent attention")), "{:?}", deepseek.notes);
+    }
 }

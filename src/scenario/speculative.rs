@@ -38,13 +38,13 @@ pub struct SpeculativeSpec {
 
 impl SpeculativeSpec {
     /// GPU memory per GPU the proposer's weights take at tensor parallelism `tp`. An `mtp` head is
-    /// one decoder layer (its embedding and LM head are the target's).
-    pub fn weight_bytes_per_gpu(&self, target: &ModelSpec, tp: u32) -> u64 {
+    /// its one decoder layer (its embedding and LM head are the target's): an expert layer in
+    /// DeepSeek-V3, not the mean of its dense and expert layers.
+    pub fn weight_bytes_per_gpu(&self, tp: u32) -> u64 {
         match (self.method, &self.draft) {
             (SpecMethod::Draft, Some(draft)) => draft.weight_bytes_per_gpu(tp),
-            (SpecMethod::Mtp, _) => {
-                let layers = ModelSpec { num_layers: 0, ..target.clone() }.weight_bytes_per_gpu(tp);
-                (target.weight_bytes_per_gpu(tp) - layers) / u64::from(target.num_layers.max(1))
+            (SpecMethod::Mtp, Some(head)) => {
+                head.weight_bytes_per_gpu(tp) - ModelSpec { num_layers: 0, ..head.clone() }.weight_bytes_per_gpu(tp)
             }
             _ => 0,
         }

@@ -1,7 +1,7 @@
 //! Reading a Hugging Face `config.json`.
 
 use super::hf_keys::check_keys;
-use super::{Dtype, ModelSpec, MoeSpec, default_kv_dtype};
+use super::{Dtype, MlaSpec, ModelSpec, MoeSpec, default_kv_dtype};
 use std::path::{Path, PathBuf};
 
 impl ModelSpec {
@@ -74,9 +74,14 @@ impl ModelSpec {
         let num_layers = required("num_hidden_layers")?;
         let hidden_size = required("hidden_size")?;
         let num_heads = required("num_attention_heads")?;
-        let num_kv_heads = uint("num_key_value_heads")?.unwrap_or(num_heads);
-        let head_dim = uint("head_dim")?.unwrap_or(hidden_size / num_heads);
-        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf)?;
+        let mla = mla_from_hf_config(&uint, &required)?;
+        // With MLA, what an engine without it would run: every head its own key and value, of
+        // the query-key width (vLLM's head size with MLA disabled).
+        let (num_kv_heads, head_dim) = match &mla {
+            Some(mla) => (num_heads, u32::try_from(mla.qk_head_dim()).unwrap_or(u32::MAX)),
+            None => (uint("num_key_value_heads")?.unwrap_or(num_heads), uint("head_dim")?.unwrap_or(hidden_size / num_heads)),
+        };
+        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf, num_layers)?;
         let ffn_size = match moe {
             None => required("intermediate_size")?,
             Some((_, shared)) => shared,
@@ -131,22 +136,43 @@ impl ModelSpec {
             weight_dtype,
             kv_dtype: default_kv_dtype(weight_dtype),
             moe,
+            mla,
         })
     }
+}
+
+/// Multi-head latent attention's dimensions, where `kv_lora_rank` is given: then
+/// `qk_nope_head_dim`, `qk_rope_head_dim` and `v_head_dim` are required, and `q_lora_rank` is
+/// optional (absent or null in DeepSeek-V2-Lite, whose queries are projected from the hidden
+/// state).
+fn mla_from_hf_config(
+    uint: &dyn Fn(&str) -> Result<Option<u32>, HfConfigError>,
+    required: &dyn Fn(&str) -> Result<u32, HfConfigError>,
+) -> Result<Option<MlaSpec>, HfConfigError> {
+    let Some(kv_lora_rank) = uint("kv_lora_rank")? else { return Ok(None) };
+    Ok(Some(MlaSpec {
+        q_lora_rank: uint("q_lora_rank")?.unwrap_or(0),
+        kv_lora_rank,
+        qk_nope_head_dim: required("qk_nope_head_dim")?,
+        qk_rope_head_dim: required("qk_rope_head_dim")?,
+        v_head_dim: required("v_head_dim")?,
+    }))
 }
 
 /// The routed experts of a Hugging Face config, and the shared experts' intermediate size (0:
 /// none); `None` for a dense model. Reads the keys of Mixtral (`num_local_experts`,
 /// `intermediate_size` per expert), Qwen2/Qwen3-MoE (`num_experts`, `moe_intermediate_size`,
 /// `shared_expert_intermediate_size`) and DeepSeek (`n_routed_experts`, `n_shared_experts` of
-/// `moe_intermediate_size` each), with `num_experts_per_tok`. Refused rather than mis-sized:
+/// `moe_intermediate_size` each), with `num_experts_per_tok`, and DeepSeek's leading dense
+/// layers (`first_k_dense_replace` of `intermediate_size`). Refused rather than mis-sized:
 /// dense layers among the sparse ones (`decoder_sparse_step` > 1, `mlp_only_layers`; and
-/// `first_k_dense_replace`, refused with the other architectural keys in `hf_keys`).
+/// `moe_layer_freq` ≠ 1, refused with the other architectural keys in `hf_keys`).
 fn moe_from_hf_config<'v>(
     get: &dyn Fn(&str) -> Option<&'v serde_json::Value>,
     uint: &dyn Fn(&str) -> Result<Option<u32>, HfConfigError>,
     required: &dyn Fn(&str) -> Result<u32, HfConfigError>,
     file: &Path,
+    num_layers: u32,
 ) -> Result<Option<(MoeSpec, u32)>, HfConfigError> {
     let mut experts = None;
     for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
@@ -185,7 +211,24 @@ fn moe_from_hf_config<'v>(
         (None, Some(n)) => n.saturating_mul(expert_ffn_size),
         (None, None) => 0,
     };
-    Ok(Some((MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew: 0.0, expert_parallel: false }, shared)))
+    // 0 is a valid count here (every layer has experts), which `uint` refuses.
+    let dense_layers = match get("first_k_dense_replace") {
+        None => 0,
+        Some(v) => match v.as_u64().and_then(|k| u32::try_from(k).ok()).filter(|&k| k < num_layers) {
+            Some(k) => k,
+            None => {
+                return Err(refuse(
+                    "first_k_dense_replace",
+                    v.to_string(),
+                    &format!("expected a count of leading dense layers below the {num_layers} layers"),
+                ));
+            }
+        },
+    };
+    // The dense layers' MLP is `intermediate_size`; DeepSeek's experts are `moe_intermediate_size`.
+    let dense_ffn_size = if dense_layers > 0 { required("intermediate_size")? } else { 0 };
+    let moe = MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew: 0.0, expert_parallel: false, dense_layers, dense_ffn_size };
+    Ok(Some((moe, shared)))
 }
 
 /// Why a Hugging Face `config.json` could not be used. Each names the file.

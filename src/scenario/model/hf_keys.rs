@@ -8,7 +8,7 @@
 //!
 //! 1. A key in [`refusal`]'s table with a value that changes the architecture is refused (for
 //!    example `sliding_window` unless `use_sliding_window` is false, `layer_types` unless every
-//!    layer is `full_attention`, any `linear_*` or `index_*` key, the latent ranks of MLA).
+//!    layer is `full_attention`, any `linear_*` or `index_*` key).
 //! 2. `quantization_config` must have `quant_method = "fp8"` and only keys of that method;
 //!    `rope_scaling` (or `rope_parameters`) must be of a type that does not change cost.
 //! 3. `model_type`, when given, must be one of [`MODELLED_TYPES`]. vLLM picks the model's code
@@ -25,7 +25,10 @@ use std::path::Path;
 
 /// The `model_type`s whose layers are all the decoder [`super::ModelSpec`] describes: grouped-query
 /// attention over the whole context, a gated MLP or gated experts in every layer.
-pub(super) const MODELLED_TYPES: &[&str] = &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"];
+/// DeepSeek-V2/V3 and Kimi-K2 (`kimi_k2`, DeepSeek-V3's architecture) add multi-head latent
+/// attention and leading dense layers, both modelled.
+pub(super) const MODELLED_TYPES: &[&str] =
+    &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2"];
 
 /// Keys the parser reads (see `from_hf_config_json` and `moe_from_hf_config`).
 const READ: &[&str] = &[
@@ -52,6 +55,11 @@ const READ: &[&str] = &[
     "decoder_sparse_step",
     "mlp_only_layers",
     "first_k_dense_replace",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
 ];
 
 /// Keys known not to change what a forward pass costs, each group with why.
@@ -136,7 +144,6 @@ fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'stati
         }
         "use_mrope" => (value == &Value::Bool(true)).then_some("multimodal rotary embeddings (M-RoPE) are not modelled"),
         "moe_layer_freq" => (value.as_u64() != Some(1)).then_some("dense layers between expert layers are not modelled"),
-        "first_k_dense_replace" => (value.as_u64() != Some(0)).then_some("dense layers before the expert layers are not modelled"),
         "text_config" => Some("a multimodal model's configuration; its text model (with its own architecture) is not modelled"),
         "vision_config" => Some("a vision encoder is not modelled"),
         "attention_chunk_size" => Some("chunked local attention (Llama 4) is not modelled"),
@@ -146,9 +153,6 @@ fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'stati
         }
         "intermediate_size_mlp" => Some("a dense MLP beside the experts of a different size (Llama 4) is not modelled"),
         "full_attention_interval" => Some("hybrid linear-attention layers (Gated DeltaNet) are not modelled"),
-        "kv_lora_rank" | "q_lora_rank" | "qk_nope_head_dim" | "qk_rope_head_dim" | "v_head_dim" => {
-            Some("multi-head latent attention (MLA) is not modelled")
-        }
         "sinks" | "attention_sink" | "use_attention_sink" => Some("attention sinks are not modelled"),
         _ if key.starts_with("index_") => Some("DeepSeek sparse attention (an indexer choosing top-k keys) is not modelled"),
         _ if key.starts_with("linear_") => Some("linear-attention layers (Gated DeltaNet) are not modelled"),
@@ -172,13 +176,7 @@ const REFUSED: &[&str] = &[
     "sinks",
     "attention_sink",
     "use_attention_sink",
-    "kv_lora_rank",
-    "q_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
     "use_mrope",
-    "first_k_dense_replace",
     "moe_layer_freq",
     "interleave_moe_layer_step",
     "intermediate_size_mlp",
@@ -190,11 +188,10 @@ const REFUSED: &[&str] = &[
 fn model_type_reason(model_type: &str) -> String {
     let why = match model_type {
         "gpt_oss" => "gpt-oss's attention sinks, alternating sliding-window layers and MXFP4 experts are not modelled",
-        "deepseek_v2" | "deepseek_v3" | "kimi_k2" => "multi-head latent attention (MLA) is not modelled",
         "deepseek_v32" => "DeepSeek sparse attention is not modelled",
         "qwen3_next" | "qwen3_5" | "qwen3_5_moe" => "hybrid linear attention (Gated DeltaNet) is not modelled",
         "llama4" | "llama4_text" => "Llama 4's chunked local attention and interleaved experts are not modelled",
-        "glm4_moe" => "GLM-4.5's leading dense layers are not modelled",
+        "glm4_moe" => "GLM-4.5's partial rotary embedding, attention biases and dense first layer are not checked against vLLM yet",
         _ => "this model family is not modelled",
     };
     format!("{why}; modelled: {}", MODELLED_TYPES.join(", "))

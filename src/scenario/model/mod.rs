@@ -5,17 +5,22 @@
 //! projections and two RMSNorms; an embedding table, a final norm and an LM head (possibly tied to
 //! the embedding table). In a mixture-of-experts model ([`MoeSpec`]) every layer's MLP is a
 //! router and `num_experts` gated MLPs, of which each token runs `experts_per_token`, beside an
-//! optional shared MLP that every token runs (`ffn_size`, 0 when there is none).
+//! optional shared MLP that every token runs (`ffn_size`, 0 when there is none), after
+//! `dense_layers` leading layers with a dense MLP of their own (DeepSeek's
+//! `first_k_dense_replace`). With multi-head latent attention ([`MlaSpec`]) the attention's
+//! projections and cache are MLA's instead of the fused QKV's.
 
 mod dtype;
 mod hf_config;
 mod hf_keys;
+mod mla;
 mod presets;
 #[cfg(test)]
 mod tests;
 
 pub use dtype::{Dtype, default_kv_dtype};
 pub use hf_config::HfConfigError;
+pub use mla::MlaSpec;
 
 /// A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,10 +41,15 @@ pub struct ModelSpec {
     pub kv_dtype: Dtype,
     /// Routed experts, in a mixture-of-experts model.
     pub moe: Option<MoeSpec>,
+    /// Multi-head latent attention's dimensions, where the model has it. `num_heads` are then
+    /// its query heads, `head_dim` its query-key width (nope + rope) and `num_kv_heads` equal to
+    /// `num_heads`: what an engine without MLA would compute.
+    pub mla: Option<MlaSpec>,
 }
 
-/// The routed experts of a mixture-of-experts model. Every layer has them (Mixtral, Qwen3-MoE);
-/// models that interleave dense and sparse layers are refused when read.
+/// The routed experts of a mixture-of-experts model. Every layer has them (Mixtral, Qwen3-MoE)
+/// but `dense_layers` leading ones (DeepSeek-V3: 3); models that interleave dense and sparse
+/// layers are refused when read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MoeSpec {
     /// Routed experts per layer.
@@ -56,6 +66,10 @@ pub struct MoeSpec {
     /// back by all-to-all; or (false, vLLM's default) every expert split over all GPUs by its
     /// intermediate size, like a dense MLP.
     pub expert_parallel: bool,
+    /// Leading layers whose MLP is dense (`first_k_dense_replace`), before the expert layers.
+    pub dense_layers: u32,
+    /// Those layers' MLP intermediate size (the config's `intermediate_size`).
+    pub dense_ffn_size: u32,
 }
 
 impl MoeSpec {
@@ -96,9 +110,10 @@ pub struct Shard {
     pub vocab_padded: u64,
     /// Rows of the embedding table and LM head per GPU.
     pub vocab_rows: u64,
-    /// Elements of one layer's linear weights (QKV, output, gate, up, down; and in a
-    /// mixture-of-experts model the router and this GPU's part of the experts) per GPU.
-    pub linear_elements_per_layer: u64,
+    /// Elements of every layer's linear weights (QKV, output, gate, up, down; and in a
+    /// mixture-of-experts model the router and this GPU's part of the experts) per GPU. With
+    /// MLA, its projections and its two latent norms (a few thousand elements, replicated).
+    pub linear_elements: u64,
 }
 
 impl ModelSpec {
@@ -109,32 +124,56 @@ impl ModelSpec {
     pub fn shard(&self, tp: u32) -> Shard {
         let tp = tp.max(1) as u64;
         let h = self.hidden_size as u64;
-        let d = self.head_dim as u64;
         let heads = div_ceil(self.num_heads as u64, tp);
         let kv_heads = self.kv_heads_per_gpu(tp as u32) as u64;
         let ffn = div_ceil(self.ffn_size as u64, tp);
         let vocab_padded = div_ceil(self.vocab_size as u64, VOCAB_PADDING) * VOCAB_PADDING;
+        let (h, tp128) = (h as u128, tp as u128);
+        let dense_ffn = self.moe.map_or(0, |moe| moe.dense_ffn_size as u128).div_ceil(tp128);
+        // In u128, saturated: absurd dimensions must read as "too large", not wrap around.
+        let expert_layer_mlp = 3 * h * ffn as u128 // gate, up, down
+            + self.moe.map_or(0, |moe| {
+                let experts = moe.num_experts as u128;
+                let f = moe.expert_ffn_size as u128;
+                let tensor_parallel = experts * f.div_ceil(tp128);
+                let expert_parallel = experts.div_ceil(tp128) * f;
+                h * experts + 3 * h * tensor_parallel.max(expert_parallel)
+            });
         Shard {
             heads,
             kv_heads,
             ffn,
             vocab_padded,
             vocab_rows: div_ceil(vocab_padded, tp),
-            // In u128, saturated: absurd dimensions must read as "too large", not wrap around.
-            linear_elements_per_layer: saturate({
-                let (h, heads, kv_heads, d, ffn) = (h as u128, heads as u128, kv_heads as u128, d as u128, ffn as u128);
-                h * (heads + 2 * kv_heads) * d // QKV
-                    + heads * d * h // output projection
-                    + 3 * h * ffn // gate, up, down
-                    + self.moe.map_or(0, |moe| {
-                        let experts = moe.num_experts as u128;
-                        let f = moe.expert_ffn_size as u128;
-                        let tensor_parallel = experts * f.div_ceil(tp as u128);
-                        let expert_parallel = experts.div_ceil(tp as u128) * f;
-                        h * experts + 3 * h * tensor_parallel.max(expert_parallel)
-                    })
-            }),
+            linear_elements: saturate(
+                self.num_layers as u128 * self.attention_elements(heads, kv_heads)
+                    + self.expert_layers() as u128 * expert_layer_mlp
+                    + self.leading_dense_layers() as u128 * 3 * h * dense_ffn,
+            ),
         }
+    }
+
+    /// Elements of one layer's attention projections with `heads` query heads and `kv_heads`
+    /// KV heads (on one GPU, or all of them).
+    fn attention_elements(&self, heads: u64, kv_heads: u64) -> u128 {
+        let h = self.hidden_size as u128;
+        let d = self.head_dim as u128;
+        match &self.mla {
+            Some(mla) => mla.weight_elements(self.hidden_size as u64, heads),
+            None => h * (heads as u128 + 2 * kv_heads as u128) * d + heads as u128 * d * h, // QKV, output
+        }
+    }
+
+    /// Layers whose MLP is dense before the expert layers (`first_k_dense_replace`); 0 in a
+    /// model without experts, whose every layer is counted by [`Self::expert_layers`].
+    pub fn leading_dense_layers(&self) -> u32 {
+        self.moe.map_or(0, |moe| moe.dense_layers.min(self.num_layers))
+    }
+
+    /// Layers with the model's main MLP: the routed and shared experts in a mixture of experts
+    /// (all layers but the leading dense ones), the dense MLP of `ffn_size` otherwise.
+    pub fn expert_layers(&self) -> u32 {
+        self.num_layers - self.leading_dense_layers()
     }
 
     /// Parameters of the unsharded model (true vocabulary, no padding). A tied LM head is the
@@ -146,19 +185,22 @@ impl ModelSpec {
     /// [`Self::param_count`] in u128, which no dimensions a `u32` holds can overflow.
     fn param_count_wide(&self) -> u128 {
         let h = self.hidden_size as u128;
-        let q = self.num_heads as u128 * self.head_dim as u128;
-        let kv = self.num_kv_heads as u128 * self.head_dim as u128;
         let f = self.ffn_size as u128;
         let v = self.vocab_size as u128;
         let experts = self.moe.map_or(0, |moe| h * moe.num_experts as u128 * (1 + 3 * moe.expert_ffn_size as u128));
-        let per_layer = h * (q + 2 * kv) // fused QKV
-            + q * h // output projection
-            + 3 * h * f // gate, up, down (shared experts, in a mixture-of-experts model)
-            + experts
+        let dense_mlp = self.moe.map_or(0, |moe| 3 * h * moe.dense_ffn_size as u128);
+        let per_layer = self.attention_elements(self.num_heads as u64, self.num_kv_heads as u64)
             + 2 * h; // input and post-attention RMSNorm
+        // Gate, up, down (shared experts, in a mixture-of-experts model), and the routed experts.
+        let expert_layer_mlp = 3 * h * f + experts;
         let embedding = v * h;
         let lm_head = if self.tied_embeddings { 0 } else { v * h };
-        self.num_layers as u128 * per_layer + embedding + lm_head + h // + final norm
+        self.num_layers as u128 * per_layer
+            + self.expert_layers() as u128 * expert_layer_mlp
+            + self.leading_dense_layers() as u128 * dense_mlp
+            + embedding
+            + lm_head
+            + h // final norm
     }
 
     /// Parameters one token runs through: [`Self::param_count`] less the routed experts it is
@@ -168,7 +210,7 @@ impl ModelSpec {
             let per_expert = 3 * self.hidden_size as u128 * moe.expert_ffn_size as u128;
             (moe.num_experts - moe.experts_per_token.min(moe.num_experts)) as u128 * per_expert
         });
-        saturate(self.param_count_wide() - self.num_layers as u128 * idle)
+        saturate(self.param_count_wide() - self.expert_layers() as u128 * idle)
     }
 
     /// KV heads each GPU holds at tensor parallelism `tp`. When `tp` exceeds the number of KV
@@ -179,7 +221,12 @@ impl ModelSpec {
 
     /// KV-cache bytes one token occupies on one GPU: layers × KV heads per GPU × head dim × 2 (K
     /// and V) × KV dtype bytes. Llama-3.1-405B at TP 8 in bf16: 126 × 1 × 128 × 2 × 2 = 64,512.
+    /// With MLA, layers × (kv_lora_rank + qk_rope_head_dim) × KV dtype bytes on every GPU, as
+    /// vLLM caches it (see [`MlaSpec`]): DeepSeek-V3 in bf16, 61 × 576 × 2 = 70,272 at any TP.
     pub fn kv_bytes_per_token_per_gpu(&self, tp: u32) -> u64 {
+        if let Some(mla) = &self.mla {
+            return (self.num_layers as u64).saturating_mul(mla.cache_width()).saturating_mul(self.kv_dtype.bytes());
+        }
         (self.num_layers as u64)
             .saturating_mul(self.kv_heads_per_gpu(tp) as u64)
             .saturating_mul(self.head_dim as u64)
@@ -215,7 +262,7 @@ impl ModelSpec {
         let norm_elements = (2 * self.num_layers as u128 + 1) * h;
         let vocab_tables = if self.tied_embeddings { 1 } else { 2 };
         saturate(
-            self.num_layers as u128 * shard.linear_elements_per_layer as u128 * self.weight_dtype.bytes() as u128
+            shard.linear_elements as u128 * self.weight_dtype.bytes() as u128
                 + (vocab_tables * shard.vocab_rows as u128 * h + norm_elements) * self.unquantized_bytes() as u128,
         )
     }
@@ -246,12 +293,17 @@ impl ModelSpec {
             2
         };
         let h = self.hidden_size as u64;
-        let qkv = (div_ceil(self.num_heads as u64, tp)
-            + 2 * self.kv_heads_per_gpu(tp as u32) as u64)
-            * self.head_dim as u64;
-        // A routed token's experts' intermediates live beside the shared MLP's.
+        let heads = div_ceil(self.num_heads as u64, tp);
+        // MLA's latents beside its per-head queries; else the fused QKV output.
+        let qkv = match &self.mla {
+            Some(mla) => mla.down_width() + heads * mla.qk_head_dim(),
+            None => (heads + 2 * self.kv_heads_per_gpu(tp as u32) as u64) * self.head_dim as u64,
+        };
+        // A routed token's experts' intermediates live beside the shared MLP's; a leading dense
+        // layer's MLP may be wider than both.
         let routed = self.moe.map_or(0, |moe| moe.experts_per_token as u64 * div_ceil(moe.expert_ffn_size as u64, tp));
-        let f = div_ceil(self.ffn_size as u64, tp) + routed;
+        let dense = self.moe.map_or(0, |moe| div_ceil(moe.dense_ffn_size as u64, tp));
+        let f = (div_ceil(self.ffn_size as u64, tp) + routed).max(dense);
         let tokens = max_num_batched_tokens as u64;
         let per_token = (4 * h + qkv + 3 * f) * act_bytes;
         let sampled = (max_num_seqs as u64).min(tokens);

@@ -1,6 +1,6 @@
 //! Built-in models, with the Hugging Face repository each one's numbers come from.
 
-use super::{Dtype, ModelSpec, MoeSpec};
+use super::{Dtype, MlaSpec, ModelSpec, MoeSpec};
 
 impl ModelSpec {
     /// A preset by name, case-insensitively, with bf16 weights and KV cache.
@@ -40,6 +40,7 @@ struct Preset {
     tied_embeddings: bool,
     max_position_embeddings: u32,
     moe: Option<MoeSpec>,
+    mla: Option<MlaSpec>,
 }
 
 impl Preset {
@@ -58,6 +59,7 @@ impl Preset {
             weight_dtype: Dtype::Bf16,
             kv_dtype: Dtype::Bf16,
             moe: self.moe,
+            mla: self.mla,
         }
     }
 }
@@ -79,6 +81,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 131072,
         moe: None,
+        mla: None,
     },
     // meta-llama/Llama-3.1-70B (and -Instruct): config.json
     Preset {
@@ -94,6 +97,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 131072,
         moe: None,
+        mla: None,
     },
     // meta-llama/Llama-3.1-405B (and -Instruct): config.json
     Preset {
@@ -109,6 +113,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 131072,
         moe: None,
+        mla: None,
     },
     // meta-llama/Llama-3.2-1B (and -Instruct): config.json (tie_word_embeddings: true, head_dim 64)
     Preset {
@@ -124,6 +129,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         max_position_embeddings: 131072,
         moe: None,
+        mla: None,
     },
     // meta-llama/Llama-3.2-3B (and -Instruct): config.json (tie_word_embeddings: true)
     Preset {
@@ -139,6 +145,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         max_position_embeddings: 131072,
         moe: None,
+        mla: None,
     },
     // Qwen/Qwen2.5-7B-Instruct: config.json (head_dim = 3584 / 28 = 128)
     Preset {
@@ -154,6 +161,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 32768,
         moe: None,
+        mla: None,
     },
     // Qwen/Qwen2.5-72B-Instruct: config.json
     Preset {
@@ -169,6 +177,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 32768,
         moe: None,
+        mla: None,
     },
     // mistralai/Mistral-7B-Instruct-v0.3: config.json (v0.3: vocab 32768, no sliding window)
     Preset {
@@ -184,6 +193,7 @@ const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         max_position_embeddings: 32768,
         moe: None,
+        mla: None,
     },
     // mistralai/Mixtral-8x7B-v0.1 (and -Instruct-v0.1): config.json (num_local_experts 8,
     // num_experts_per_tok 2, intermediate_size 14336 per expert, no shared expert)
@@ -199,7 +209,8 @@ const PRESETS: &[Preset] = &[
         vocab_size: 32000,
         tied_embeddings: false,
         max_position_embeddings: 32768,
-        moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false }),
+        moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
     },
     // Qwen/Qwen3-30B-A3B: config.json (num_experts 128, num_experts_per_tok 8,
     // moe_intermediate_size 768, head_dim 128, decoder_sparse_step 1, mlp_only_layers [])
@@ -215,6 +226,46 @@ const PRESETS: &[Preset] = &[
         vocab_size: 151936,
         tied_embeddings: false,
         max_position_embeddings: 40960,
-        moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false }),
+        moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
+    },
+    // deepseek-ai/DeepSeek-V3 (and -R1, same dimensions): config.json. MLA with q_lora_rank 1536,
+    // kv_lora_rank 512, qk_nope/rope 128/64, v 128; 3 dense layers (intermediate_size 18432),
+    // then 58 with 256 routed experts (top-8) and 1 shared, of 2048. The checkpoint is fp8
+    // (block-scaled); the preset is bf16 like every preset, `dtype = "fp8"` serves it as shipped.
+    Preset {
+        name: "DeepSeek-V3",
+        hf_repo: "deepseek-ai/DeepSeek-V3",
+        num_layers: 61,
+        hidden_size: 7168,
+        num_heads: 128,
+        num_kv_heads: 128,
+        head_dim: 192,
+        ffn_size: 2048,
+        vocab_size: 129280,
+        tied_embeddings: false,
+        max_position_embeddings: 163840,
+        moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
+        mla: Some(DEEPSEEK_V3_MLA),
+    },
+    // moonshotai/Kimi-K2-Instruct: config.json. DeepSeek-V3's architecture with 64 heads, 384
+    // routed experts and 1 dense layer; vocabulary 163,840.
+    Preset {
+        name: "Kimi-K2",
+        hf_repo: "moonshotai/Kimi-K2-Instruct",
+        num_layers: 61,
+        hidden_size: 7168,
+        num_heads: 64,
+        num_kv_heads: 64,
+        head_dim: 192,
+        ffn_size: 2048,
+        vocab_size: 163840,
+        tied_embeddings: false,
+        max_position_embeddings: 131072,
+        moe: Some(MoeSpec { num_experts: 384, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 18432 }),
+        mla: Some(DEEPSEEK_V3_MLA),
     },
 ];
+
+/// DeepSeek-V3's latent attention, which Kimi-K2 shares.
+const DEEPSEEK_V3_MLA: MlaSpec = MlaSpec { q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 };

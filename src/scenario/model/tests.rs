@@ -40,7 +40,7 @@ fn hf_configs_of_mixture_of_experts_models() {
     let m = ModelSpec::from_hf_config_json(qwen2, Path::new("q.json"), "q").unwrap();
     assert_eq!((m.ffn_size, m.moe.unwrap().num_experts, m.moe.unwrap().expert_ffn_size), (5632, 60, 1408));
     // What is not modelled is refused, naming the key.
-    for (key, value) in [("decoder_sparse_step", "2"), ("mlp_only_layers", "[0, 1]"), ("kv_lora_rank", "512"), ("num_experts_per_tok", "9")] {
+    for (key, value) in [("decoder_sparse_step", "2"), ("mlp_only_layers", "[0, 1]"), ("moe_layer_freq", "2"), ("num_experts_per_tok", "9")] {
         let text = mixtral.replace("\"torch_dtype\"", &format!("\"{key}\": {value}, \"torch_dtype\""));
         let text = if key == "num_experts_per_tok" { mixtral.replace("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9") } else { text };
         let err = ModelSpec::from_hf_config_json(&text, Path::new("m.json"), "m").unwrap_err().to_string();
@@ -102,7 +102,7 @@ fn fp8_weights_keep_16bit_embeddings() {
 #[test]
 fn unknown_preset_is_none() {
     assert!(ModelSpec::preset("gpt-5").is_none());
-    assert_eq!(ModelSpec::preset_names().len(), 10);
+    assert_eq!(ModelSpec::preset_names().len(), 12);
 }
 
 #[test]
@@ -137,16 +137,16 @@ const REAL_CONFIGS: &[(&str, Option<&str>)] = &[
     ("Qwen2.5-7B", None),
     ("Mixtral-8x7B", None),
     ("Qwen3-30B-A3B", None),
-    ("DeepSeek-V3", Some("kv_lora_rank")),
-    ("DeepSeek-R1", Some("kv_lora_rank")),
-    ("Kimi-K2", Some("kv_lora_rank")),
+    ("DeepSeek-V3", None),
+    ("DeepSeek-R1", None),
+    ("Kimi-K2", None),
     ("DeepSeek-V3.2", Some("index_topk")),
     ("gpt-oss-20b", Some("layer_types")),
     ("gpt-oss-120b", Some("layer_types")),
     ("Qwen3-Next-80B-A3B", Some("full_attention_interval")),
     ("Qwen3.5-35B-A3B", Some("text_config.layer_types")),
     ("Llama-4-Scout", Some("text_config.attention_chunk_size")),
-    ("GLM-4.5-Air", Some("first_k_dense_replace")),
+    ("GLM-4.5-Air", Some("model_type")),
 ];
 
 fn hf_configs_dir() -> std::path::PathBuf {
@@ -190,7 +190,7 @@ fn every_real_config_parses_or_is_refused_naming_its_key() {
 #[test]
 fn real_configs_of_modelled_families_match_the_presets() {
     let read = |stem: &str| ModelSpec::from_hf_config_json(&real_config(stem), Path::new("c.json"), stem).unwrap();
-    for stem in ["Llama-3.1-8B", "Mixtral-8x7B", "Qwen3-30B-A3B"] {
+    for stem in ["Llama-3.1-8B", "Mixtral-8x7B", "Qwen3-30B-A3B", "DeepSeek-V3", "Kimi-K2"] {
         let preset = ModelSpec::preset(stem).unwrap();
         let config = read(stem);
         assert_eq!(config.param_count(), preset.param_count(), "{stem}");
@@ -247,7 +247,6 @@ fn architecture_that_is_not_modelled_is_refused_naming_the_key() {
         ("linear_num_value_heads", serde_json::json!(32)),
         ("linear_new_thing", serde_json::json!(1)),
         ("index_topk", serde_json::json!(2048)),
-        ("q_lora_rank", serde_json::json!(1536)),
         ("sinks", serde_json::json!(true)),
         ("moe_layer_freq", serde_json::json!(2)),
         ("some_future_layer_kind", serde_json::json!("x")),
@@ -265,4 +264,64 @@ fn architecture_that_is_not_modelled_is_refused_naming_the_key() {
         }
     };
     assert!(ModelSpec::from_hf_config_json(&edit("Qwen3-30B-A3B", &metadata), Path::new("c.json"), "c").is_ok());
+}
+
+/// DeepSeek-V3: "671B of the Main Model weights and 14B of the Multi-Token Prediction (MTP)
+/// Module weights", 685B on the Hub (deepseek-ai/DeepSeek-V3's README_WEIGHTS.md), 37B
+/// activated per token (its model card). vLLM does not load the MTP module with the model
+/// (`DeepseekV2ForCausalLM.load_weights` skips its layers: vllm/model_executor/models/
+/// deepseek_v2.py), so the 671B, without MTP, is what the preset counts. Kimi-K2: 1 trillion
+/// parameters, 32B activated (its model card, figures rounded there).
+#[test]
+fn latent_attention_presets_count_their_published_parameters() {
+    let deepseek = ModelSpec::preset("DeepSeek-V3").unwrap();
+    // The routers' score-correction biases (256 per expert layer) are left out, as Qwen3's q/k
+    // norms are above.
+    assert_eq!(deepseek.param_count(), 671_026_404_352);
+    assert!((deepseek.param_count() as f64 / 671e9 - 1.0).abs() < 0.001, "{}", deepseek.param_count());
+    assert!((deepseek.active_param_count() as f64 / 37e9 - 1.0).abs() < 0.02, "{}", deepseek.active_param_count());
+    let kimi = ModelSpec::preset("Kimi-K2").unwrap();
+    assert!((kimi.param_count() as f64 / 1e12 - 1.0).abs() < 0.03, "{}", kimi.param_count());
+    assert!((kimi.active_param_count() as f64 / 32e9 - 1.0).abs() < 0.03, "{}", kimi.active_param_count());
+    // One layer's attention: q_a 7168 × 1536, kv_a 7168 × 576, q_b 1536 × 128 × 192,
+    // kv_b 512 × 128 × 256, o 128 × 128 × 7168, and the latents' norms 1536 + 512.
+    let mla = deepseek.mla.unwrap();
+    assert_eq!(mla.weight_elements(7168, 128), 187_107_328);
+    // A GPU holds 1/8 of q_b, kv_b and o at TP 8, all of q_a and kv_a.
+    let per_gpu = 7168 * 2112 + 1536 * 16 * 192 + 512 * 16 * 256 + 16 * 128 * 7168 + 2048;
+    assert_eq!(mla.weight_elements(7168, 16), per_gpu);
+}
+
+/// vLLM caches one latent of kv_lora_rank + qk_rope_head_dim per token and layer, whole on
+/// every tensor-parallel rank (`get_num_kv_heads` is 1 for MLA, vllm/config/model.py;
+/// `MLAAttentionSpec.real_page_size_bytes`, vllm/v1/kv_cache_interface.py): 61 × 576 × 2.
+#[test]
+fn latent_attention_caches_one_latent_per_token_on_every_gpu() {
+    let mut deepseek = ModelSpec::preset("DeepSeek-V3").unwrap();
+    for tp in [1, 8, 16] {
+        assert_eq!(deepseek.kv_bytes_per_token_per_gpu(tp), 70_272);
+    }
+    deepseek.kv_dtype = Dtype::Fp8;
+    assert_eq!(deepseek.kv_bytes_per_token_per_gpu(8), 35_136);
+    // Grouped-query attention of the same heads would cache 61 × 128 × 192 × 2 × 2 per token.
+    let as_gqa = ModelSpec { mla: None, kv_dtype: Dtype::Bf16, ..deepseek.clone() };
+    assert_eq!(as_gqa.kv_bytes_per_token_per_gpu(1), 5_996_544);
+}
+
+/// DeepSeek-V3 served as shipped (fp8) on 8 GPUs: its weights per GPU, by hand. Every GPU holds
+/// the replicated MLA down-projections; the rest of the linear weights split 8 ways.
+#[test]
+fn deepseek_v3_fp8_weights_per_gpu() {
+    let mut deepseek = ModelSpec::preset("DeepSeek-V3").unwrap();
+    deepseek.weight_dtype = Dtype::Fp8;
+    let h: u64 = 7168;
+    let attention = 61 * (7168 * 2112 + 1536 * 16 * 192 + 512 * 16 * 256 + 16 * 128 * h + 2048);
+    let dense = 3 * 3 * h * (18432 / 8);
+    let experts = 58 * (h * 256 + 3 * h * 256 * (2048 / 8) + 3 * h * (2048 / 8));
+    let vocab_rows = 129_280 / 8;
+    let norms = (2 * 61 + 1) * h;
+    let bytes = attention + dense + experts + 2 * (2 * vocab_rows * h + norms);
+    assert_eq!(deepseek.weight_bytes_per_gpu(8), bytes);
+    let gb = bytes as f64 / 1e9;
+    assert!((83.0..86.0).contains(&gb), "{gb}");
 }

@@ -193,12 +193,12 @@ pub(super) fn size_memory(
     let usable = gpu.memory_bytes as f64 * engine.gpu_memory_utilization;
     // A speculative proposer's weights and KV sit beside the target's (vLLM loads both).
     let spec = engine.speculative.as_ref();
-    let weights_at = |tp: u32| (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(model, tp))) as f64;
+    let weights_at = |tp: u32| (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(tp))) as f64;
     let weights = weights_at(tp);
     if weights > usable {
         let why = format!(
             "{} need {} per GPU but only {} usable (memory {} × utilization {}); short by {}",
-            if spec.is_some_and(|s| s.weight_bytes_per_gpu(model, tp) > 0) { "model and proposer weights" } else { "model weights" },
+            if spec.is_some_and(|s| s.weight_bytes_per_gpu(tp) > 0) { "model and proposer weights" } else { "model weights" },
             gib(weights),
             gib(usable),
             gib(gpu.memory_bytes as f64),

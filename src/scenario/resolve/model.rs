@@ -111,6 +111,8 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         weight_dtype,
         kv_dtype,
         moe,
+        // Latent attention comes only from a preset or config, whose dimensions it is read with.
+        mla: b.and_then(|m| m.mla),
     })
 }
 
@@ -162,7 +164,9 @@ fn resolve_moe(raw: &RawModel, base: Option<&ModelSpec>, cx: &Cx) -> Result<Opti
             format!("expected a Zipf exponent from 0 (balanced) to {MAX_ROUTING_SKEW}"),
         ));
     }
-    Ok(Some(MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew, expert_parallel: false }))
+    // Leading dense layers come only from a preset or config, as latent attention does.
+    let (dense_layers, dense_ffn_size) = from_base.map_or((0, 0), |m| (m.dense_layers, m.dense_ffn_size));
+    Ok(Some(MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew, expert_parallel: false, dense_layers, dense_ffn_size }))
 }
 
 /// `engine.expert_parallel` (vLLM's `--enable-expert-parallel`): whole experts per GPU. Needs

@@ -3,7 +3,7 @@
 
 use super::context::{Cx, quote};
 use super::hardware::check_tp;
-use crate::scenario::model::ModelSpec;
+use crate::scenario::model::{ModelSpec, MoeSpec};
 use crate::scenario::schema::RawSpeculative;
 use crate::scenario::speculative::{SpecMethod, SpeculativeSpec};
 use crate::scenario::{Policy, ScenarioError};
@@ -93,11 +93,18 @@ pub(super) fn resolve_speculative(
                 format!("only method \"draft\" takes a draft model (method is \"{}\")", method.name()),
             ));
         }
-        (SpecMethod::Mtp, None) => Some(ModelSpec { num_layers: 1, name: format!("{} MTP head", model.name), ..model.clone() }),
+        (SpecMethod::Mtp, None) => Some(mtp_head(model)),
         (SpecMethod::Ngram, None) => None,
     };
     let scheduler = SpeculativeConfig { num_speculative_tokens: k, acceptance: Acceptance::Drawn { rates, seed: raw.seed.unwrap_or(0) } };
     Ok(Some(SpeculativeSpec { method, draft, scheduler }))
+}
+
+/// The MTP head a model proposes with: one more of its layers. DeepSeek-V3's is an expert
+/// layer, as every layer past the leading dense ones is, so the head keeps no dense layer.
+fn mtp_head(model: &ModelSpec) -> ModelSpec {
+    let moe = model.moe.map(|moe| MoeSpec { dense_layers: 0, ..moe });
+    ModelSpec { num_layers: 1, name: format!("{} MTP head", model.name), moe, ..model.clone() }
 }
 
 fn check_rate(cx: &Cx, field: &str, rate: f64) -> Result<(), ScenarioError> {
