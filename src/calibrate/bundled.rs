@@ -56,14 +56,16 @@ pub struct Bundled {
 impl Bundled {
     /// The whole profile, rows and all (parsed from its CSV on first use: about 0.1 s).
     pub fn profile(&self) -> &Profile {
-        self.profile.get_or_init(|| {
-            let file = std::path::Path::new(self.name);
-            let bytes = zstd::decode_all(self.csv_zst).expect("bundled profile decompresses");
-            let text = String::from_utf8(bytes).expect("bundled profile is UTF-8");
-            let rows = parse_csv(&text, file, &self.provenance.peak.peak()).expect("bundled profile parses");
-            Profile { rows, provenance: self.provenance.clone() }
-        })
+        self.profile.get_or_init(|| parse_rows(self.name, self.csv_zst, self.provenance.clone()))
     }
+}
+
+/// A bundled CSV's rows with `provenance`, parsed; `name` labels them.
+fn parse_rows(name: &str, csv_zst: &[u8], provenance: Provenance) -> Profile {
+    let bytes = zstd::decode_all(csv_zst).expect("bundled profile decompresses");
+    let text = String::from_utf8(bytes).expect("bundled profile is UTF-8");
+    let rows = parse_csv(&text, std::path::Path::new(name), &provenance.peak.peak()).expect("bundled profile parses");
+    Profile { rows, provenance }
 }
 
 /// The bundled profile measured on `gpu`'s preset; `None` for a GPU without one (MI300X, L40S,
@@ -128,10 +130,8 @@ mod tests {
     fn each_packed_index_is_its_csvs_index() {
         let bless = std::env::var_os("SERVESIM_BLESS").is_some();
         for (i, files) in BUNDLED.iter().enumerate() {
-            let file = std::path::Path::new(files.name);
-            let provenance = parse_provenance(files.provenance, file).unwrap();
-            let text = String::from_utf8(zstd::decode_all(files.csv_zst).unwrap()).unwrap();
-            let profile = Profile { rows: parse_csv(&text, file, &provenance.peak.peak()).unwrap(), provenance };
+            let provenance = parse_provenance(files.provenance, std::path::Path::new(files.name)).unwrap();
+            let profile = parse_rows(files.name, files.csv_zst, provenance);
             let packed = pack::write(&profile);
             let path = format!("{}/calibration/public/{}.index", env!("CARGO_MANIFEST_DIR"), files.name);
             if bless {
