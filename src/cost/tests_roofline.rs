@@ -22,6 +22,7 @@ fn tiny_model() -> ModelSpec {
         kv_dtype: Dtype::Bf16,
         moe: None,
         mla: None,
+        attention: Default::default(),
     }
 }
 
