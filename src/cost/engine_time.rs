@@ -58,4 +58,8 @@ impl CostModel for EngineTimeOverlay<'_> {
     fn reads_max_context(&self) -> bool {
         self.gpu.reads_max_context()
     }
+
+    fn prices_each_sequence(&self) -> bool {
+        self.gpu.prices_each_sequence()
+    }
 }

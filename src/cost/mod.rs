@@ -9,6 +9,7 @@
 pub use crate::calibrate::bundled;
 pub mod calibrated;
 pub mod engine_time;
+mod hybrid;
 mod memo;
 pub mod mla;
 pub mod moe;
@@ -60,6 +61,11 @@ pub trait CostModel {
     fn reads_max_context(&self) -> bool {
         false
     }
+    /// Whether `predict` prices each decoding sequence by its own context (a hybrid model's
+    /// sliding and chunked layers): the simulator then keeps no decode cohort of totals.
+    fn prices_each_sequence(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed cost model is one: scenarios choose theirs at run time.
@@ -72,5 +78,8 @@ impl<T: CostModel + ?Sized> CostModel for Box<T> {
     }
     fn reads_max_context(&self) -> bool {
         (**self).reads_max_context()
+    }
+    fn prices_each_sequence(&self) -> bool {
+        (**self).prices_each_sequence()
     }
 }

@@ -27,6 +27,7 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
+use super::hybrid::{AttentionRates, HybridAttention};
 use super::memo::{ByDecodeBatch, ByRows};
 use super::mla::{AttentionCounts, MlaAttention};
 use super::moe::ExpertRouting;
@@ -141,6 +142,11 @@ pub struct Roofline {
     /// Multi-head latent attention, where the model has it: `layer_gemms`' QKV is then empty
     /// and its output projection MLA's.
     mla: Option<MlaLayer>,
+    /// Sliding, chunked and linear layers beside the full ones, where the model has them.
+    hybrid: Option<HybridAttention>,
+    /// Linear-attention layers' projections (`in_proj_qkvz`, `in_proj_ba`, `out_proj`) and their
+    /// share of the layers, which run them instead of the QKV and output GEMMs.
+    linear_gemms: Option<(f64, [GemmOp; 3])>,
     /// The leading dense layers of a mixture of experts (DeepSeek's `first_k_dense_replace`).
     leading_dense: Option<LeadingDense>,
     /// Attention compute time per (query token, key) pair per layer, seconds.
@@ -331,7 +337,9 @@ impl Roofline {
         let bytes_per_s = positive("gpu memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s)
             * positive("memory_bandwidth_efficiency", params.memory_bandwidth_efficiency);
 
-        let qkv_width = (heads_per_gpu + KV_TENSORS * kv_heads_per_gpu) * head_dim;
+        // An output gate (Qwen3-Next) comes out of the query projection beside the queries.
+        let gate_heads = if model.attention.output_gate { heads_per_gpu } else { 0.0 };
+        let qkv_width = (heads_per_gpu + gate_heads + KV_TENSORS * kv_heads_per_gpu) * head_dim;
         let attn_out_width = heads_per_gpu * head_dim;
         let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, act_bytes, gemm_flops_per_s, bytes_per_s);
         let mla_projections = model.mla.map(|mla| mla.projections(hidden_elems, shard.heads).map(|(k, n)| gemm(k as f64, n as f64)));
@@ -380,6 +388,13 @@ impl Roofline {
             / (peak_16bit * positive("prefix_attention_efficiency", params.prefix_attention_efficiency));
         let attention_s_per_kv_token = KV_TENSORS * kv_heads_per_gpu * head_dim * kv_bytes / bytes_per_s;
         let attention_s_per_query = ATTENTION_QO_TENSORS * heads_per_gpu * head_dim * act_bytes / bytes_per_s;
+        let rates = AttentionRates { s_per_key: attention_s_per_key, s_per_kv_token: attention_s_per_kv_token, s_per_query: attention_s_per_query };
+        let hybrid =
+            HybridAttention::new(&model.attention, model.num_layers, tensor_parallel, rates, attention_flops_per_s, bytes_per_s, act_bytes as u64);
+        let linear_gemms = model.attention.linear.map(|l| {
+            let ops = l.projections(hidden_elems, tensor_parallel as u64).map(|(k, n)| gemm(k as f64, n as f64));
+            (l.layers as f64 / model.num_layers as f64, ops)
+        });
 
         // Elementwise work is memory-bound; norm weights (hidden elements, read once) are
         // negligible next to activations and left out.
@@ -451,6 +466,8 @@ impl Roofline {
             lm_head,
             moe,
             mla,
+            hybrid,
+            linear_gemms,
             leading_dense,
             attention_s_per_key,
             prefix_attention_s_per_key,
@@ -636,10 +653,10 @@ impl Roofline {
                 )
             }
         };
-        let attention_s = if tokens > 0.0 {
-            self.num_layers * larger(attention_compute_s, attention_memory_s)
-        } else {
-            0.0
+        let attention_s = match &self.hybrid {
+            _ if tokens <= 0.0 => 0.0,
+            None => self.num_layers * larger(attention_compute_s, attention_memory_s),
+            Some(hybrid) => hybrid.time_s(batch, larger(attention_compute_s, attention_memory_s)),
         };
         // kv_b's rows beyond one per token: the cached keys prefill decompresses.
         let prefill_prefix_tokens = kv_tokens_read - decode_kv_tokens - (tokens_count - decode_tokens);
@@ -682,12 +699,16 @@ impl Roofline {
     fn layer_gemm_s(&self, rows: f64) -> f64 {
         let [qkv, out, gate_up, down] = &self.layer_gemms;
         let experts_s = self.moe.as_ref().map_or(0.0, |moe| moe.time_s(rows));
-        let mut layer_s = match &self.leading_dense {
-            None => self.layer_gemms.iter().map(|op| op.time_s(rows)).sum::<f64>() + experts_s,
-            Some(dense) => {
+        let mut layer_s = match (&self.leading_dense, &self.linear_gemms) {
+            (None, None) => self.layer_gemms.iter().map(|op| op.time_s(rows)).sum::<f64>() + experts_s,
+            (dense, linear) => {
+                let mut attention_s = qkv.time_s(rows) + out.time_s(rows);
+                if let Some((share, ops)) = linear {
+                    attention_s = (1.0 - share) * attention_s + share * ops.iter().map(|op| op.time_s(rows)).sum::<f64>();
+                }
                 let expert_layer_s = gate_up.time_s(rows) + down.time_s(rows) + experts_s;
-                let dense_layer_s = dense.gate_up.time_s(rows) + dense.down.time_s(rows);
-                qkv.time_s(rows) + out.time_s(rows) + (1.0 - dense.share) * expert_layer_s + dense.share * dense_layer_s
+                let dense_s = dense.as_ref().map_or((0.0, 0.0), |d| (d.share, d.gate_up.time_s(rows) + d.down.time_s(rows)));
+                attention_s + (1.0 - dense_s.0) * expert_layer_s + dense_s.0 * dense_s.1
             }
         };
         if let Some(mla) = &self.mla {
@@ -705,6 +726,10 @@ impl CostModel for Roofline {
     fn source(&self) -> &'static str {
         "roofline"
     }
+
+    fn prices_each_sequence(&self) -> bool {
+        self.hybrid.is_some()
+    }
 }
 
 /// `a.max(b)` for the finite times a step is priced from (every parameter is validated finite
@@ -716,4 +741,4 @@ fn larger(a: f64, b: f64) -> f64 {
 
 #[cfg(test)]
 #[path = "tests_roofline.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -70,6 +70,10 @@ impl CostModel for SpeculativeCost {
     fn reads_max_context(&self) -> bool {
         self.target.reads_max_context() || self.draft.reads_max_context()
     }
+
+    fn prices_each_sequence(&self) -> bool {
+        self.target.prices_each_sequence() || self.draft.prices_each_sequence()
+    }
 }
 
 #[cfg(test)]

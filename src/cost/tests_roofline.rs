@@ -6,7 +6,7 @@ use crate::cost::NS_PER_S;
 /// 2 layers, hidden 64, 4 heads, 2 KV heads, head_dim 16, ffn 128, vocab 256, bf16.
 /// Per layer (TP 1), GEMM k×n: QKV 64×128, O 64×64, gate+up 64×256, down 128×64;
 /// Σ k·n = 36,864 weights per layer. LM head 64×256 = 16,384.
-fn tiny_model() -> ModelSpec {
+pub(crate) fn tiny_model() -> ModelSpec {
     ModelSpec {
         name: "tiny".into(),
         num_layers: 2,
@@ -27,7 +27,7 @@ fn tiny_model() -> ModelSpec {
 }
 
 /// 1e11 FLOP/s, 1e10 B/s memory, 1e9 B/s link: round numbers, ridge point 10 FLOP/byte.
-fn tiny_gpu() -> GpuSpec {
+pub(crate) fn tiny_gpu() -> GpuSpec {
     GpuSpec {
         name: "tiny-gpu".into(),
         peak_flops_16bit: 1e11,
@@ -39,7 +39,7 @@ fn tiny_gpu() -> GpuSpec {
 }
 
 /// Effective: GEMM 5e10 FLOP/s, attention 4e10 FLOP/s, memory 8e9 B/s, link 5e8 B/s.
-fn tiny_params() -> CostParams {
+pub(crate) fn tiny_params() -> CostParams {
     CostParams {
         gemm_efficiency: 0.5,
         attention_efficiency: 0.4,

@@ -215,7 +215,7 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
     };
     if let (Some(_), Some(layers)) = (&scenario.kernel_profile, unprofiled_layers(&scenario.model)) {
         let note = format!(
-            "cost.profile: kernel profiles have no rows for {layers}, so {} is priced by the roofline, not as grouped-query attention",
+            "cost.profile: kernel profiles have no rows for {layers}, so {} is priced by the roofline, not as a decoder whose every layer is alike",
             scenario.model.name
         );
         return Ok(roofline(CostKind::Roofline, vec![note], warnings));
@@ -288,9 +288,12 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
 /// What of `model` a kernel profile's GEMM and attention rows do not describe, if anything: the
 /// calibrated model would price it as the fused-QKV, every-layer-alike decoder.
 fn unprofiled_layers(model: &crate::scenario::ModelSpec) -> Option<&'static str> {
+    if model.attention.is_mixed() {
+        return Some("sliding-window, chunked or linear attention layers");
+    }
     match (model.mla.is_some(), model.leading_dense_layers() > 0) {
         (true, _) => Some("multi-head latent attention"),
-        (false, true) => Some("leading dense layers among expert layers"),
+        (false, true) => Some("dense layers among expert layers"),
         (false, false) => None,
     }
 }

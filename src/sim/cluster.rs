@@ -64,7 +64,7 @@ impl Cluster {
                 scheduler: {
                     let scheduler = Scheduler::new(config.clone(), policy.build(config));
                     // The fast path keeps no block ids either; the reference keeps both.
-                    if decode_cohort {
+                    if decode_cohort && !cost.prices_each_sequence() {
                         scheduler.with_decode_cohort(cost.reads_max_context()).without_block_ids()
                     } else {
                         scheduler
