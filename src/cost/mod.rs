@@ -22,6 +22,8 @@ pub mod weight_only;
 #[cfg(test)]
 mod tests_mla;
 #[cfg(test)]
+mod tests_hybrid;
+#[cfg(test)]
 mod tests;
 
 use crate::sched::batch::Batch;

@@ -10,7 +10,7 @@
 //! - Linear layers' dimensions: `linear_num_key_heads`, `linear_num_value_heads`,
 //!   `linear_key_head_dim`, `linear_value_head_dim`, `linear_conv_kernel_dim`.
 
-use super::hf_config::HfConfigError;
+use super::hf_error::HfConfigError;
 use super::{AttentionMix, LinearAttention};
 use serde_json::{Map, Value};
 use std::path::Path;

@@ -2,9 +2,10 @@
 
 use super::hf_attention::attention_from_hf_config;
 use super::hf_keys::{TEXT_WRAPPERS, brief, check_keys};
+use super::hf_error::HfConfigError;
 use super::{Dtype, MlaSpec, ModelSpec, MoeSpec, default_kv_dtype};
 use serde_json::{Map, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 impl ModelSpec {
     /// Reads a Hugging Face `config.json` (Llama, Qwen2, Mistral and other dense GQA models).
@@ -306,41 +307,4 @@ fn interleaved_dense_layers<'v>(
         return Ok(Some(num_layers - indices.len() as u32));
     }
     Ok(uint("interleave_moe_layer_step")?.map(|step| num_layers - num_layers / step))
-}
-
-impl HfConfigError {
-    /// The same error about the key inside `object` (a wrapper's `text_config`).
-    fn within(self, object: &str) -> HfConfigError {
-        match self {
-            HfConfigError::MissingKey { file, key } => HfConfigError::MissingKey { file, key: format!("{object}.{key}") },
-            HfConfigError::BadValue { file, key, value, reason } => {
-                HfConfigError::BadValue { file, key: format!("{object}.{key}"), value, reason }
-            }
-            other => other,
-        }
-    }
-}
-
-/// Why a Hugging Face `config.json` could not be used. Each names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum HfConfigError {
-    #[error("{}: cannot read: {source}", file.display())]
-    Io {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: not valid JSON: {source}", file.display())]
-    Json {
-        file: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("{}: missing key `{key}`", file.display())]
-    MissingKey { file: PathBuf, key: String },
-    #[error("{}: key `{key}` = {value}: {reason}", file.display())]
-    BadValue {
-        file: PathBuf,
-        key: String,
-        value: String,
-        reason: String,
-    },
 }

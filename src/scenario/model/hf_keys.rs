@@ -19,7 +19,7 @@
 //!    key it has never seen changes the model, and a user of vLLM would rather be told than get
 //!    a confident wrong answer. The error says how to go on when the key is harmless.
 
-use super::HfConfigError;
+use super::hf_error::HfConfigError;
 use serde_json::{Map, Value};
 use std::path::Path;
 

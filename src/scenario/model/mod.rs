@@ -13,6 +13,7 @@
 mod dtype;
 mod hf_attention;
 mod hf_config;
+mod hf_error;
 mod hf_keys;
 mod kv_layout;
 mod layers;
@@ -24,7 +25,7 @@ mod tests;
 mod tests_hybrid;
 
 pub use dtype::{Dtype, default_kv_dtype};
-pub use hf_config::HfConfigError;
+pub use hf_error::HfConfigError;
 pub use kv_layout::KvLayout;
 pub use layers::{AttentionMix, LinearAttention};
 pub use mla::MlaSpec;
