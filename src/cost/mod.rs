@@ -13,6 +13,7 @@ mod memo;
 pub mod mla;
 pub mod moe;
 pub mod profile_match;
+pub mod quant;
 pub mod roofline;
 pub mod sampling;
 pub mod speculative;
@@ -22,6 +23,8 @@ pub mod weight_only;
 mod tests_mla;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_quant;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;

@@ -219,6 +219,10 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         );
         return Ok(roofline(CostKind::Roofline, vec![note], warnings));
     }
+    if let (Some(_), Some(weights)) = (&scenario.kernel_profile, crate::cost::quant::unprofiled(&scenario.model)) {
+        let note = format!("cost.profile: kernel profiles have no rows for {weights}, so {} is flagged as roofline: priced by the roofline, not as 16-bit GEMMs", scenario.model.name);
+        return Ok(roofline(CostKind::Roofline, vec![note], warnings));
+    }
     let (index, provenance, name, mut notes): (ProfileIndex, &Provenance, String, Vec<String>);
     let from_file;
     match &scenario.kernel_profile {
@@ -240,6 +244,7 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
                     let label = format!("{} (bundled {}, measured on {measured_on}, transferred to {})", model.source(), b.name, gpu.name);
                     let mut notes = auto_notes(b.name, kernel_mismatches(&b.provenance, &b.facts, scenario));
                     notes.extend_from_slice(model.notices());
+                    notes.extend(crate::cost::quant::note(&scenario.model));
                     match (scenario.transfer_correction, transfer::for_gpu(&gpu.name)) {
                         (Some(applied), _) => notes.push(applied.describe()),
                         (None, Some(unused)) if !unused.fitted_on(scenario.engine.policy.name()) => notes.push(format!(
@@ -281,6 +286,7 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
     let calibrated = Calibrated::from_index(index, &scenario.model, gpu, tp, &scenario.cost);
     let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
+    notes.extend(crate::cost::quant::note(&scenario.model));
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
 }
 

@@ -15,12 +15,14 @@ mod hf_config;
 mod hf_keys;
 mod mla;
 mod presets;
+mod quant;
 #[cfg(test)]
 mod tests;
 
 pub use dtype::{Dtype, default_kv_dtype};
 pub use hf_config::HfConfigError;
 pub use mla::MlaSpec;
+pub use quant::{IntMethod, QuantScheme, QuantScope, SCENARIO_NAMES as QUANT_SCENARIO_NAMES, WeightQuant};
 
 /// A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +47,10 @@ pub struct ModelSpec {
     /// its query heads, `head_dim` its query-key width (nope + rope) and `num_kv_heads` equal to
     /// `num_heads`: what an engine without MLA would compute.
     pub mla: Option<MlaSpec>,
+    /// Weights stored in groups or blocks that share a scale (AWQ, GPTQ, MXFP4, NVFP4,
+    /// block-scaled FP8), and the layers they cover; `None` stores every linear weight in
+    /// `weight_dtype`.
+    pub weight_quant: Option<WeightQuant>,
 }
 
 /// The routed experts of a mixture-of-experts model. Every layer has them (Mixtral, Qwen3-MoE)
@@ -262,7 +268,7 @@ impl ModelSpec {
         let norm_elements = (2 * self.num_layers as u128 + 1) * h;
         let vocab_tables = if self.tied_embeddings { 1 } else { 2 };
         saturate(
-            shard.linear_elements as u128 * self.weight_dtype.bytes() as u128
+            self.linear_weight_bytes_per_gpu(tp)
                 + (vocab_tables * shard.vocab_rows as u128 * h + norm_elements) * self.unquantized_bytes() as u128,
         )
     }

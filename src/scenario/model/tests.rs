@@ -153,11 +153,11 @@ fn hf_configs_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hf-configs")
 }
 
-fn real_config(stem: &str) -> String {
+pub(super) fn real_config(stem: &str) -> String {
     std::fs::read_to_string(hf_configs_dir().join(format!("{stem}.json"))).unwrap()
 }
 
-fn refused_key(text: &str) -> String {
+pub(super) fn refused_key(text: &str) -> String {
     match ModelSpec::from_hf_config_json(text, Path::new("c.json"), "c") {
         Err(HfConfigError::BadValue { key, .. }) => key,
         other => panic!("expected a refusal, got {other:?}"),
@@ -230,7 +230,8 @@ fn architecture_that_is_not_modelled_is_refused_naming_the_key() {
     assert_eq!(refused_key(&edit("Mixtral-8x7B", &window)), "sliding_window");
     let all_full = |o: &mut serde_json::Map<_, _>| drop(o.insert("layer_types".into(), serde_json::json!(vec!["full_attention"; 32])));
     assert!(ModelSpec::from_hf_config_json(&edit("Llama-3.1-8B", &all_full), Path::new("c.json"), "c").is_ok());
-    for method in ["mxfp4", "awq", "gptq", "compressed-tensors", "bitsandbytes", "modelopt"] {
+    // Methods that are modelled, and their refusals: `quant_tests`.
+    for method in ["mxfp4", "bitsandbytes", "gguf"] {
         let quant = |o: &mut serde_json::Map<_, _>| drop(o.insert("quantization_config".into(), serde_json::json!({"quant_method": method})));
         assert_eq!(refused_key(&edit("Llama-3.1-8B", &quant)), "quantization_config.quant_method", "{method}");
     }
