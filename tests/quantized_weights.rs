@@ -4,22 +4,7 @@
 //! field and its value.
 
 mod common;
-use common::{repo, servesim, stderr, stdout, write_file};
-
-const SCENARIO: &str = r#"
-[model]
-preset = "Llama-3.1-8B"
-[hardware]
-gpu = "H100-SXM"
-[engine]
-[workload]
-num_prompts = 20
-request_rate = 5
-[workload.dataset]
-kind = "fixed"
-input_len = 200
-output_len = 20
-"#;
+use common::{LLAMA_8B_H100, repo, servesim, stderr, stdout, write_file};
 
 /// "Mean TPOT (ms):" of a simulate run.
 fn tpot_ms(out: &std::process::Output) -> f64 {
@@ -31,7 +16,7 @@ fn tpot_ms(out: &std::process::Output) -> f64 {
 #[test]
 fn four_bit_weights_are_flagged_as_roofline_under_a_kernel_profile() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_file(dir.path(), "s.toml", SCENARIO);
+    let path = write_file(dir.path(), "s.toml", LLAMA_8B_H100);
     let path = path.to_str().unwrap();
     let awq = servesim(&["simulate", path, "--set", "model.quantization=\"awq\"", "--profile", "auto"]);
     assert!(awq.status.success(), "{}", stderr(&awq));
@@ -50,7 +35,7 @@ fn four_bit_weights_are_flagged_as_roofline_under_a_kernel_profile() {
 #[test]
 fn nvfp4_needs_fp4_tensor_cores() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_file(dir.path(), "s.toml", SCENARIO);
+    let path = write_file(dir.path(), "s.toml", LLAMA_8B_H100);
     let path = path.to_str().unwrap();
     let refused = servesim(&["simulate", path, "--set", "model.quantization=\"nvfp4\""]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
@@ -73,7 +58,7 @@ fn an_mxfp4_config_simulates() {
     });
     write_file(dir.path(), "config.json", &config.to_string());
     // An H200, where Mixtral's 93 GB of bf16 weights fit too.
-    let text = SCENARIO.replace("preset = \"Llama-3.1-8B\"", "hf_config = \"config.json\"").replace("H100-SXM", "H200");
+    let text = LLAMA_8B_H100.replace("preset = \"Llama-3.1-8B\"", "hf_config = \"config.json\"").replace("H100-SXM", "H200");
     let path = write_file(dir.path(), "s.toml", &text);
     let out = servesim(&["simulate", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));

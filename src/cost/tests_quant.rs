@@ -7,7 +7,8 @@ use super::roofline::Roofline;
 use super::{CostModel, StepCost};
 use crate::scenario::model::{Dtype, WeightQuant};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
-use crate::sched::batch::{Batch, SeqWork};
+use super::tests::{decode_step, gpu, prefill_step};
+use crate::sched::batch::Batch;
 
 fn model(preset: &str, scheme: &str) -> ModelSpec {
     let mut model = ModelSpec::preset(preset).expect("preset");
@@ -16,26 +17,6 @@ fn model(preset: &str, scheme: &str) -> ModelSpec {
         model.weight_dtype = quant.scheme.weight_dtype(Dtype::Bf16);
     }
     model
-}
-
-fn gpu(name: &str) -> GpuSpec {
-    GpuSpec::preset(name).expect("preset")
-}
-
-/// `sequences` decoding one token each over 1,024 cached tokens.
-fn decode(sequences: u32) -> Batch {
-    let mut batch = Batch::default();
-    for seq in 0..sequences {
-        batch.push(SeqWork { seq, new_tokens: 1, context_tokens: 1024, samples_token: true, draft_tokens: 0 });
-    }
-    batch
-}
-
-/// One 8,192-token prompt.
-fn prefill() -> Batch {
-    let mut batch = Batch::default();
-    batch.push(SeqWork { seq: 0, new_tokens: 8192, context_tokens: 0, samples_token: true, draft_tokens: 0 });
-    batch
 }
 
 fn price(model: &ModelSpec, gpu: &GpuSpec, batch: &Batch) -> StepCost {
@@ -51,11 +32,11 @@ fn four_bit_weight_only_decode_is_cheaper_than_bf16_and_prefill_is_not() {
     let bf16 = ModelSpec::preset("Llama-3.1-8B").unwrap();
     for scheme in ["awq", "gptq"] {
         let quantized = model("Llama-3.1-8B", scheme);
-        let (q, b) = (price(&quantized, &h100, &decode(32)), price(&bf16, &h100, &decode(32)));
+        let (q, b) = (price(&quantized, &h100, &decode_step()), price(&bf16, &h100, &decode_step()));
         let ratio = q.gemm_ns as f64 / b.gemm_ns as f64;
         assert!(ratio < 0.4, "{scheme} decode GEMMs {ratio} × bf16");
         assert_eq!(q.attention_ns, b.attention_ns, "{scheme}");
-        let (q, b) = (price(&quantized, &h100, &prefill()), price(&bf16, &h100, &prefill()));
+        let (q, b) = (price(&quantized, &h100, &prefill_step()), price(&bf16, &h100, &prefill_step()));
         let ratio = q.gemm_ns as f64 / b.gemm_ns as f64;
         assert!((1.15..=WEIGHT_ONLY_COMPUTE_SLOWDOWN).contains(&ratio), "{scheme} prefill GEMMs {ratio} × bf16");
     }
@@ -75,7 +56,7 @@ fn mxfp4_experts_read_4_bit_weights_and_multiply_in_16_bits() {
     }
     let h100 = gpu("H100-SXM");
     let bf16 = ModelSpec::preset("Mixtral-8x7B").unwrap();
-    let (q, b) = (price(&mixtral, &h100, &decode(16)), price(&bf16, &h100, &decode(16)));
+    let (q, b) = (price(&mixtral, &h100, &decode_step()), price(&bf16, &h100, &decode_step()));
     assert!((q.gemm_ns as f64) < b.gemm_ns as f64 * 0.4, "{} against {}", q.gemm_ns, b.gemm_ns);
 }
 
@@ -87,7 +68,7 @@ fn nvfp4_prefill_on_a_b200_is_cheaper_than_bf16() {
     let nvfp4 = model("Llama-3.1-8B", "nvfp4");
     assert_eq!(gemm_rate(&nvfp4, &b200, WeightPart::DenseMlp), (0.5625, 9000e12));
     let bf16 = ModelSpec::preset("Llama-3.1-8B").unwrap();
-    let (q, b) = (price(&nvfp4, &b200, &prefill()), price(&bf16, &b200, &prefill()));
+    let (q, b) = (price(&nvfp4, &b200, &prefill_step()), price(&bf16, &b200, &prefill_step()));
     let ratio = q.gemm_ns as f64 / b.gemm_ns as f64;
     assert!((0.25..0.3).contains(&ratio), "NVFP4 prefill GEMMs {ratio} × bf16");
     assert!(q.total_ns < b.total_ns);
@@ -108,6 +89,6 @@ fn block_scaled_fp8_at_the_fp8_peak_with_its_scales() {
     // Its decode reads what per-tensor FP8 reads, and the scales: within 0.1%.
     let h100 = gpu("H100-SXM");
     let per_tensor = ModelSpec { weight_quant: None, ..block.clone() };
-    let (q, p) = (price(&block, &h100, &decode(8)), price(&per_tensor, &h100, &decode(8)));
+    let (q, p) = (price(&block, &h100, &decode_step()), price(&per_tensor, &h100, &decode_step()));
     assert!(q.gemm_ns >= p.gemm_ns && (q.gemm_ns as f64) < p.gemm_ns as f64 * 1.001, "{} against {}", q.gemm_ns, p.gemm_ns);
 }
