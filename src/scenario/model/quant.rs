@@ -240,7 +240,11 @@ pub(super) fn from_hf_config(q: &Value, refuse: &Refuse) -> Result<HfQuant, HfCo
     let method = method_value.as_str().unwrap_or("").to_ascii_lowercase();
     let known: &[&str] = match method.as_str() {
         "fp8" => &["quant_method", "activation_scheme", "fmt", "weight_block_size", "scale_fmt", "ignored_layers", "modules_to_not_convert"],
-        "awq" => &["quant_method", "bits", "w_bit", "group_size", "q_group_size", "zero_point", "version", "modules_to_not_convert", "backend"],
+        // transformers' `AwqConfig` also writes its own module-fusing options, which vLLM ignores.
+        "awq" => &[
+            "quant_method", "bits", "w_bit", "group_size", "q_group_size", "zero_point", "version", "modules_to_not_convert",
+            "backend", "do_fuse", "fuse_max_seq_len", "modules_to_fuse", "exllama_config",
+        ],
         "gptq" => &[
             "quant_method", "bits", "group_size", "sym", "desc_act", "lm_head", "dynamic", "checkpoint_format",
             "modules_in_block_to_quantize", "damp_percent", "damp_auto_increment", "true_sequential", "static_groups",

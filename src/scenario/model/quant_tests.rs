@@ -33,7 +33,9 @@ fn llama_8b_weights_under_each_scheme_by_hand() {
     let bytes = |quant: Value| parse(&with_quant("Llama-3.1-8B", quant)).weight_bytes_per_gpu(1) as u128;
     // AWQ: per group of 128, 64 bytes of 4-bit values, a 2-byte fp16 scale and a 4-bit zero:
     // 66.5 bytes, over 54,525,952 groups.
-    let awq = json!({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"});
+    // As transformers' `AwqConfig` writes it (hugging-quants' Llama-3.1 AWQ checkpoints).
+    let awq = json!({"backend": "autoawq", "bits": 4, "do_fuse": false, "exllama_config": null, "fuse_max_seq_len": null, "group_size": 128,
+        "modules_to_fuse": null, "modules_to_not_convert": null, "quant_method": "awq", "version": "gemm", "zero_point": true});
     assert_eq!(bytes(awq), 54_525_952 * 133 / 2 + LLAMA_8B_16BIT);
     assert_eq!(54_525_952 * 133 / 2 + LLAMA_8B_16BIT, 5_727_854_592);
     // Symmetric GPTQ: no zeros, 66 bytes a group.
