@@ -49,6 +49,7 @@ fn cpu_test_model() -> ModelSpec {
         moe: None,
         mla: None,
         weight_quant: None,
+        attention: Default::default(),
     }
 }
 

@@ -1,8 +1,10 @@
 //! Reading a Hugging Face `config.json`.
 
-use super::hf_keys::{brief, check_keys};
+use super::hf_attention::attention_from_hf_config;
+use super::hf_keys::{TEXT_WRAPPERS, brief, check_keys};
 use super::quant::{HfQuant, from_hf_config};
 use super::{Dtype, MlaSpec, ModelSpec, MoeSpec, default_kv_dtype};
+use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 impl ModelSpec {
@@ -49,6 +51,15 @@ impl ModelSpec {
             value: "not an object".into(),
             reason: "config.json must hold a JSON object".into(),
         })?;
+        if let Some(text) = text_model(obj, file)? {
+            return Self::from_hf_config_object(&text, file, name).map_err(|e| e.within("text_config"));
+        }
+        Self::from_hf_config_object(obj, file, name)
+    }
+
+    /// [`Self::from_hf_config_json`] on the parsed object of a text model's config.
+    fn from_hf_config_object(obj: &Map<String, Value>, file: &Path, name: &str) -> Result<ModelSpec, HfConfigError> {
+        let file_buf = file.to_path_buf();
         check_keys(obj, file)?;
         let get = |key: &str| obj.get(key).filter(|v| !v.is_null());
         let uint = |key: &str| -> Result<Option<u32>, HfConfigError> {
@@ -82,7 +93,9 @@ impl ModelSpec {
             Some(mla) => (num_heads, u32::try_from(mla.qk_head_dim()).unwrap_or(u32::MAX)),
             None => (uint("num_key_value_heads")?.unwrap_or(num_heads), uint("head_dim")?.unwrap_or(hidden_size / num_heads)),
         };
-        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf, num_layers)?;
+        let model_type = get("model_type").and_then(Value::as_str).unwrap_or_default();
+        let moe = moe_from_hf_config(&get, &uint, &required, &file_buf, num_layers, model_type)?;
+        let attention = attention_from_hf_config(obj, file, num_layers, model_type)?;
         let ffn_size = match moe {
             None => required("intermediate_size")?,
             Some((_, shared)) => shared,
@@ -152,6 +165,7 @@ impl ModelSpec {
             kv_dtype: default_kv_dtype(weight_dtype),
             moe,
             mla,
+            attention,
             weight_quant,
         };
         match model.weight_quant.and_then(|q| q.mismatch(&model)) {
@@ -159,6 +173,32 @@ impl ModelSpec {
             None => Ok(model),
         }
     }
+}
+
+/// Where `obj` is a multimodal wrapper of a modelled text model ([`TEXT_WRAPPERS`]), that text
+/// model's config, with the wrapper's dtype where it gives none of its own. The wrapper may hold
+/// only what says what the checkpoint is; a vision encoder is refused (its weights would take
+/// memory that the text model's sizes do not count).
+fn text_model(obj: &Map<String, Value>, file: &Path) -> Result<Option<Map<String, Value>>, HfConfigError> {
+    let wrapper = obj.get("model_type").and_then(Value::as_str).is_some_and(|t| TEXT_WRAPPERS.contains(&t));
+    let Some(Value::Object(text)) = obj.get("text_config").filter(|_| wrapper) else { return Ok(None) };
+    const WRAPPER_KEYS: &[&str] = &["architectures", "model_type", "text_config", "torch_dtype", "dtype", "transformers_version", "tie_word_embeddings"];
+    let metadata = |key: &str| WRAPPER_KEYS.contains(&key) || key.ends_with("_token_index") || key.ends_with("_token_id") || key.starts_with('_');
+    if let Some((key, value)) = obj.iter().filter(|(_, v)| !v.is_null()).find(|(key, _)| !metadata(key)) {
+        let reason = if key == "vision_config" {
+            "a vision encoder is not modelled; to simulate text-only serving, remove `vision_config` from a copy of config.json (its weights are then not counted)"
+        } else {
+            "a key of the multimodal wrapper servesim does not know (it reads the wrapper's text_config)"
+        };
+        return Err(HfConfigError::BadValue { file: file.to_path_buf(), key: key.clone(), value: brief(value), reason: reason.into() });
+    }
+    let mut text = text.clone();
+    for key in ["torch_dtype", "dtype"] {
+        if let Some(dtype) = obj.get(key).filter(|_| !text.contains_key("torch_dtype") && !text.contains_key("dtype")) {
+            text.insert(key.into(), dtype.clone());
+        }
+    }
+    Ok(Some(text))
 }
 
 /// Multi-head latent attention's dimensions, where `kv_lora_rank` is given: then
@@ -193,6 +233,7 @@ fn moe_from_hf_config<'v>(
     required: &dyn Fn(&str) -> Result<u32, HfConfigError>,
     file: &Path,
     num_layers: u32,
+    model_type: &str,
 ) -> Result<Option<(MoeSpec, u32)>, HfConfigError> {
     let mut experts = None;
     for key in ["num_local_experts", "num_experts", "n_routed_experts"] {
@@ -215,6 +256,10 @@ fn moe_from_hf_config<'v>(
         return Err(refuse("mlp_only_layers", layers.to_string(), "dense layers among expert layers are not modelled"));
     }
     let experts_per_token = required("num_experts_per_tok")?;
+    // gpt-oss gives the count twice.
+    if let Some(also) = uint("experts_per_token")?.filter(|&k| k != experts_per_token) {
+        return Err(refuse("experts_per_token", also.to_string(), &format!("differs from num_experts_per_tok ({experts_per_token})")));
+    }
     if experts_per_token > num_experts {
         return Err(refuse(
             "num_experts_per_tok",
@@ -229,26 +274,71 @@ fn moe_from_hf_config<'v>(
     let shared = match (uint("shared_expert_intermediate_size")?, uint("n_shared_experts")?) {
         (Some(f), _) => f,
         (None, Some(n)) => n.saturating_mul(expert_ffn_size),
+        // Llama 4's MoE layer runs a shared expert of the experts' size (`Llama4MoE`'s
+        // `shared_expert`).
+        (None, None) if model_type == "llama4_text" => expert_ffn_size,
         (None, None) => 0,
     };
-    // 0 is a valid count here (every layer has experts), which `uint` refuses.
-    let dense_layers = match get("first_k_dense_replace") {
-        None => 0,
-        Some(v) => match v.as_u64().and_then(|k| u32::try_from(k).ok()).filter(|&k| k < num_layers) {
-            Some(k) => k,
-            None => {
-                return Err(refuse(
-                    "first_k_dense_replace",
-                    v.to_string(),
-                    &format!("expected a count of leading dense layers below the {num_layers} layers"),
-                ));
-            }
-        },
+    let (dense_layers, dense_ffn_size) = match interleaved_dense_layers(get, uint, &refuse, num_layers)? {
+        Some(dense) => (dense, if dense > 0 { required("intermediate_size_mlp")? } else { 0 }),
+        None => {
+            // 0 is a valid count here (every layer has experts), which `uint` refuses.
+            let dense_layers = match get("first_k_dense_replace") {
+                None => 0,
+                Some(v) => match v.as_u64().and_then(|k| u32::try_from(k).ok()).filter(|&k| k < num_layers) {
+                    Some(k) => k,
+                    None => {
+                        return Err(refuse(
+                            "first_k_dense_replace",
+                            v.to_string(),
+                            &format!("expected a count of leading dense layers below the {num_layers} layers"),
+                        ));
+                    }
+                },
+            };
+            // The dense layers' MLP is `intermediate_size`; DeepSeek's experts are `moe_intermediate_size`.
+            (dense_layers, if dense_layers > 0 { required("intermediate_size")? } else { 0 })
+        }
     };
-    // The dense layers' MLP is `intermediate_size`; DeepSeek's experts are `moe_intermediate_size`.
-    let dense_ffn_size = if dense_layers > 0 { required("intermediate_size")? } else { 0 };
     let moe = MoeSpec { num_experts, experts_per_token, expert_ffn_size, routing_skew: 0.0, expert_parallel: false, dense_layers, dense_ffn_size };
     Ok(Some((moe, shared)))
+}
+
+/// Llama 4's dense layers among its expert layers, where the config places experts by
+/// `moe_layers` (their indices) or `interleave_moe_layer_step` (every n-th layer from the n-th,
+/// as `Llama4TextConfig` builds `moe_layers`): how many layers have a dense MLP. `None` where
+/// neither key is given.
+fn interleaved_dense_layers<'v>(
+    get: &dyn Fn(&str) -> Option<&'v Value>,
+    uint: &dyn Fn(&str) -> Result<Option<u32>, HfConfigError>,
+    refuse: &dyn Fn(&str, String, &str) -> HfConfigError,
+    num_layers: u32,
+) -> Result<Option<u32>, HfConfigError> {
+    if let Some(layers) = get("moe_layers") {
+        let indices = layers.as_array().ok_or_else(|| refuse("moe_layers", brief(layers), "expected a list of layer indices"))?;
+        let mut seen = vec![false; num_layers as usize];
+        for index in indices {
+            match index.as_u64().filter(|&i| i < num_layers as u64) {
+                Some(i) if !seen[i as usize] => seen[i as usize] = true,
+                _ => return Err(refuse("moe_layers", brief(index), &format!("expected distinct layer indices below {num_layers}"))),
+            }
+        }
+        return Ok(Some(num_layers - indices.len() as u32));
+    }
+    Ok(uint("interleave_moe_layer_step")?.map(|step| num_layers - num_layers / step))
+}
+
+impl HfConfigError {
+    /// The same error about the key inside `object` (a wrapper's `text_config`).
+    fn within(self, object: &str) -> HfConfigError {
+        match self {
+            HfConfigError::MissingKey { file, key } => HfConfigError::MissingKey { file, key: format!("{object}.{key}") },
+            HfConfigError::BadValue { file, key, value, reason } => {
+                HfConfigError::BadValue { file, key: format!("{object}.{key}"), value, reason }
+            }
+            other => other,
+        }
+    }
 }
 
 /// Why a Hugging Face `config.json` could not be used. Each names the file.

@@ -7,8 +7,8 @@
 //! The rule, in order:
 //!
 //! 1. A key in [`refusal`]'s table with a value that changes the architecture is refused (for
-//!    example `sliding_window` unless `use_sliding_window` is false, `layer_types` unless every
-//!    layer is `full_attention`, any `linear_*` or `index_*` key).
+//!    example `sliding_window` unless `use_sliding_window` is false or `layer_types` says which
+//!    layers slide, any `index_*` key, a `linear_*` key servesim does not read).
 //! 2. `quantization_config` must be a method and settings `quant` models, with only that
 //!    method's keys;
 //!    `rope_scaling` (or `rope_parameters`) must be of a type that does not change cost.
@@ -28,8 +28,28 @@ use std::path::Path;
 /// attention over the whole context, a gated MLP or gated experts in every layer.
 /// DeepSeek-V2/V3 and Kimi-K2 (`kimi_k2`, DeepSeek-V3's architecture) add multi-head latent
 /// attention and leading dense layers, both modelled.
-pub(super) const MODELLED_TYPES: &[&str] =
-    &["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2"];
+/// gpt-oss, Qwen3-Next, Llama 4 (its text model) and GLM-4.5 add the attention kinds of
+/// [`super::AttentionMix`] and, in Llama 4, dense layers interleaved with the expert ones.
+pub(super) const MODELLED_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "glm4_moe",
+    "gpt_oss",
+    "qwen3_next",
+    "llama4_text",
+];
+
+/// The `model_type`s of multimodal wrappers whose `text_config` is a modelled text model, read
+/// in their place (`super::hf_config`): the wrapper adds a vision encoder, refused when present.
+pub(super) const TEXT_WRAPPERS: &[&str] = &["llama4"];
 
 /// Keys the parser reads (see `from_hf_config_json` and `moe_from_hf_config`).
 const READ: &[&str] = &[
@@ -61,6 +81,45 @@ const READ: &[&str] = &[
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    // The attention kinds (`super::hf_attention`).
+    "layer_types",
+    "sliding_window",
+    "full_attention_interval",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "attn_output_gate",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    // Llama 4's interleaved dense layers.
+    "interleave_moe_layer_step",
+    "moe_layers",
+    "intermediate_size_mlp",
+    // gpt-oss's second name for `num_experts_per_tok`, checked equal to it.
+    "experts_per_token",
+];
+
+/// Keys that only some families' code reads, with those families' `model_type`s. In another
+/// family vLLM would ignore them, so a config that has them is not what it seems: refused, as a
+/// config with none of `model_type` (written by hand) is read with them.
+const FAMILY_KEYS: &[(&str, &[&str])] = &[
+    ("attention_chunk_size", &["llama4_text"]),
+    ("no_rope_layers", &["llama4_text"]),
+    ("no_rope_layer_interval", &["llama4_text"]),
+    ("interleave_moe_layer_step", &["llama4_text"]),
+    ("moe_layers", &["llama4_text"]),
+    ("intermediate_size_mlp", &["llama4_text"]),
+    ("full_attention_interval", &["qwen3_next"]),
+    ("attn_output_gate", &["qwen3_next"]),
+    ("linear_num_key_heads", &["qwen3_next"]),
+    ("linear_num_value_heads", &["qwen3_next"]),
+    ("linear_key_head_dim", &["qwen3_next"]),
+    ("linear_value_head_dim", &["qwen3_next"]),
+    ("linear_conv_kernel_dim", &["qwen3_next"]),
+    ("experts_per_token", &["gpt_oss"]),
 ];
 
 /// Keys known not to change what a forward pass costs, each group with why.
@@ -81,6 +140,10 @@ const HARMLESS: &[&str] = &[
     "hidden_act",
     "swiglu_limit",
     "attn_logit_softcapping",
+    // Llama 4's attention temperature for long contexts: a scale on the queries.
+    "attn_temperature_tuning",
+    "attn_scale",
+    "floor_scale",
     // Bias adds and q/k norms are elementwise, a few hundred nanoseconds beside the GEMMs.
     "attention_bias",
     "mlp_bias",
@@ -99,10 +162,11 @@ const HARMLESS: &[&str] = &[
     // Training-time settings.
     "ep_size",
     "output_router_logits",
+    "router_jitter_noise",
     // Multi-token-prediction layers: vLLM loads them only as a speculative proposer
     // (`[engine.speculative] method = "mtp"`), not with the model.
     "num_nextn_predict_layers",
-    // gpt-oss's context length before YaRN; gpt-oss is refused by its attention, not by this.
+    // gpt-oss's context length before YaRN.
     "initial_context_length",
 ];
 
@@ -127,32 +191,28 @@ const ROPE_TYPES_SAME_COST: &[&str] = &["default", "linear", "dynamic", "yarn", 
 /// for the same key whatever order its file lists them in.
 fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'static str> {
     let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
+    let lists_sliding_layers =
+        obj.get("layer_types").and_then(Value::as_array).is_some_and(|a| a.iter().any(|t| t == "sliding_attention"));
     match key {
-        "layer_types" => {
-            let all_full = value.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention"));
-            (!all_full).then_some("layers other than full attention (sliding-window, chunked or linear) are not modelled")
+        "use_sliding_window" => {
+            (value == &Value::Bool(true) && !lists_sliding_layers).then_some("sliding-window attention on layers not listed by `layer_types` is not modelled")
         }
-        "use_sliding_window" => (value == &Value::Bool(true)).then_some("sliding-window attention is not modelled"),
         // Qwen2 and Qwen3 configs carry a window with `use_sliding_window: false`; a window as
-        // long as the context attends to all of it.
+        // long as the context attends to all of it. Where `layer_types` lists sliding layers,
+        // the window is theirs (gpt-oss), which is modelled.
         "sliding_window" => {
             let longer_than_context = value.as_u64().zip(obj.get("max_position_embeddings").and_then(Value::as_u64)).is_some_and(|(w, ctx)| w >= ctx);
-            (flag("use_sliding_window") != Some(false) && !longer_than_context).then_some("sliding-window attention is not modelled")
+            (flag("use_sliding_window") != Some(false) && !longer_than_context && !lists_sliding_layers)
+                .then_some("sliding-window attention on every layer (none listed as full attention) is not modelled")
         }
         "use_mrope" => (value == &Value::Bool(true)).then_some("multimodal rotary embeddings (M-RoPE) are not modelled"),
         "moe_layer_freq" => (value.as_u64() != Some(1)).then_some("dense layers between expert layers are not modelled"),
         "text_config" => Some("a multimodal model's configuration; its text model (with its own architecture) is not modelled"),
-        "vision_config" => Some("a vision encoder is not modelled"),
-        "attention_chunk_size" => Some("chunked local attention (Llama 4) is not modelled"),
-        "no_rope_layers" | "nope_layer_interval" => Some("layers without rotary embedding, global among chunked ones (Llama 4), are not modelled"),
-        "interleave_moe_layer_step" => {
-            (value.as_u64() != Some(1)).then_some("dense layers interleaved with expert layers are not modelled")
-        }
-        "intermediate_size_mlp" => Some("a dense MLP beside the experts of a different size (Llama 4) is not modelled"),
-        "full_attention_interval" => Some("hybrid linear-attention layers (Gated DeltaNet) are not modelled"),
-        "sinks" | "attention_sink" | "use_attention_sink" => Some("attention sinks are not modelled"),
+        "vision_config" => Some("a vision encoder is not modelled; to simulate text-only serving, remove `vision_config` from a copy of config.json (its weights are then not counted)"),
+        "nope_layer_interval" => Some("layers without rotary embedding set by this key are not modelled (Llama 4's are `no_rope_layers`)"),
+        "sinks" | "attention_sink" | "use_attention_sink" => Some("attention sinks outside gpt-oss are not modelled"),
         _ if key.starts_with("index_") => Some("DeepSeek sparse attention (an indexer choosing top-k keys) is not modelled"),
-        _ if key.starts_with("linear_") => Some("linear-attention layers (Gated DeltaNet) are not modelled"),
+        _ if key.starts_with("linear_") && !READ.contains(&key) => Some("a linear-attention key servesim does not know"),
         _ => None,
     }
 }
@@ -163,20 +223,14 @@ const REFUSED: &[&str] = &[
     "index_topk",
     "index_n_heads",
     "index_head_dim",
-    "layer_types",
-    "full_attention_interval",
     "use_sliding_window",
     "sliding_window",
-    "attention_chunk_size",
-    "no_rope_layers",
     "nope_layer_interval",
     "sinks",
     "attention_sink",
     "use_attention_sink",
     "use_mrope",
     "moe_layer_freq",
-    "interleave_moe_layer_step",
-    "intermediate_size_mlp",
     "text_config",
     "vision_config",
 ];
@@ -184,11 +238,8 @@ const REFUSED: &[&str] = &[
 /// Why a `model_type` that is not modelled is not, where it is a family people deploy.
 fn model_type_reason(model_type: &str) -> String {
     let why = match model_type {
-        "gpt_oss" => "gpt-oss's attention sinks, alternating sliding-window layers and MXFP4 experts are not modelled",
         "deepseek_v32" => "DeepSeek sparse attention is not modelled",
-        "qwen3_next" | "qwen3_5" | "qwen3_5_moe" => "hybrid linear attention (Gated DeltaNet) is not modelled",
-        "llama4" | "llama4_text" => "Llama 4's chunked local attention and interleaved experts are not modelled",
-        "glm4_moe" => "GLM-4.5's partial rotary embedding, attention biases and dense first layer are not checked against vLLM yet",
+        "qwen3_5" | "qwen3_5_moe" | "qwen3_5_moe_text" => "Qwen3.5's multimodal rotary embedding and vision encoder are not modelled (Qwen3-Next, its text-only sibling, is)",
         _ => "this model family is not modelled",
     };
     format!("{why}; modelled: {}", MODELLED_TYPES.join(", "))
@@ -220,6 +271,16 @@ pub(super) fn check_keys(obj: &Map<String, Value>, file: &Path) -> Result<(), Hf
     for (key, value) in obj.iter().filter(|(_, v)| !v.is_null()) {
         if let Some(why) = (key.starts_with("index_") || key.starts_with("linear_")).then(|| refusal(key, value, obj)).flatten() {
             return Err(refuse(key, brief(value), why));
+        }
+    }
+    let model_type = present("model_type").and_then(Value::as_str);
+    for (key, families) in FAMILY_KEYS {
+        if let (Some(value), Some(family)) = (present(key), model_type.filter(|t| !families.contains(t))) {
+            return Err(refuse(
+                key,
+                brief(value),
+                &format!("read only for {} models; a {family} model with it is not modelled", families.join(", ")),
+            ));
         }
     }
     if let Some(q) = present("quantization_config") {

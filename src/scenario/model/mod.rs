@@ -11,16 +11,23 @@
 //! projections and cache are MLA's instead of the fused QKV's.
 
 mod dtype;
+mod hf_attention;
 mod hf_config;
 mod hf_keys;
+mod kv_layout;
+mod layers;
 mod mla;
 mod presets;
 mod quant;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hybrid;
 
 pub use dtype::{Dtype, default_kv_dtype};
 pub use hf_config::HfConfigError;
+pub use kv_layout::KvLayout;
+pub use layers::{AttentionMix, LinearAttention};
 pub use mla::MlaSpec;
 pub use quant::{IntMethod, QuantScheme, QuantScope, SCENARIO_NAMES as QUANT_SCENARIO_NAMES, WeightQuant};
 
@@ -51,6 +58,9 @@ pub struct ModelSpec {
     /// block-scaled FP8), and the layers they cover; `None` stores every linear weight in
     /// `weight_dtype`.
     pub weight_quant: Option<WeightQuant>,
+    /// Layers whose attention is not full attention (sliding, chunked, linear), where the model
+    /// has them; the default is every layer full.
+    pub attention: AttentionMix,
 }
 
 /// The routed experts of a mixture-of-experts model. Every layer has them (Mixtral, Qwen3-MoE)
@@ -152,7 +162,7 @@ impl ModelSpec {
             vocab_padded,
             vocab_rows: div_ceil(vocab_padded, tp),
             linear_elements: saturate(
-                self.num_layers as u128 * self.attention_elements(heads, kv_heads)
+                self.all_attention_elements(heads, kv_heads, tp)
                     + self.expert_layers() as u128 * expert_layer_mlp
                     + self.leading_dense_layers() as u128 * 3 * h * dense_ffn,
             ),
@@ -160,14 +170,24 @@ impl ModelSpec {
     }
 
     /// Elements of one layer's attention projections with `heads` query heads and `kv_heads`
-    /// KV heads (on one GPU, or all of them).
+    /// KV heads (on one GPU, or all of them). With an output gate the query projection is twice
+    /// as wide.
     fn attention_elements(&self, heads: u64, kv_heads: u64) -> u128 {
         let h = self.hidden_size as u128;
         let d = self.head_dim as u128;
+        let q_width = if self.attention.output_gate { 2 } else { 1 } * heads as u128;
         match &self.mla {
             Some(mla) => mla.weight_elements(self.hidden_size as u64, heads),
-            None => h * (heads as u128 + 2 * kv_heads as u128) * d + heads as u128 * d * h, // QKV, output
+            None => h * (q_width + 2 * kv_heads as u128) * d + heads as u128 * d * h, // QKV, output
         }
+    }
+
+    /// Elements of every layer's attention weights at tensor parallelism `tp` (1: all of them):
+    /// the KV layers' projections and the linear-attention layers'.
+    fn all_attention_elements(&self, heads: u64, kv_heads: u64, tp: u64) -> u128 {
+        let kv_layers = self.attention.kv_layers(self.num_layers) as u128;
+        let linear = self.attention.linear.map_or(0, |l| l.layers as u128 * l.weight_elements_per_gpu(self.hidden_size as u64, tp));
+        kv_layers * self.attention_elements(heads, kv_heads) + linear
     }
 
     /// Layers whose MLP is dense before the expert layers (`first_k_dense_replace`); 0 in a
@@ -195,13 +215,13 @@ impl ModelSpec {
         let v = self.vocab_size as u128;
         let experts = self.moe.map_or(0, |moe| h * moe.num_experts as u128 * (1 + 3 * moe.expert_ffn_size as u128));
         let dense_mlp = self.moe.map_or(0, |moe| 3 * h * moe.dense_ffn_size as u128);
-        let per_layer = self.attention_elements(self.num_heads as u64, self.num_kv_heads as u64)
-            + 2 * h; // input and post-attention RMSNorm
+        let per_layer = 2 * h; // input and post-attention RMSNorm
         // Gate, up, down (shared experts, in a mixture-of-experts model), and the routed experts.
         let expert_layer_mlp = 3 * h * f + experts;
         let embedding = v * h;
         let lm_head = if self.tied_embeddings { 0 } else { v * h };
         self.num_layers as u128 * per_layer
+            + self.all_attention_elements(self.num_heads as u64, self.num_kv_heads as u64, 1)
             + self.expert_layers() as u128 * expert_layer_mlp
             + self.leading_dense_layers() as u128 * dense_mlp
             + embedding
@@ -229,14 +249,10 @@ impl ModelSpec {
     /// and V) × KV dtype bytes. Llama-3.1-405B at TP 8 in bf16: 126 × 1 × 128 × 2 × 2 = 64,512.
     /// With MLA, layers × (kv_lora_rank + qk_rope_head_dim) × KV dtype bytes on every GPU, as
     /// vLLM caches it (see [`MlaSpec`]): DeepSeek-V3 in bf16, 61 × 576 × 2 = 70,272 at any TP.
+    /// Linear-attention layers keep a state per sequence instead, and are not counted; how a
+    /// hybrid model's layers share blocks is [`Self::kv_layout`]'s.
     pub fn kv_bytes_per_token_per_gpu(&self, tp: u32) -> u64 {
-        if let Some(mla) = &self.mla {
-            return (self.num_layers as u64).saturating_mul(mla.cache_width()).saturating_mul(self.kv_dtype.bytes());
-        }
-        (self.num_layers as u64)
-            .saturating_mul(self.kv_heads_per_gpu(tp) as u64)
-            .saturating_mul(self.head_dim as u64)
-            .saturating_mul(2 * self.kv_dtype.bytes())
+        (self.attention.kv_layers(self.num_layers) as u64).saturating_mul(self.kv_bytes_per_token_per_layer_per_gpu(tp))
     }
 
     /// Bytes of the dtype that embeddings, LM head and norms are stored in. vLLM's FP8 weight

@@ -1,6 +1,6 @@
 //! Built-in models, with the Hugging Face repository each one's numbers come from.
 
-use super::{Dtype, MlaSpec, ModelSpec, MoeSpec};
+use super::{AttentionMix, Dtype, LinearAttention, MlaSpec, ModelSpec, MoeSpec};
 
 impl ModelSpec {
     /// A preset by name, case-insensitively, with bf16 weights and KV cache.
@@ -41,6 +41,7 @@ struct Preset {
     max_position_embeddings: u32,
     moe: Option<MoeSpec>,
     mla: Option<MlaSpec>,
+    attention: AttentionMix,
 }
 
 impl Preset {
@@ -61,6 +62,7 @@ impl Preset {
             moe: self.moe,
             mla: self.mla,
             weight_quant: None,
+            attention: self.attention,
         }
     }
 }
@@ -83,6 +85,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // meta-llama/Llama-3.1-70B (and -Instruct): config.json
     Preset {
@@ -99,6 +102,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // meta-llama/Llama-3.1-405B (and -Instruct): config.json
     Preset {
@@ -115,6 +119,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // meta-llama/Llama-3.2-1B (and -Instruct): config.json (tie_word_embeddings: true, head_dim 64)
     Preset {
@@ -131,6 +136,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // meta-llama/Llama-3.2-3B (and -Instruct): config.json (tie_word_embeddings: true)
     Preset {
@@ -147,6 +153,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // Qwen/Qwen2.5-7B-Instruct: config.json (head_dim = 3584 / 28 = 128)
     Preset {
@@ -163,6 +170,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // Qwen/Qwen2.5-72B-Instruct: config.json
     Preset {
@@ -179,6 +187,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // mistralai/Mistral-7B-Instruct-v0.3: config.json (v0.3: vocab 32768, no sliding window)
     Preset {
@@ -195,6 +204,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        attention: FULL,
     },
     // mistralai/Mixtral-8x7B-v0.1 (and -Instruct-v0.1): config.json (num_local_experts 8,
     // num_experts_per_tok 2, intermediate_size 14336 per expert, no shared expert)
@@ -212,6 +222,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        attention: FULL,
     },
     // Qwen/Qwen3-30B-A3B: config.json (num_experts 128, num_experts_per_tok 8,
     // moe_intermediate_size 768, head_dim 128, decoder_sparse_step 1, mlp_only_layers [])
@@ -229,6 +240,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 40960,
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        attention: FULL,
     },
     // deepseek-ai/DeepSeek-V3 (and -R1, same dimensions): config.json. MLA with q_lora_rank 1536,
     // kv_lora_rank 512, qk_nope/rope 128/64, v 128; 3 dense layers (intermediate_size 18432),
@@ -248,6 +260,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 163840,
         moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
         mla: Some(DEEPSEEK_V3_MLA),
+        attention: FULL,
     },
     // moonshotai/Kimi-K2-Instruct: config.json. DeepSeek-V3's architecture with 64 heads, 384
     // routed experts and 1 dense layer; vocabulary 163,840.
@@ -265,8 +278,122 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: Some(MoeSpec { num_experts: 384, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 18432 }),
         mla: Some(DEEPSEEK_V3_MLA),
+        attention: FULL,
+    },
+    // zai-org/GLM-4.5-Air: config.json (tests/data/hf-configs/README.md says where it comes
+    // from). 1 dense layer (intermediate_size 10944), then 45 with 128 routed experts (top-8)
+    // and 1 shared, of 1408; 96 query and 8 KV heads of 128 over a hidden size of 4096.
+    Preset {
+        name: "GLM-4.5-Air",
+        hf_repo: "zai-org/GLM-4.5-Air",
+        num_layers: 46,
+        hidden_size: 4096,
+        num_heads: 96,
+        num_kv_heads: 8,
+        head_dim: 128,
+        ffn_size: 1408,
+        vocab_size: 151552,
+        tied_embeddings: false,
+        max_position_embeddings: 131072,
+        moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 1408, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 10944 }),
+        mla: None,
+        attention: FULL,
+    },
+    // openai/gpt-oss-20b: config.json. 24 layers alternating sliding-window (128 tokens) and
+    // full attention, with attention sinks; 32 experts (top-4) of 2880; 64 query and 8 KV heads
+    // of 64. The checkpoint's experts are MXFP4; the preset is bf16 like every preset.
+    Preset {
+        name: "gpt-oss-20b",
+        hf_repo: "openai/gpt-oss-20b",
+        num_layers: 24,
+        hidden_size: 2880,
+        num_heads: 64,
+        num_kv_heads: 8,
+        head_dim: 64,
+        ffn_size: 0,
+        vocab_size: 201088,
+        tied_embeddings: false,
+        max_position_embeddings: 131072,
+        moe: Some(MoeSpec { num_experts: 32, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
+        attention: gpt_oss_attention(12),
+    },
+    // openai/gpt-oss-120b: config.json. gpt-oss-20b's layer with 128 experts, 36 layers.
+    Preset {
+        name: "gpt-oss-120b",
+        hf_repo: "openai/gpt-oss-120b",
+        num_layers: 36,
+        hidden_size: 2880,
+        num_heads: 64,
+        num_kv_heads: 8,
+        head_dim: 64,
+        ffn_size: 0,
+        vocab_size: 201088,
+        tied_embeddings: false,
+        max_position_embeddings: 131072,
+        moe: Some(MoeSpec { num_experts: 128, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
+        attention: gpt_oss_attention(18),
+    },
+    // Qwen/Qwen3-Next-80B-A3B-Instruct: config.json. 48 layers, every 4th full attention (16
+    // query and 2 KV heads of 256, with an output gate), the others Gated DeltaNet (16 key and
+    // 32 value heads of 128, convolution of 4); 512 routed experts (top-10) and a shared one, of 512.
+    Preset {
+        name: "Qwen3-Next-80B-A3B",
+        hf_repo: "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        num_layers: 48,
+        hidden_size: 2048,
+        num_heads: 16,
+        num_kv_heads: 2,
+        head_dim: 256,
+        ffn_size: 512,
+        vocab_size: 151936,
+        tied_embeddings: false,
+        max_position_embeddings: 262144,
+        moe: Some(MoeSpec { num_experts: 512, experts_per_token: 10, expert_ffn_size: 512, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
+        attention: AttentionMix {
+            linear: Some(LinearAttention { layers: 36, num_k_heads: 16, num_v_heads: 32, head_k_dim: 128, head_v_dim: 128, conv_kernel: 4 }),
+            output_gate: true,
+            ..FULL
+        },
+    },
+    // meta-llama/Llama-4-Scout-17B-16E-Instruct: config.json's text_config. 48 layers, three in
+    // four chunked local attention (chunks of 8192) and every fourth full (NoPE); 16 routed
+    // experts (top-1) and a shared one, of 8192, in every layer; 40 query and 8 KV heads of 128.
+    Preset {
+        name: "Llama-4-Scout",
+        hf_repo: "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        num_layers: 48,
+        hidden_size: 5120,
+        num_heads: 40,
+        num_kv_heads: 8,
+        head_dim: 128,
+        ffn_size: 8192,
+        vocab_size: 202048,
+        tied_embeddings: false,
+        max_position_embeddings: 10485760,
+        moe: Some(MoeSpec { num_experts: 16, experts_per_token: 1, expert_ffn_size: 8192, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
+        mla: None,
+        attention: AttentionMix { chunked_layers: 36, attention_chunk: 8192, ..FULL },
     },
 ];
+
+/// Every layer full attention.
+const FULL: AttentionMix = AttentionMix {
+    sliding_layers: 0,
+    sliding_window: 0,
+    chunked_layers: 0,
+    attention_chunk: 0,
+    linear: None,
+    sinks: false,
+    output_gate: false,
+};
+
+/// gpt-oss's attention: `sliding` layers with a window of 128 (the others full), with sinks.
+const fn gpt_oss_attention(sliding: u32) -> AttentionMix {
+    AttentionMix { sliding_layers: sliding, sliding_window: 128, sinks: true, ..FULL }
+}
 
 /// DeepSeek-V3's latent attention, which Kimi-K2 shares.
 const DEEPSEEK_V3_MLA: MlaSpec = MlaSpec { q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 };

@@ -190,12 +190,13 @@ impl WeightQuant {
 }
 
 impl ModelSpec {
-    /// Elements of one GPU's linear weights at tensor parallelism `tp` by part: attention, dense
+    /// Elements of one GPU's linear weights at tensor parallelism `tp` by part: attention (linear
+    /// attention's projections too), dense
     /// MLP (shared experts and leading dense layers too), router, routed experts. They sum to
     /// `shard(tp).linear_elements`, of which the experts are what a model without them lacks.
     fn linear_parts(&self, tp: u32) -> [u128; 4] {
         let shard = self.shard(tp);
-        let attention = self.num_layers as u128 * self.attention_elements(shard.heads, shard.kv_heads);
+        let attention = self.all_attention_elements(shard.heads, shard.kv_heads, tp.max(1) as u64);
         let no_experts = ModelSpec { moe: self.moe.map(|m| MoeSpec { num_experts: 0, ..m }), ..self.clone() };
         let without_experts = no_experts.shard(tp).linear_elements as u128;
         let router = self.moe.map_or(0, |m| self.expert_layers() as u128 * self.hidden_size as u128 * m.num_experts as u128);

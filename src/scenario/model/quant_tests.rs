@@ -56,14 +56,9 @@ fn llama_8b_weights_under_each_scheme_by_hand() {
     assert_eq!(bytes(w4a16), 54_525_952 * 66 + LLAMA_8B_16BIT);
 }
 
-/// gpt-oss's configs, with the attention keys this change does not model (sliding windows,
-/// `model_type`, the duplicate `experts_per_token`) removed: the MXFP4 block as shipped.
+/// gpt-oss's published config, MXFP4 block and all.
 fn gpt_oss(stem: &str) -> ModelSpec {
-    parse(&edited(stem, |o| {
-        for key in ["layer_types", "sliding_window", "model_type", "experts_per_token"] {
-            o.remove(key);
-        }
-    }))
+    parse(&real_config(stem))
 }
 
 /// OpenAI's gpt-oss model card (2025-08-05), table 1: checkpoint sizes 12.8 GiB (gpt-oss-20b)

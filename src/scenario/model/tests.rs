@@ -102,7 +102,7 @@ fn fp8_weights_keep_16bit_embeddings() {
 #[test]
 fn unknown_preset_is_none() {
     assert!(ModelSpec::preset("gpt-5").is_none());
-    assert_eq!(ModelSpec::preset_names().len(), 12);
+    assert_eq!(ModelSpec::preset_names().len(), 17);
 }
 
 #[test]
@@ -141,12 +141,12 @@ const REAL_CONFIGS: &[(&str, Option<&str>)] = &[
     ("DeepSeek-R1", None),
     ("Kimi-K2", None),
     ("DeepSeek-V3.2", Some("index_topk")),
-    ("gpt-oss-20b", Some("layer_types")),
-    ("gpt-oss-120b", Some("layer_types")),
-    ("Qwen3-Next-80B-A3B", Some("full_attention_interval")),
-    ("Qwen3.5-35B-A3B", Some("text_config.layer_types")),
-    ("Llama-4-Scout", Some("text_config.attention_chunk_size")),
-    ("GLM-4.5-Air", Some("model_type")),
+    ("gpt-oss-20b", None),
+    ("gpt-oss-120b", None),
+    ("Qwen3-Next-80B-A3B", None),
+    ("Qwen3.5-35B-A3B", Some("text_config")),
+    ("Llama-4-Scout", None),
+    ("GLM-4.5-Air", None),
 ];
 
 fn hf_configs_dir() -> std::path::PathBuf {
@@ -209,19 +209,16 @@ fn architecture_that_is_not_modelled_is_refused_naming_the_key() {
         f(json.as_object_mut().unwrap());
         json.to_string()
     };
-    // gpt-oss without its quantization block: its sliding windows, then its family.
+    // gpt-oss without its quantization block reads its sliding layers; without `layer_types`,
+    // its window would apply to every layer.
     let no_quant = |o: &mut serde_json::Map<_, _>| drop(o.remove("quantization_config"));
-    assert_eq!(refused_key(&edit("gpt-oss-20b", &no_quant)), "layer_types");
+    let gpt_oss = ModelSpec::from_hf_config_json(&edit("gpt-oss-20b", &no_quant), Path::new("c.json"), "c").unwrap();
+    assert_eq!((gpt_oss.attention.sliding_layers, gpt_oss.attention.sliding_window, gpt_oss.attention.sinks), (12, 128, true));
     let no_layer_types = |o: &mut serde_json::Map<_, _>| {
         no_quant(o);
         o.remove("layer_types");
     };
     assert_eq!(refused_key(&edit("gpt-oss-20b", &no_layer_types)), "sliding_window");
-    let no_window = |o: &mut serde_json::Map<_, _>| {
-        no_layer_types(o);
-        o.remove("sliding_window");
-    };
-    assert_eq!(refused_key(&edit("gpt-oss-20b", &no_window)), "model_type");
     // Qwen2's window is fine switched off, refused switched on.
     let on = |o: &mut serde_json::Map<_, _>| drop(o.insert("use_sliding_window".into(), true.into()));
     assert_eq!(refused_key(&edit("Qwen2.5-7B", &on)), "use_sliding_window");

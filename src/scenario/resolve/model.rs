@@ -50,6 +50,18 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
     };
     let b = base.as_ref();
     let num_layers = dim("num_layers", raw.num_layers, b.map(|m| m.num_layers))?;
+    // Which layers are sliding, chunked or linear comes with the model's layer count: another
+    // count would leave their share undefined.
+    if let Some(base) = b.filter(|m| m.attention.is_mixed() && m.num_layers != num_layers) {
+        return Err(cx.invalid(
+            "model.num_layers",
+            num_layers,
+            format!(
+                "{} mixes attention kinds over its {} layers (sliding, chunked or linear), which fix the layer count; leave model.num_layers out",
+                base.name, base.num_layers
+            ),
+        ));
+    }
     let hidden_size = dim("hidden_size", raw.hidden_size, b.map(|m| m.hidden_size))?;
     let num_heads = dim("num_heads", raw.num_heads, b.map(|m| m.num_heads))?;
     // Hugging Face's defaults where a config leaves them out: no GQA, head_dim = hidden / heads.
@@ -113,6 +125,7 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         // Latent attention comes only from a preset or config, whose dimensions it is read with.
         mla: b.and_then(|m| m.mla),
         weight_quant,
+        attention: b.map(|m| m.attention).unwrap_or_default(),
     })
 }
 
