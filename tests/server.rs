@@ -51,6 +51,7 @@ fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
         enable_chunked_prefill: true,
         block_size: 16,
         num_gpu_blocks,
+        kv_blocks_per_seq: 0,
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,

@@ -53,6 +53,7 @@ async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_d
         enable_chunked_prefill: true,
         block_size: 16,
         num_gpu_blocks: 64,
+        kv_blocks_per_seq: 0,
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,

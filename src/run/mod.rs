@@ -35,6 +35,7 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         enable_chunked_prefill: e.enable_chunked_prefill,
         block_size: e.block_size,
         num_gpu_blocks: e.num_gpu_blocks,
+        kv_blocks_per_seq: e.kv_blocks_per_seq,
         watermark: e.watermark,
         enable_prefix_caching: e.enable_prefix_caching,
         num_scheduler_steps: e.num_scheduler_steps,

@@ -205,6 +205,9 @@ pub struct EngineConfig {
     pub max_model_len: u32,
     /// KV blocks per replica: pinned by the scenario, or computed as the engine computes it.
     pub num_gpu_blocks: u32,
+    /// Blocks each sequence holds beside its tokens' in a hybrid model's layout
+    /// ([`model::KvLayout`]): its sliding windows and linear-attention states; 0 otherwise.
+    pub kv_blocks_per_seq: u32,
     /// Fraction of KV blocks kept free when admitting a prompt (vLLM V0: 0.01; V1: 0).
     pub watermark: f64,
     /// Reuse cached prompt blocks (`sched::prefix`); docs/prefix-caching.md.

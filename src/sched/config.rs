@@ -13,6 +13,9 @@ pub struct SchedulerConfig {
     pub enable_chunked_prefill: bool,
     pub block_size: u32,
     pub num_gpu_blocks: u32,
+    /// Blocks each sequence holds from admission to release beside those of its tokens: a
+    /// hybrid model's sliding windows and linear-attention states (`scenario::model::KvLayout`).
+    pub kv_blocks_per_seq: u32,
     /// Fraction of blocks that must stay free after admitting a prompt.
     pub watermark: f64,
     /// Keep computed prompt blocks by hash and let later prompts reuse them (`sched::prefix`).

@@ -101,12 +101,102 @@ pub struct KvCacheManager {
     block_size: u32,
     /// `Some` with prefix caching on.
     prefix: Option<PrefixCache>,
+    /// Blocks a sequence holds beside its tokens' from its first allocation to its release (a
+    /// hybrid model's sliding windows and linear-attention states: `scenario::model::KvLayout`).
+    /// They are in no table, so block `i` of a table is still its tokens' `i`-th block.
+    own_per_seq: u32,
+    /// With ids, the ids of each slot's own blocks.
+    own: Vec<Vec<u32>>,
+    /// Without ids, how many own blocks all slots hold.
+    own_counted: u64,
 }
 
 impl KvCacheManager {
     pub fn new(blocks_total: u32, block_size: u32) -> KvCacheManager {
         assert!(block_size > 0, "block_size must be positive");
-        KvCacheManager { pool: BlockPool::new(blocks_total), tables: Vec::new(), counts: None, block_size, prefix: None }
+        KvCacheManager {
+            pool: BlockPool::new(blocks_total),
+            tables: Vec::new(),
+            counts: None,
+            block_size,
+            prefix: None,
+            own_per_seq: 0,
+            own: Vec::new(),
+            own_counted: 0,
+        }
+    }
+
+    /// The same manager where each sequence also holds `blocks` blocks of its own while it holds
+    /// any (see [`KvCacheManager::own_per_seq`]).
+    pub fn with_blocks_per_seq(mut self, blocks: u32) -> KvCacheManager {
+        debug_assert_eq!(self.pool.blocks_used(), 0, "set before any allocation");
+        self.own_per_seq = blocks;
+        self
+    }
+
+    /// Blocks `seq` must take beside its tokens' if it is allocated now: its own, when it holds
+    /// nothing yet.
+    #[inline]
+    fn own_needed(&self, seq: u32) -> u32 {
+        if self.own_per_seq > 0 && self.blocks_of(seq) == 0 { self.own_per_seq } else { 0 }
+    }
+
+    /// Takes `count` free blocks as `seq`'s own (counted as free by the caller).
+    fn take_own(&mut self, seq: u32, count: u32) {
+        if count == 0 {
+            return;
+        }
+        if self.counts.is_some() {
+            if let Some(runs) = self.pool.runs.as_mut() {
+                runs.take(count);
+            }
+            self.pool.counted += count;
+            self.own_counted += u64::from(count);
+            return;
+        }
+        let slot = seq as usize;
+        if self.own.len() <= slot {
+            self.own.resize_with(slot + 1, Vec::new);
+        }
+        let taken = self.pool.allocate_into(count, &mut self.own[slot]);
+        debug_assert!(taken, "counted as free by the caller");
+        if let Some(prefix) = self.prefix.as_mut() {
+            self.own[slot].iter().for_each(|&b| prefix.on_allocated(b));
+        }
+    }
+
+    /// Returns `seq`'s own blocks, if it holds any (`held`: whether it held token blocks).
+    fn release_own(&mut self, seq: u32, held: bool) {
+        if !held || self.own_per_seq == 0 {
+            return;
+        }
+        if self.counts.is_some() {
+            self.pool.counted -= self.own_per_seq;
+            self.own_counted -= u64::from(self.own_per_seq);
+            if let Some(runs) = self.pool.runs.as_mut() {
+                runs.push_plain(self.own_per_seq);
+            }
+            return;
+        }
+        let Some(own) = self.own.get_mut(seq as usize) else { return };
+        match (self.prefix.as_mut(), self.pool.queue.as_mut()) {
+            (Some(prefix), Some(queue)) => {
+                for b in own.drain(..).rev() {
+                    if prefix.release(b) {
+                        queue.push_back(b);
+                    }
+                }
+            }
+            _ => self.pool.release(own),
+        }
+    }
+
+    /// Blocks sequences hold as their own ([`KvCacheManager::with_blocks_per_seq`]).
+    pub fn blocks_held_as_own(&self) -> u64 {
+        match &self.counts {
+            Some(_) => self.own_counted,
+            None => self.own.iter().map(|o| o.len() as u64).sum(),
+        }
     }
 
     /// Keeps only how many blocks each sequence holds, not which: for the simulator, which never
@@ -209,11 +299,13 @@ impl KvCacheManager {
         if missing == 0 {
             return true;
         }
-        if self.pool.blocks_free() < missing.saturating_add(blocks_reserved) {
+        let own = self.own_needed(seq);
+        if u64::from(self.pool.blocks_free()) < u64::from(missing) + u64::from(own) + u64::from(blocks_reserved) {
             return false;
         }
         let allocated = self.grow_table(seq, missing);
         debug_assert!(allocated);
+        self.take_own(seq, own);
         allocated
     }
 
@@ -271,7 +363,8 @@ impl KvCacheManager {
         let blocks: Vec<u32> = hits.iter().map(|&h| prefix.lookup(h).expect("hits are cached")).collect();
         let evictable = blocks.iter().filter(|&&b| prefix.refs(b) == 0).count() as u32;
         let missing = self.blocks_for_tokens(tokens_total).saturating_sub(blocks.len() as u32);
-        let needed = u64::from(missing) + u64::from(evictable) + u64::from(blocks_reserved);
+        let own = self.own_needed(seq);
+        let needed = u64::from(missing) + u64::from(evictable) + u64::from(own) + u64::from(blocks_reserved);
         if u64::from(self.pool.blocks_free()) < needed {
             return false;
         }
@@ -285,6 +378,7 @@ impl KvCacheManager {
         self.table_mut(seq).extend_from_slice(&blocks);
         let grown = self.grow_table(seq, missing);
         debug_assert!(grown, "counted as free above");
+        self.take_own(seq, own);
         grown
     }
 
@@ -336,6 +430,8 @@ impl KvCacheManager {
 
     /// Returns all of `seq`'s blocks to the pool.
     pub fn free(&mut self, seq: u32) {
+        let held = self.blocks_of(seq) > 0;
+        self.release_own(seq, held);
         if self.counts.is_some() {
             let count = self.take_count(seq);
             if let Some(runs) = self.pool.runs.as_mut() {
@@ -373,6 +469,8 @@ impl KvCacheManager {
     /// `full_blocks` of them) are cached; without, the free blocks' runs keep them.
     pub(super) fn free_keeping_computed(&mut self, seq: u32, full_blocks: u32, hashes: &[BlockHash]) {
         if self.counts.is_some() {
+            let held = self.blocks_of(seq) > 0;
+            self.release_own(seq, held);
             let count = self.take_count(seq);
             let kept = full_blocks.min(count);
             if let Some(runs) = self.pool.runs.as_mut() {
@@ -402,7 +500,8 @@ impl KvCacheManager {
     pub(super) fn allocate_with_kept(&mut self, seq: u32, kept: u32, tokens_total: u32, blocks_reserved: u32) -> bool {
         debug_assert_eq!(self.blocks_of(seq), 0, "kept blocks start a table");
         let missing = self.blocks_for_tokens(tokens_total).saturating_sub(kept);
-        let needed = u64::from(missing) + u64::from(kept) + u64::from(blocks_reserved);
+        let own = self.own_needed(seq);
+        let needed = u64::from(missing) + u64::from(kept) + u64::from(own) + u64::from(blocks_reserved);
         if u64::from(self.pool.blocks_free()) < needed {
             return false;
         }
@@ -410,6 +509,7 @@ impl KvCacheManager {
         self.count_blocks(seq, kept);
         let grown = self.grow_table(seq, missing);
         debug_assert!(grown, "counted as free above");
+        self.take_own(seq, own);
         grown
     }
 
@@ -437,7 +537,7 @@ impl KvCacheManager {
         }
         let Some(prefix) = self.prefix.as_ref().filter(|_| self.counts.is_none()) else { return };
         prefix.check();
-        let held = prefix.check_refs(self.tables.iter().map(Vec::as_slice));
+        let held = prefix.check_refs(self.tables.iter().chain(&self.own).map(Vec::as_slice));
         assert_eq!(held, self.blocks_held(), "blocks in use differ from blocks with references");
     }
 }
@@ -445,6 +545,35 @@ impl KvCacheManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hybrid model's own blocks come with a sequence's first blocks and go with its last,
+    /// in every mode of the manager, and count against admission like any.
+    #[test]
+    fn own_blocks_are_held_from_first_allocation_to_release() {
+        let modes: [fn(KvCacheManager) -> KvCacheManager; 3] = [
+            |kv| kv,
+            |mut kv| {
+                kv.keep_counts_only();
+                kv
+            },
+            |kv| kv.with_prefix_caching(),
+        ];
+        for mode in modes {
+            let mut kv = mode(KvCacheManager::new(8, 16).with_blocks_per_seq(2));
+            assert!(kv.allocate(0, 33, 0)); // 3 token blocks and 2 of its own
+            assert_eq!((kv.pool().blocks_free(), kv.blocks_of(0), kv.blocks_held_as_own()), (3, 3, 2));
+            assert!(kv.allocate(0, 48, 0), "growing within its blocks takes none");
+            assert!(kv.allocate(0, 49, 0), "a fourth token block, no more of its own");
+            assert_eq!(kv.pool().blocks_free(), 2);
+            assert!(!kv.allocate(1, 1, 0), "one token block and two of its own do not fit in 2");
+            assert_eq!((kv.pool().blocks_free(), kv.blocks_of(1)), (2, 0));
+            kv.free(0);
+            assert_eq!((kv.pool().blocks_free(), kv.blocks_held_as_own()), (8, 0));
+            assert!(kv.allocate(1, 1, 0));
+            assert_eq!(kv.pool().blocks_free(), 5);
+            kv.check_refcounts();
+        }
+    }
 
     #[test]
     fn allocation_is_all_or_nothing() {

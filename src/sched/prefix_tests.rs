@@ -14,6 +14,7 @@ pub(in crate::sched) fn config(num_gpu_blocks: u32, enable_prefix_caching: bool)
         enable_chunked_prefill: true,
         block_size: BLOCK,
         num_gpu_blocks,
+        kv_blocks_per_seq: 0,
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,

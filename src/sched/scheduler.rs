@@ -158,7 +158,7 @@ impl Scheduler {
             let max_num_batched_tokens = state.config.max_num_batched_tokens;
             return Admission::Rejected(Rejection::StepBudget { total_tokens, max_num_batched_tokens });
         }
-        let blocks_needed = state.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1);
+        let blocks_needed = state.kv.blocks_for_tokens(prompt_tokens + max_tokens - 1).saturating_add(state.config.kv_blocks_per_seq);
         let blocks_usable = state.config.num_gpu_blocks - state.watermark_blocks;
         if blocks_needed > blocks_usable {
             return Admission::Rejected(Rejection::KvCapacity { blocks_needed, blocks_usable });
@@ -408,7 +408,9 @@ impl Scheduler {
             // A shared block is in several tables: the refcounts tie the tables to the pool.
             assert_eq!(blocks_running + blocks_cohort - grown, state.kv.blocks_in_tables(), "a sequence not running holds KV blocks");
         } else {
-            assert_eq!(blocks_running + blocks_cohort, pool.blocks_used() as u64, "KV blocks leaked");
+            // Each sequence's own blocks (a hybrid model's windows and states) beside its table's.
+            let own = state.kv.blocks_held_as_own();
+            assert_eq!(blocks_running + blocks_cohort + own, pool.blocks_used() as u64, "KV blocks leaked");
         }
         assert!(state.num_running() <= state.config.max_num_seqs, "running > max_num_seqs");
         let budgeted_tokens =

@@ -46,7 +46,7 @@ pub struct SchedulerState {
 
 impl SchedulerState {
     pub(super) fn new(config: SchedulerConfig) -> SchedulerState {
-        let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size);
+        let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size).with_blocks_per_seq(config.kv_blocks_per_seq);
         let kv = if config.enable_prefix_caching { kv.with_prefix_caching() } else { kv };
         SchedulerState {
             watermark_blocks: config.watermark_blocks(),

@@ -251,6 +251,7 @@ mod tests {
             enable_chunked_prefill: false,
             block_size: BLOCK,
             num_gpu_blocks,
+            kv_blocks_per_seq: 0,
             watermark: 0.0,
             enable_prefix_caching: false,
             num_scheduler_steps: 1,

@@ -53,6 +53,7 @@ pub fn config() -> SchedulerConfig {
         enable_chunked_prefill: true,
         block_size: 16,
         num_gpu_blocks: 128,
+        kv_blocks_per_seq: 0,
         watermark: 0.0,
         enable_prefix_caching: false,
         num_scheduler_steps: 1,

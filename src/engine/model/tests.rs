@@ -488,6 +488,7 @@ fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new:
         enable_chunked_prefill: true,
         block_size: BLOCK_SIZE as u32,
         num_gpu_blocks: 32,
+        kv_blocks_per_seq: 0,
         watermark: 0.0,
         enable_prefix_caching,
         num_scheduler_steps: 1,

@@ -62,6 +62,7 @@ impl EngineKnobs {
             enable_chunked_prefill: true,
             block_size: self.block_size,
             num_gpu_blocks: self.num_gpu_blocks,
+            kv_blocks_per_seq: 0,
             watermark: 0.0,
             enable_prefix_caching: self.enable_prefix_caching,
             num_scheduler_steps: self.num_scheduler_steps,

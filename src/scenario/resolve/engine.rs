@@ -145,8 +145,26 @@ pub(super) fn resolve_engine(
     let profile = resolve_profile(policy, version, raw, cx)?;
     // Prefix caching is on by default in vLLM V1 and off in V0 and TGI 2.3 (the profiles say);
     // servesim's own engine caches only when asked (`serve --enable-prefix-caching`).
+    // vLLM (through 0.11) turns prefix caching off for a model with linear-attention layers,
+    // whose per-sequence state no cached block holds ("Hybrid or mamba-based model detected:
+    // disabling prefix caching since it is not yet supported"); asked for, it is refused here.
+    let linear = model.attention.linear.is_some();
+    if linear && raw.enable_prefix_caching == Some(true) {
+        return Err(cx.invalid(
+            "engine.enable_prefix_caching",
+            true,
+            format!("{} has linear-attention layers, whose state no cached prefix holds; vLLM turns prefix caching off for it", model.name),
+        ));
+    }
     let enable_prefix_caching =
-        raw.enable_prefix_caching.unwrap_or(profile.as_ref().is_some_and(|p| p.defaults.enable_prefix_caching));
+        !linear && raw.enable_prefix_caching.unwrap_or(profile.as_ref().is_some_and(|p| p.defaults.enable_prefix_caching));
+    if policy == Policy::Tgi && model.attention.is_mixed() {
+        return Err(cx.invalid(
+            "engine.policy",
+            quote("tgi"),
+            format!("{} has sliding, chunked or linear attention layers, which servesim models for vLLM only", model.name),
+        ));
+    }
     let (default_max_num_seqs, profile_budget) = match &profile {
         Some(p) => p.batch_defaults(gpu),
         None => (SERVESIM_MAX_NUM_SEQS, Some(SERVESIM_MAX_NUM_BATCHED_TOKENS)),
@@ -183,6 +201,7 @@ pub(super) fn resolve_engine(
             gpu_memory_utilization: 0.0,
             max_model_len: 0,
             num_gpu_blocks: 0,
+            kv_blocks_per_seq: 0,
             watermark: 0.0,
             enable_prefix_caching,
             num_scheduler_steps: 1,
@@ -290,8 +309,9 @@ pub(super) fn resolve_engine(
         block_size,
         gpu_memory_utilization,
         max_model_len,
-        // Filled in by `size_memory`.
+        // Filled in by `size_memory`, with the block size where a hybrid layout needs a larger one.
         num_gpu_blocks: 0,
+        kv_blocks_per_seq: 0,
         watermark,
         enable_prefix_caching,
         num_scheduler_steps,

@@ -175,6 +175,14 @@ pub(super) fn check_tp(model: &ModelSpec, tp: u32) -> Result<(), String> {
             "model.num_kv_heads ({kv}) must be divisible by tensor_parallel or divide it"
         ));
     }
+    // vLLM splits a linear-attention layer's key and value heads over the GPUs.
+    if let Some(linear) = model.attention.linear {
+        for (name, heads) in [("key", linear.num_k_heads), ("value", linear.num_v_heads)] {
+            if !heads.is_multiple_of(tp) {
+                return Err(format!("must divide the linear-attention layers' {heads} {name} heads"));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -242,8 +250,13 @@ pub(super) fn size_memory(
     };
     engine.activation_reserve_bytes = activation_reserve_bytes;
 
-    let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(tp) + spec.map_or(0, |s| s.kv_bytes_per_token_per_gpu(tp));
-    let block_bytes = (engine.block_size as u64).saturating_mul(kv_bytes_per_token);
+    // A hybrid model's layout may raise the block size (see `KvLayout`); a proposer's layers
+    // keep every token in blocks of that size beside the target's.
+    let layout = model.kv_layout(tp, engine.block_size);
+    engine.block_size = layout.block_size;
+    engine.kv_blocks_per_seq = layout.blocks_per_seq;
+    let proposer_bytes = (engine.block_size as u64).saturating_mul(spec.map_or(0, |s| s.kv_bytes_per_token_per_gpu(tp)));
+    let block_bytes = layout.block_bytes.saturating_add(proposer_bytes);
     engine.num_gpu_blocks = match raw.num_gpu_blocks {
         Some(0) => return Err(cx.invalid("engine.num_gpu_blocks", 0, "must be at least 1")),
         // A pinned count the GPU's memory cannot hold would fail at the engine's start.
@@ -286,13 +299,18 @@ pub(super) fn size_memory(
             blocks.min(u32::MAX as f64) as u32
         }
     };
-    let kv_tokens = engine.num_gpu_blocks as u64 * engine.block_size as u64;
+    // A sequence's own blocks (windows, states) come out of the cache before its tokens'.
+    let kv_tokens = u64::from(engine.num_gpu_blocks.saturating_sub(engine.kv_blocks_per_seq)) * engine.block_size as u64;
     if kv_tokens < engine.max_model_len as u64 {
+        let own = match engine.kv_blocks_per_seq {
+            0 => String::new(),
+            n => format!(" after the {n} blocks each sequence holds for its sliding windows and linear-attention states"),
+        };
         return Err(cx.invalid(
             "engine.max_model_len",
             engine.max_model_len,
             format!(
-                "the KV cache holds only {kv_tokens} tokens per replica ({} blocks × {}), fewer than one \
+                "the KV cache holds only {kv_tokens} tokens per replica ({} blocks × {}{own}), fewer than one \
                  max_model_len sequence; lower max_model_len to at most {kv_tokens} or give the KV cache more \
                  memory",
                 engine.num_gpu_blocks, engine.block_size
