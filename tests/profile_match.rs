@@ -4,25 +4,10 @@
 //! and says where it differs, and carries the nearest GPU's profile to a GPU without one.
 
 mod common;
-use common::{repo, servesim, stderr, write_file};
-
-const SCENARIO: &str = r#"
-[model]
-preset = "Llama-3.1-8B"
-[hardware]
-gpu = "H100-SXM"
-[engine]
-[workload]
-num_prompts = 20
-request_rate = 5
-[workload.dataset]
-kind = "fixed"
-input_len = 200
-output_len = 20
-"#;
+use common::{LLAMA_8B_H100, repo, servesim, stderr, write_file};
 
 fn scenario(dir: &std::path::Path) -> String {
-    write_file(dir, "s.toml", SCENARIO).to_str().unwrap().to_string()
+    write_file(dir, "s.toml", LLAMA_8B_H100).to_str().unwrap().to_string()
 }
 
 #[test]

@@ -203,9 +203,13 @@ impl GridOptions {
         GridOptions {
             dtypes: vec![Dtype::Bf16],
             tensor_parallel: vec![1, 2, 4, 8],
-            // MLA's projections and attention are not in the grid's GEMM and attention shapes
-            // (the calibrated model prices MLA by the roofline), so its presets add nothing.
-            models: ModelSpec::preset_names().into_iter().filter_map(ModelSpec::preset).filter(|m| m.mla.is_none()).collect(),
+            // The calibrated model prices MLA, hybrid attention and interleaved dense layers by
+            // the roofline (`ModelSpec::unprofiled_layers`), so those presets add nothing.
+            models: ModelSpec::preset_names()
+                .into_iter()
+                .filter_map(ModelSpec::preset)
+                .filter(|m| m.unprofiled_layers().is_none())
+                .collect(),
             max_m: 16384,
             extra_m: Vec::new(),
             scale,
@@ -789,7 +793,7 @@ mod tests {
         let grid = Grid::new(GridOptions::all_presets(GridScale::Full));
         for name in ModelSpec::preset_names() {
             let model = ModelSpec::preset(name).unwrap();
-            if model.mla.is_some() {
+            if model.unprofiled_layers().is_some() {
                 continue;
             }
             for tp in [1, 2, 4, 8] {

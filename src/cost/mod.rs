@@ -14,6 +14,7 @@ mod memo;
 pub mod mla;
 pub mod moe;
 pub mod profile_match;
+pub mod quant;
 pub mod roofline;
 pub mod sampling;
 pub mod speculative;
@@ -25,6 +26,8 @@ mod tests_mla;
 mod tests_hybrid;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_quant;
 
 use crate::sched::batch::Batch;
 pub use crate::timeline::StepCost;

@@ -32,7 +32,7 @@ use super::memo::{ByDecodeBatch, ByRows};
 use super::mla::{AttentionCounts, MlaAttention};
 use super::moe::ExpertRouting;
 use super::sampling::SamplingCost;
-use super::weight_only::weight_gemm_peak_flops;
+use super::quant::{WeightPart, gemm_rate};
 use super::{overlap_cpu, CostModel, StepCost, to_ns};
 use crate::rounding::count_to_f64;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
@@ -319,7 +319,6 @@ impl Roofline {
 
         let hidden = hidden_elems as f64;
 
-        let weight_bytes = model.weight_dtype.bytes() as f64;
         let act_bytes = activation_bytes(model.weight_dtype);
         // The LM head stays 16-bit even in fp8 checkpoints and under vLLM's online fp8
         // quantization (only linear layers are quantized; the vocab-parallel head is an
@@ -327,11 +326,8 @@ impl Roofline {
         let lm_head_weight_bytes = act_bytes;
         let kv_bytes = model.kv_dtype.bytes() as f64;
         let peak_16bit = positive("gpu peak_flops_16bit", gpu.peak_flops_16bit);
-        // Weight-only FP8 (no FP8 tensor cores) reads 1-byte weights but computes slower than bf16.
-        let gemm_peak = weight_gemm_peak_flops(model, gpu);
         let gemm_eff = positive("gemm_efficiency", params.gemm_efficiency);
         let attention_eff = positive("attention_efficiency", params.attention_efficiency);
-        let gemm_flops_per_s = positive("fp8 peak", gemm_peak) * gemm_eff;
         let lm_head_flops_per_s = peak_16bit * gemm_eff;
         let attention_flops_per_s = peak_16bit * attention_eff;
         let bytes_per_s = positive("gpu memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s)
@@ -341,13 +337,19 @@ impl Roofline {
         let gate_heads = if model.attention.output_gate { heads_per_gpu } else { 0.0 };
         let qkv_width = (heads_per_gpu + gate_heads + KV_TENSORS * kv_heads_per_gpu) * head_dim;
         let attn_out_width = heads_per_gpu * head_dim;
-        let gemm = |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, act_bytes, gemm_flops_per_s, bytes_per_s);
+        // Each part's weights as stored (quantized or not) and the peak they multiply at: weight-only
+        // schemes read fewer bytes but multiply at the 16-bit peak or slower (`quant`).
+        let gemm_of = |part| {
+            let (weight_bytes, peak) = gemm_rate(model, gpu, part);
+            move |k: f64, n: f64| GemmOp::new(k, n, weight_bytes, act_bytes, positive("GEMM peak", peak) * gemm_eff, bytes_per_s)
+        };
+        let (gemm, mlp_gemm, expert_gemm) = (gemm_of(WeightPart::Attention), gemm_of(WeightPart::DenseMlp), gemm_of(WeightPart::Experts));
         let mla_projections = model.mla.map(|mla| mla.projections(hidden_elems, shard.heads).map(|(k, n)| gemm(k as f64, n as f64)));
         let (qkv, out) = match &mla_projections {
             Some([.., out]) => (gemm(0.0, 0.0), out.clone()),
             None => (gemm(hidden, qkv_width), gemm(attn_out_width, hidden)),
         };
-        let layer_gemms = [qkv, out, gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu), gemm(ffn_per_gpu, hidden)];
+        let layer_gemms = [qkv, out, mlp_gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu), mlp_gemm(ffn_per_gpu, hidden)];
         let mla = model.mla.zip(mla_projections).map(|(spec, [down, q_up, kv_up, _])| MlaLayer {
             down,
             q_up,
@@ -361,8 +363,8 @@ impl Roofline {
             let ffn = (moe.dense_ffn_size as f64 / t).ceil();
             LeadingDense {
                 share: model.leading_dense_layers() as f64 / model.num_layers as f64,
-                gate_up: gemm(hidden, GATE_UP_PROJECTIONS * ffn),
-                down: gemm(ffn, hidden),
+                gate_up: mlp_gemm(hidden, GATE_UP_PROJECTIONS * ffn),
+                down: mlp_gemm(ffn, hidden),
             }
         });
         let lm_head = GemmOp::new(hidden, vocab_per_gpu, lm_head_weight_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s);
@@ -373,12 +375,12 @@ impl Roofline {
             MoeGemms {
                 routing: ExpertRouting::new(&moe, tensor_parallel),
                 router: GemmOp::new(hidden, moe.num_experts as f64, act_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s),
-                gate_up: gemm(hidden, GATE_UP_PROJECTIONS * expert_ffn),
-                down: gemm(expert_ffn, hidden),
+                gate_up: expert_gemm(hidden, GATE_UP_PROJECTIONS * expert_ffn),
+                down: expert_gemm(expert_ffn, hidden),
             }
         });
 
-        let weight_bytes_read_per_step = shard.linear_elements.saturating_mul(model.weight_dtype.bytes())
+        let weight_bytes_read_per_step = u64::try_from(model.linear_weight_bytes_per_gpu(tensor_parallel)).unwrap_or(u64::MAX)
             + hidden_elems * shard.vocab_rows * lm_head_weight_bytes as u64;
 
         // Attention: FLOPs per (query, key) pair, bytes per cached token and per query token.

@@ -17,12 +17,12 @@ fn llama_8b(dtype: Dtype) -> ModelSpec {
     model
 }
 
-fn gpu(name: &str) -> GpuSpec {
+pub(super) fn gpu(name: &str) -> GpuSpec {
     GpuSpec::preset(name).expect("preset")
 }
 
 /// 32 sequences decoding one token each on 1,024 cached tokens: GEMMs of m = 32.
-fn decode_step() -> Batch {
+pub(super) fn decode_step() -> Batch {
     let mut batch = Batch::default();
     for seq in 0..32 {
         batch.push(SeqWork { seq, new_tokens: 1, context_tokens: 1024, samples_token: true, draft_tokens: 0 });
@@ -31,7 +31,7 @@ fn decode_step() -> Batch {
 }
 
 /// One 8,192-token prompt: GEMMs of m = 8,192, the A100 profile's largest measured.
-fn prefill_step() -> Batch {
+pub(super) fn prefill_step() -> Batch {
     let mut batch = Batch::default();
     batch.push(SeqWork { seq: 0, new_tokens: 8192, context_tokens: 0, samples_token: true, draft_tokens: 0 });
     batch

@@ -23,6 +23,7 @@ pub(crate) fn tiny_model() -> ModelSpec {
         moe: None,
         mla: None,
         attention: Default::default(),
+        weight_quant: None,
     }
 }
 
@@ -32,6 +33,7 @@ pub(crate) fn tiny_gpu() -> GpuSpec {
         name: "tiny-gpu".into(),
         peak_flops_16bit: 1e11,
         peak_flops_fp8: Some(2e11),
+        peak_flops_fp4: None,
         memory_bytes: 1 << 30,
         memory_bandwidth_bytes_per_s: 1e10,
         interconnect_bandwidth_bytes_per_s: 1e9,
@@ -64,6 +66,7 @@ fn h100_like() -> GpuSpec {
         name: "h100-like".into(),
         peak_flops_16bit: 989e12,
         peak_flops_fp8: Some(1979e12),
+        peak_flops_fp4: None,
         memory_bytes: 80 << 30,
         memory_bandwidth_bytes_per_s: 3.35e12,
         interconnect_bandwidth_bytes_per_s: 450e9,

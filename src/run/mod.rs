@@ -213,11 +213,15 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         };
         ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
     };
-    if let (Some(_), Some(layers)) = (&scenario.kernel_profile, unprofiled_layers(&scenario.model)) {
+    if let (Some(_), Some(layers)) = (&scenario.kernel_profile, scenario.model.unprofiled_layers()) {
         let note = format!(
             "cost.profile: kernel profiles have no rows for {layers}, so {} is priced by the roofline, not as a decoder whose every layer is alike",
             scenario.model.name
         );
+        return Ok(roofline(CostKind::Roofline, vec![note], warnings));
+    }
+    if let (Some(_), Some(weights)) = (&scenario.kernel_profile, crate::cost::quant::unprofiled(&scenario.model)) {
+        let note = format!("cost.profile: kernel profiles have no rows for {weights}, so {} is flagged as roofline: priced by the roofline, not as 16-bit GEMMs", scenario.model.name);
         return Ok(roofline(CostKind::Roofline, vec![note], warnings));
     }
     let (index, provenance, name, mut notes): (ProfileIndex, &Provenance, String, Vec<String>);
@@ -241,6 +245,7 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
                     let label = format!("{} (bundled {}, measured on {measured_on}, transferred to {})", model.source(), b.name, gpu.name);
                     let mut notes = auto_notes(b.name, kernel_mismatches(&b.provenance, &b.facts, scenario));
                     notes.extend_from_slice(model.notices());
+                    notes.extend(crate::cost::quant::note(&scenario.model));
                     match (scenario.transfer_correction, transfer::for_gpu(&gpu.name)) {
                         (Some(applied), _) => notes.push(applied.describe()),
                         (None, Some(unused)) if !unused.fitted_on(scenario.engine.policy.name()) => notes.push(format!(
@@ -282,20 +287,8 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
     let calibrated = Calibrated::from_index(index, &scenario.model, gpu, tp, &scenario.cost);
     let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
+    notes.extend(crate::cost::quant::note(&scenario.model));
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
-}
-
-/// What of `model` a kernel profile's GEMM and attention rows do not describe, if anything: the
-/// calibrated model would price it as the fused-QKV, every-layer-alike decoder.
-fn unprofiled_layers(model: &crate::scenario::ModelSpec) -> Option<&'static str> {
-    if model.attention.is_mixed() {
-        return Some("sliding-window, chunked or linear attention layers");
-    }
-    match (model.mla.is_some(), model.leading_dense_layers() > 0) {
-        (true, _) => Some("multi-head latent attention"),
-        (false, true) => Some("dense layers among expert layers"),
-        (false, false) => None,
-    }
 }
 
 /// `auto` picks the best profile there is for the GPU; where it still differs from the scenario,

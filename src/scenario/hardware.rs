@@ -20,6 +20,9 @@ pub struct GpuSpec {
     pub peak_flops_16bit: f64,
     /// Peak dense FP8 tensor FLOP/s; `None` where the GPU has no FP8 tensor cores.
     pub peak_flops_fp8: Option<f64>,
+    /// Peak dense FP4 (NVFP4, MXFP4) tensor FLOP/s; `None` where the GPU has no FP4 tensor
+    /// cores (every GPU before Blackwell).
+    pub peak_flops_fp4: Option<f64>,
     /// HBM (or GDDR) capacity, bytes.
     pub memory_bytes: u64,
     /// Peak memory bandwidth, bytes per second.
@@ -71,6 +74,7 @@ struct Preset {
     aliases: &'static [&'static str],
     tflops_16bit: f64,
     tflops_fp8: Option<f64>,
+    tflops_fp4: Option<f64>,
     memory_bytes: u64,
     /// TB/s (decimal)
     memory_tb_per_s: f64,
@@ -84,6 +88,7 @@ impl Preset {
             name: self.name.to_string(),
             peak_flops_16bit: self.tflops_16bit * 1e12,
             peak_flops_fp8: self.tflops_fp8.map(|t| t * 1e12),
+            peak_flops_fp4: self.tflops_fp4.map(|t| t * 1e12),
             memory_bytes: self.memory_bytes,
             memory_bandwidth_bytes_per_s: self.memory_tb_per_s * 1e12,
             interconnect_bandwidth_bytes_per_s: self.interconnect_gb_per_s * 1e9,
@@ -100,6 +105,7 @@ const PRESETS: &[Preset] = &[
         aliases: &["H100", "H100-SXM5", "H100-80G", "H100-SXM-80GB"],
         tflops_16bit: 989.4,
         tflops_fp8: Some(1978.9),
+        tflops_fp4: None,
         memory_bytes: 81_559 * MIB,
         memory_tb_per_s: 3.35,
         interconnect_gb_per_s: 450.0,
@@ -112,6 +118,7 @@ const PRESETS: &[Preset] = &[
         aliases: &["H200-SXM"],
         tflops_16bit: 989.4,
         tflops_fp8: Some(1978.9),
+        tflops_fp4: None,
         memory_bytes: 143_771 * MIB,
         memory_tb_per_s: 4.8,
         interconnect_gb_per_s: 450.0,
@@ -124,6 +131,7 @@ const PRESETS: &[Preset] = &[
         aliases: &["A100", "A100-80G", "A100-SXM", "A100-SXM4-80GB"],
         tflops_16bit: 312.0,
         tflops_fp8: None,
+        tflops_fp4: None,
         memory_bytes: 81_920 * MIB,
         memory_tb_per_s: 2.039,
         interconnect_gb_per_s: 300.0,
@@ -137,6 +145,7 @@ const PRESETS: &[Preset] = &[
         aliases: &["MI300", "Instinct-MI300X"],
         tflops_16bit: 1307.4,
         tflops_fp8: Some(2614.9),
+        tflops_fp4: None,
         memory_bytes: 205_822_885_888,
         memory_tb_per_s: 5.3,
         interconnect_gb_per_s: 448.0,
@@ -149,6 +158,7 @@ const PRESETS: &[Preset] = &[
         aliases: &[],
         tflops_16bit: 362.05,
         tflops_fp8: Some(733.0),
+        tflops_fp4: None,
         memory_bytes: 46_068 * MIB,
         memory_tb_per_s: 0.864,
         interconnect_gb_per_s: 32.0,
@@ -156,12 +166,14 @@ const PRESETS: &[Preset] = &[
     // NVIDIA DGX B200 datasheet (8 GPUs: 72 PFLOPS FP8 training, 1,440 GB HBM3e, 64 TB/s, NVLink 5
     // 14.4 TB/s aggregate) → per GPU: FP8 4,500 TFLOPS and BF16 2,250 TFLOPS dense, 180 GB at
     // 8 TB/s, NVLink 1.8 TB/s → 900 GB/s per direction. Capacity: the decimal datasheet figure
-    // (180e9 B), as the device-reported total was not confirmed here.
+    // (180e9 B), as the device-reported total was not confirmed here. FP4: the same datasheet's
+    // 144 PFLOPS FP4 inference (with sparsity) for 8 GPUs → 18 per GPU → 9,000 TFLOPS dense.
     Preset {
         name: "B200",
         aliases: &["B200-SXM", "DGX-B200"],
         tflops_16bit: 2250.0,
         tflops_fp8: Some(4500.0),
+        tflops_fp4: Some(9000.0),
         memory_bytes: 180_000_000_000,
         memory_tb_per_s: 8.0,
         interconnect_gb_per_s: 900.0,

@@ -134,6 +134,9 @@ pub struct RawModel {
     pub dtype: Option<String>,
     /// KV cache: as `dtype`, or "auto" (the default: the activation dtype).
     pub kv_cache_dtype: Option<String>,
+    /// Weight quantization scheme: "none", "fp8", "fp8-block", "awq", "gptq", "mxfp4", "nvfp4"
+    /// (default: the preset's or config's).
+    pub quantization: Option<String>,
 }
 
 /// `[hardware]`: a `gpu` preset and a `count`, with optional overrides of any figure.

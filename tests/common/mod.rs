@@ -23,6 +23,23 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Llama-3.1-8B on one H100 under vLLM V1, 20 fixed-length requests at 5 a second: a small,
+/// fast scenario for tests that vary one setting.
+pub const LLAMA_8B_H100: &str = r#"
+[model]
+preset = "Llama-3.1-8B"
+[hardware]
+gpu = "H100-SXM"
+[engine]
+[workload]
+num_prompts = 20
+request_rate = 5
+[workload.dataset]
+kind = "fixed"
+input_len = 200
+output_len = 20
+"#;
+
 /// The repository root (where `scenarios/` lives).
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -122,6 +122,7 @@ pub fn from_file(file: &Path) -> Result<GpuSpec, ImportError> {
         name,
         peak_flops_16bit: figure("peak_tflops_16bit", raw.peak_tflops_16bit, 1e12, b.map(|g| g.peak_flops_16bit))?,
         peak_flops_fp8,
+        peak_flops_fp4: b.and_then(|g| g.peak_flops_fp4),
         memory_bytes: figure("memory_gib", raw.memory_gib, GIB_BYTES, b.map(|g| g.memory_bytes as f64))?.round() as u64,
         memory_bandwidth_bytes_per_s: figure(
             "memory_bandwidth_gbps",

@@ -3,6 +3,7 @@
 use super::hf_attention::attention_from_hf_config;
 use super::hf_keys::{TEXT_WRAPPERS, brief, check_keys};
 use super::hf_error::HfConfigError;
+use super::quant::{HfQuant, from_hf_config};
 use super::{Dtype, MlaSpec, ModelSpec, MoeSpec, default_kv_dtype};
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -30,8 +31,8 @@ impl ModelSpec {
     /// `LlamaConfig`, `Qwen2Config` and `MistralConfig`), `max_position_embeddings`, and
     /// `torch_dtype` (or `dtype`, its newer name) for the weights' dtype: float32 checkpoints are
     /// served in bf16 (vLLM's `--dtype auto` downcasts them), absent means bf16. A
-    /// `quantization_config` with `quant_method = "fp8"` means fp8 weights; other quantization
-    /// methods are rejected rather than mis-sized. Mixture-of-experts keys: see
+    /// `quantization_config` is read by `quant::from_hf_config` (fp8, block-scaled fp8, AWQ, GPTQ,
+    /// MXFP4, NVFP4); other methods and settings are rejected rather than mis-sized. Mixture-of-experts keys: see
     /// [`moe_from_hf_config`]. Every other key is checked first, by the rule in `hf_keys`:
     /// architecture that is not modelled is refused, naming the key, never priced as if absent.
     pub fn from_hf_config_json(
@@ -132,11 +133,25 @@ impl ModelSpec {
                 }
             },
         };
-        // `check_keys` admits fp8 alone.
-        if get("quantization_config").is_some() {
-            weight_dtype = Dtype::Fp8;
-        }
-        Ok(ModelSpec {
+        // `check_keys` has refused what `quant` does not model.
+        let refuse = |key: &str, value: &serde_json::Value, reason: &str| HfConfigError::BadValue {
+            file: file_buf.clone(),
+            key: key.into(),
+            value: brief(value),
+            reason: reason.into(),
+        };
+        let weight_quant = match get("quantization_config").map(|q| from_hf_config(q, &refuse)).transpose()? {
+            None => None,
+            Some(HfQuant::Fp8PerTensor) => {
+                weight_dtype = Dtype::Fp8;
+                None
+            }
+            Some(HfQuant::Scheme(quant)) => {
+                weight_dtype = quant.scheme.weight_dtype(weight_dtype);
+                Some(quant)
+            }
+        };
+        let model = ModelSpec {
             name: name.to_string(),
             num_layers,
             hidden_size,
@@ -152,7 +167,12 @@ impl ModelSpec {
             moe,
             mla,
             attention,
-        })
+            weight_quant,
+        };
+        match model.weight_quant.and_then(|q| q.mismatch(&model)) {
+            Some(why) => Err(refuse("quantization_config.quant_method", &obj["quantization_config"]["quant_method"], &why)),
+            None => Ok(model),
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! 1. A key in [`refusal`]'s table with a value that changes the architecture is refused (for
 //!    example `sliding_window` unless `use_sliding_window` is false or `layer_types` says which
 //!    layers slide, any `index_*` key, a `linear_*` key servesim does not read).
-//! 2. `quantization_config` must have `quant_method = "fp8"` and only keys of that method;
+//! 2. `quantization_config` must be a method and settings `quant` models, with only that
+//!    method's keys;
 //!    `rope_scaling` (or `rope_parameters`) must be of a type that does not change cost.
 //! 3. `model_type`, when given, must be one of [`MODELLED_TYPES`]. vLLM picks the model's code
 //!    from it, so it decides which keys matter; configs written by hand may leave it out.
@@ -184,10 +185,6 @@ fn harmless_by_name(key: &str) -> bool {
 /// per-dimension factors) and YaRN's softmax scale, all folded into the rotary embedding.
 const ROPE_TYPES_SAME_COST: &[&str] = &["default", "linear", "dynamic", "yarn", "llama3", "longrope"];
 
-/// Keys of an fp8 `quantization_config` (per-tensor or block-scaled, as DeepSeek ships it).
-const FP8_QUANT_KEYS: &[&str] =
-    &["quant_method", "activation_scheme", "fmt", "weight_block_size", "scale_fmt", "ignored_layers", "modules_to_not_convert"];
-
 /// Whether a present value of `key` changes the architecture in a way not modelled, and why.
 /// `obj` is the whole config, for keys whose meaning depends on another (`sliding_window` on
 /// `use_sliding_window`). Checked in [`REFUSED`]'s order, so a config with several is refused
@@ -325,22 +322,9 @@ pub(super) fn check_keys(obj: &Map<String, Value>, file: &Path) -> Result<(), Hf
     Ok(())
 }
 
-/// Only fp8 weights are modelled: other methods change the bytes per weight (4-bit AWQ, GPTQ,
-/// MXFP4, bitsandbytes) or the kernels (compressed-tensors schemes), which are not priced yet.
+/// The quantization methods and keys `quant` models; anything else is refused, naming its key.
 fn check_quantization(q: &Value, refuse: &dyn Fn(&str, String, &str) -> HfConfigError) -> Result<(), HfConfigError> {
-    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
-    if !method.eq_ignore_ascii_case("fp8") {
-        return Err(refuse("quantization_config.quant_method", format!("{method:?}"), "only fp8 quantization is modelled"));
-    }
-    let fields = q.as_object().into_iter().flatten();
-    if let Some((key, value)) = fields.filter(|(_, v)| !v.is_null()).find(|(key, _)| !FP8_QUANT_KEYS.contains(&key.as_str())) {
-        return Err(refuse(
-            &format!("quantization_config.{key}"),
-            brief(value),
-            &format!("not a key of fp8 quantization servesim knows ({})", FP8_QUANT_KEYS.join(", ")),
-        ));
-    }
-    Ok(())
+    super::quant::from_hf_config(q, &|key, value, why| refuse(key, brief(value), why)).map(drop)
 }
 
 /// A value as an error shows it: arrays and objects cut to their first 80 characters, since a

@@ -19,6 +19,7 @@ mod kv_layout;
 mod layers;
 mod mla;
 mod presets;
+mod quant;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use hf_error::HfConfigError;
 pub use kv_layout::KvLayout;
 pub use layers::{AttentionMix, LinearAttention};
 pub use mla::MlaSpec;
+pub use quant::{IntMethod, QuantScheme, QuantScope, SCENARIO_NAMES as QUANT_SCENARIO_NAMES, WeightQuant};
 
 /// A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +55,10 @@ pub struct ModelSpec {
     /// its query heads, `head_dim` its query-key width (nope + rope) and `num_kv_heads` equal to
     /// `num_heads`: what an engine without MLA would compute.
     pub mla: Option<MlaSpec>,
+    /// Weights stored in groups or blocks that share a scale (AWQ, GPTQ, MXFP4, NVFP4,
+    /// block-scaled FP8), and the layers they cover; `None` stores every linear weight in
+    /// `weight_dtype`.
+    pub weight_quant: Option<WeightQuant>,
     /// Layers whose attention is not full attention (sliding, chunked, linear), where the model
     /// has them; the default is every layer full.
     pub attention: AttentionMix,
@@ -185,6 +191,20 @@ impl ModelSpec {
         kv_layers * self.attention_elements(heads, kv_heads) + linear
     }
 
+    /// What of this model a kernel profile's GEMM and attention rows do not describe, if
+    /// anything: a calibrated model would price it as the fused-QKV decoder whose every layer
+    /// is alike, so it is priced by the roofline instead (and the calibration grid leaves it out).
+    pub fn unprofiled_layers(&self) -> Option<&'static str> {
+        if self.attention.is_mixed() || self.attention.output_gate {
+            return Some("sliding-window, chunked or linear attention layers");
+        }
+        match (self.mla.is_some(), self.leading_dense_layers() > 0) {
+            (true, _) => Some("multi-head latent attention"),
+            (false, true) => Some("dense layers among expert layers"),
+            (false, false) => None,
+        }
+    }
+
     /// Layers whose MLP is dense before the expert layers (`first_k_dense_replace`); 0 in a
     /// model without experts, whose every layer is counted by [`Self::expert_layers`].
     pub fn leading_dense_layers(&self) -> u32 {
@@ -279,7 +299,7 @@ impl ModelSpec {
         let norm_elements = (2 * self.num_layers as u128 + 1) * h;
         let vocab_tables = if self.tied_embeddings { 1 } else { 2 };
         saturate(
-            shard.linear_elements as u128 * self.weight_dtype.bytes() as u128
+            self.linear_weight_bytes_per_gpu(tp)
                 + (vocab_tables * shard.vocab_rows as u128 * h + norm_elements) * self.unquantized_bytes() as u128,
         )
     }

@@ -61,6 +61,7 @@ impl Preset {
             kv_dtype: Dtype::Bf16,
             moe: self.moe,
             mla: self.mla,
+            weight_quant: None,
             attention: self.attention,
         }
     }

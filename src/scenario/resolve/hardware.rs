@@ -126,6 +126,8 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
         name,
         peak_flops_16bit,
         peak_flops_fp8,
+        // No key sets it: only a preset's datasheet says a GPU has FP4 tensor cores.
+        peak_flops_fp4: b.and_then(|g| g.peak_flops_fp4),
         memory_bytes,
         memory_bandwidth_bytes_per_s,
         interconnect_bandwidth_bytes_per_s,

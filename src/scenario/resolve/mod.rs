@@ -139,6 +139,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             (first.gpu.clone(), first.engine.clone(), count, pools, kv_link)
         }
     };
+    model::check_weights(&raw.model, &model, std::iter::once(&gpu).chain(pools.iter().map(|p| &p.gpu)), cx)?;
     // The link's inputs are bounded, but what they derive must be too: the longest prompt's KV
     // over a link of 1e-11 GB/s took past 2^64 ns (a 0.06 s run with a P99 ITL of 1.8e13 ms).
     if let Some(link) = &kv_link {

@@ -2,7 +2,9 @@
 
 use super::context::{Cx, positive_count, quote};
 use crate::scenario::ScenarioError;
-use crate::scenario::model::{Dtype, ModelSpec, MoeSpec, default_kv_dtype};
+use crate::scenario::model::{Dtype, ModelSpec, MoeSpec, WeightQuant, default_kv_dtype};
+use crate::scenario::model::QUANT_SCENARIO_NAMES as SCENARIO_NAMES;
+use crate::scenario::GpuSpec;
 use crate::scenario::schema::{RawEngine, RawModel};
 use crate::scenario::{EngineConfig, Policy};
 
@@ -94,10 +96,7 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         ));
     }
 
-    let weight_dtype = match &raw.dtype {
-        Some(d) => parse_dtype("model.dtype", d, cx)?,
-        None => b.map_or(Dtype::Bf16, |m| m.weight_dtype),
-    };
+    let (weight_dtype, weight_quant) = resolve_weights(raw, b, cx)?;
     // vLLM's `--kv-cache-dtype auto`: the activation dtype (see `default_kv_dtype`).
     let kv_dtype = match raw.kv_cache_dtype.as_deref() {
         None => default_kv_dtype(weight_dtype),
@@ -125,8 +124,47 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         moe,
         // Latent attention comes only from a preset or config, whose dimensions it is read with.
         mla: b.and_then(|m| m.mla),
+        weight_quant,
         attention: b.map(|m| m.attention).unwrap_or_default(),
     })
+}
+
+/// `model.dtype` and `model.quantization` over the preset's or config's weights. Without
+/// `quantization`, the base's scheme stays, except that a `dtype` other than fp8 replaces
+/// block-scaled fp8 weights (as it replaces per-tensor ones); a 4-bit scheme's `dtype` is its
+/// activations'. "none" drops the base's scheme, "fp8" is per-tensor FP8.
+fn resolve_weights(raw: &RawModel, base: Option<&ModelSpec>, cx: &Cx) -> Result<(Dtype, Option<WeightQuant>), ScenarioError> {
+    let dtype = raw.dtype.as_deref().map(|d| parse_dtype("model.dtype", d, cx)).transpose()?;
+    let base_dtype = base.map_or(Dtype::Bf16, |m| m.weight_dtype);
+    let Some(name) = &raw.quantization else {
+        let replaced = |q: &WeightQuant| q.scheme.weight_dtype(Dtype::Bf16) == Dtype::Fp8 && dtype.is_some_and(|d| d != Dtype::Fp8);
+        return Ok((dtype.unwrap_or(base_dtype), base.and_then(|m| m.weight_quant).filter(|q| !replaced(q))));
+    };
+    let quant = WeightQuant::from_scenario_name(name)
+        .map_err(|()| cx.invalid("model.quantization", quote(name), format!("unknown scheme; known: {}", SCENARIO_NAMES.join(", "))))?;
+    let activation = default_kv_dtype(base_dtype);
+    let implied = match quant {
+        Some(q) => q.scheme.weight_dtype(dtype.unwrap_or(activation)),
+        None if name.trim().eq_ignore_ascii_case("fp8") => Dtype::Fp8,
+        None => dtype.unwrap_or(activation),
+    };
+    if let Some(d) = dtype.filter(|&d| d != implied) {
+        return Err(cx.invalid("model.dtype", quote(d.name()), format!("model.quantization = {} stores {} weights", quote(name), implied.name())));
+    }
+    Ok((implied, quant))
+}
+
+/// Refuses weights the deployment cannot run as stored: a scheme the model cannot carry, or
+/// NVFP4 on GPUs without FP4 tensor cores, naming the field that chose the scheme.
+pub(super) fn check_weights<'g>(raw: &RawModel, model: &ModelSpec, gpus: impl IntoIterator<Item = &'g GpuSpec>, cx: &Cx) -> Result<(), ScenarioError> {
+    let (field, value) = match (&raw.quantization, &raw.hf_config, &raw.preset) {
+        (Some(q), _, _) => ("model.quantization", q),
+        (None, Some(h), _) => ("model.hf_config", h),
+        (None, None, Some(p)) => ("model.preset", p),
+        (None, None, None) => return Ok(()),
+    };
+    let why = model.weight_quant.and_then(|q| q.mismatch(model)).or_else(|| gpus.into_iter().find_map(|gpu| model.weight_quant.and_then(|q| q.refusal_on(gpu))));
+    why.map_or(Ok(()), |why| Err(cx.invalid(field, quote(value), why)))
 }
 
 /// The routed experts: the preset's or config's, with explicit fields over them; explicit
@@ -210,3 +248,7 @@ const MAX_ROUTING_SKEW: f64 = 8.0;
 #[cfg(test)]
 #[path = "model_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "model_quant_tests.rs"]
+mod quant_tests;
