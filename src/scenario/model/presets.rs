@@ -1,5 +1,6 @@
 //! Built-in models, with the Hugging Face repository each one's numbers come from.
 
+use super::quant::{QuantScheme, QuantScope, WeightQuant};
 use super::{AttentionMix, Dtype, LinearAttention, MlaSpec, ModelSpec, MoeSpec};
 
 impl ModelSpec {
@@ -42,6 +43,9 @@ struct Preset {
     moe: Option<MoeSpec>,
     mla: Option<MlaSpec>,
     attention: AttentionMix,
+    /// How the published checkpoint stores its weights, where only a quantized one is
+    /// published (gpt-oss); `None`: bf16, like the rest.
+    weight_quant: Option<WeightQuant>,
 }
 
 impl Preset {
@@ -61,7 +65,7 @@ impl Preset {
             kv_dtype: Dtype::Bf16,
             moe: self.moe,
             mla: self.mla,
-            weight_quant: None,
+            weight_quant: self.weight_quant,
             attention: self.attention,
         }
     }
@@ -86,6 +90,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // meta-llama/Llama-3.1-70B (and -Instruct): config.json
     Preset {
@@ -103,6 +108,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // meta-llama/Llama-3.1-405B (and -Instruct): config.json
     Preset {
@@ -120,6 +126,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // meta-llama/Llama-3.2-1B (and -Instruct): config.json (tie_word_embeddings: true, head_dim 64)
     Preset {
@@ -137,6 +144,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // meta-llama/Llama-3.2-3B (and -Instruct): config.json (tie_word_embeddings: true)
     Preset {
@@ -154,6 +162,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // Qwen/Qwen2.5-7B-Instruct: config.json (head_dim = 3584 / 28 = 128)
     Preset {
@@ -171,6 +180,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // Qwen/Qwen2.5-72B-Instruct: config.json
     Preset {
@@ -188,6 +198,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // mistralai/Mistral-7B-Instruct-v0.3: config.json (v0.3: vocab 32768, no sliding window)
     Preset {
@@ -205,6 +216,7 @@ const PRESETS: &[Preset] = &[
         moe: None,
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // mistralai/Mixtral-8x7B-v0.1 (and -Instruct-v0.1): config.json (num_local_experts 8,
     // num_experts_per_tok 2, intermediate_size 14336 per expert, no shared expert)
@@ -223,6 +235,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // Qwen/Qwen3-30B-A3B: config.json (num_experts 128, num_experts_per_tok 8,
     // moe_intermediate_size 768, head_dim 128, decoder_sparse_step 1, mlp_only_layers [])
@@ -241,6 +254,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // deepseek-ai/DeepSeek-V3 (and -R1, same dimensions): config.json. MLA with q_lora_rank 1536,
     // kv_lora_rank 512, qk_nope/rope 128/64, v 128; 3 dense layers (intermediate_size 18432),
@@ -261,6 +275,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
         mla: Some(DEEPSEEK_V3_MLA),
         attention: FULL,
+        weight_quant: None,
     },
     // moonshotai/Kimi-K2-Instruct: config.json. DeepSeek-V3's architecture with 64 heads, 384
     // routed experts and 1 dense layer; vocabulary 163,840.
@@ -279,6 +294,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 384, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 18432 }),
         mla: Some(DEEPSEEK_V3_MLA),
         attention: FULL,
+        weight_quant: None,
     },
     // zai-org/GLM-4.5-Air: config.json (tests/data/hf-configs/README.md says where it comes
     // from). 1 dense layer (intermediate_size 10944), then 45 with 128 routed experts (top-8)
@@ -298,10 +314,11 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 1408, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 10944 }),
         mla: None,
         attention: FULL,
+        weight_quant: None,
     },
     // openai/gpt-oss-20b: config.json. 24 layers alternating sliding-window (128 tokens) and
     // full attention, with attention sinks; 32 experts (top-4) of 2880; 64 query and 8 KV heads
-    // of 64. The checkpoint's experts are MXFP4; the preset is bf16 like every preset.
+    // of 64. Its experts are MXFP4, as the only published checkpoint stores them.
     Preset {
         name: "gpt-oss-20b",
         hf_repo: "openai/gpt-oss-20b",
@@ -317,6 +334,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 32, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
         attention: gpt_oss_attention(12),
+        weight_quant: MXFP4_EXPERTS,
     },
     // openai/gpt-oss-120b: config.json. gpt-oss-20b's layer with 128 experts, 36 layers.
     Preset {
@@ -334,6 +352,7 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
         attention: gpt_oss_attention(18),
+        weight_quant: MXFP4_EXPERTS,
     },
     // Qwen/Qwen3-Next-80B-A3B-Instruct: config.json. 48 layers, every 4th full attention (16
     // query and 2 KV heads of 256, with an output gate), the others Gated DeltaNet (16 key and
@@ -357,6 +376,7 @@ const PRESETS: &[Preset] = &[
             output_gate: true,
             ..FULL
         },
+        weight_quant: None,
     },
     // meta-llama/Llama-4-Scout-17B-16E-Instruct: config.json's text_config. 48 layers, three in
     // four chunked local attention (chunks of 8192) and every fourth full (NoPE); 16 routed
@@ -376,8 +396,12 @@ const PRESETS: &[Preset] = &[
         moe: Some(MoeSpec { num_experts: 16, experts_per_token: 1, expert_ffn_size: 8192, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
         attention: AttentionMix { chunked_layers: 36, attention_chunk: 8192, ..FULL },
+        weight_quant: None,
     },
 ];
+
+/// gpt-oss's experts as OpenAI publishes them, the only checkpoint there is: MXFP4, the rest bf16.
+const MXFP4_EXPERTS: Option<WeightQuant> = Some(WeightQuant { scheme: QuantScheme::Mxfp4, scope: QuantScope::EXPERTS });
 
 /// Every layer full attention.
 const FULL: AttentionMix = AttentionMix {
