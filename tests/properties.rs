@@ -111,7 +111,9 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                     enable_chunked_prefill: chunked,
                     block_size,
                     num_gpu_blocks: blocks,
-                    kv_blocks_per_seq: 0,
+                    // A hybrid model's windows and states beside the tokens' blocks, 0 to 3 a
+                    // sequence, drawn from the pool's size (the tuple has no room for a 13th).
+                    kv_blocks_per_seq: blocks % 4,
                     watermark,
                     enable_prefix_caching,
                     num_scheduler_steps: 1,

@@ -417,3 +417,7 @@ fn size_tgi_memory(
 #[cfg(test)]
 #[path = "hardware_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "hardware_hybrid_tests.rs"]
+mod hybrid_tests;
