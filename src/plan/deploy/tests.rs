@@ -182,3 +182,19 @@ fn manifests_name_the_image_gpus_replicas_and_health_probes() {
     assert_eq!(kubernetes::dns_label("--A_b  c--"), "a-b-c");
     assert!(kubernetes::manifest(&d, "x", "MI300X").contains("amd.com/gpu: 4"));
 }
+
+/// A linear-attention model's block size is vLLM's to raise (servesim simulated 272-token
+/// blocks, which `--block-size` would refuse), and its prefix caching is off, as vLLM's is.
+#[test]
+fn a_linear_attention_model_leaves_the_block_size_to_vllm() {
+    let s = scenario("preset = \"Qwen3-Next-80B-A3B\"", "H200", "policy = \"vllm-v1\"\ntensor_parallel = 4\nmax_model_len = 32768", "");
+    assert_eq!(s.engine.block_size, 272);
+    let d = deployment(&s, 1, None).unwrap();
+    assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
+    assert!(d.instances[0].args.flags.iter().all(|(f, _)| f != "--block-size"), "{}", d.script("vllm"));
+    assert!(has(&d, "--no-enable-prefix-caching", None), "{}", d.script("vllm"));
+    assert!(d.instances[0].program.iter().any(|p| p == "Qwen/Qwen3-Next-80B-A3B-Instruct"), "{:?}", d.instances[0].program);
+    // gpt-oss keeps its blocks of 16.
+    let s = scenario("preset = \"gpt-oss-20b\"", "H100-SXM", "policy = \"vllm-v1\"\nmax_model_len = 32768", "");
+    assert!(has(&deployment(&s, 1, None).unwrap(), "--block-size", Some("16")));
+}

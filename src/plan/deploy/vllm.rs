@@ -25,7 +25,12 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, version: EngineVersion, dr
     a.flag("--max-num-batched-tokens", engine.max_num_batched_tokens);
     a.flag("--max-model-len", engine.max_model_len);
     a.flag("--gpu-memory-utilization", engine.gpu_memory_utilization);
-    a.flag("--block-size", engine.block_size);
+    // A linear-attention model's block size is vLLM's own choice, made as servesim made it
+    // (`KvLayout`): vLLM raises it from its default to fit a state in a page, and its
+    // `--block-size` takes only powers of two up to 128 (or 256), which 272 or 544 is not.
+    if model.attention.linear.is_none() {
+        a.flag("--block-size", engine.block_size);
+    }
     if engine.policy == Policy::VllmV0 {
         // V0 turns chunked prefill on by itself for contexts over 32k; say it either way. Before
         // 0.8 the flag takes a value; from 0.8 it is a switch with a `--no-` form.
