@@ -34,6 +34,7 @@ PRESETS = {
     "Qwen/Qwen2.5-7B-Instruct": "Qwen2.5-7B",
     "mistralai/Mixtral-8x7B-v0.1": "Mixtral-8x7B",
     "Qwen/Qwen3-30B-A3B-Instruct-2507": "Qwen3-30B-A3B",
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": "Llama-4-Scout",
 }
 
 # The others' config.json keys servesim reads, from each repository's config.json on the Hub.
@@ -115,8 +116,6 @@ def excluded_reason(row):
     if run.startswith("mlperf51"):
         return ("the results give output tokens only: the OpenOrca prompts' lengths are not recorded, and prefill is "
                 "half of each request's work")
-    if "Llama-4-Scout" in model:
-        return "Llama 4's chunked local attention and interleaved MoE are not modelled yet (issue 35)"
     if number(row["failed"]) and number(row["failed"]) > 0.1 * number(row["num_requests"]):
         return (f"overload: {row['failed']} of {row['num_requests']} requests timed out; the source excludes it "
                 "from latency fits (preemption cascades under KV pressure), and servesim does not model the client's timeout")
@@ -258,6 +257,8 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
     dtype = row["weights_dtype"]
     if dtype.startswith("fp16"):
         lines.append('dtype = "fp16"')
+    elif dtype.startswith("fp8"):
+        lines.append(f'dtype = "fp8"  # {dtype}: FP8 linear layers, 16-bit activations')
     lines += ["", "[hardware]"]
     tp, dp = int(row["tp"]), int(row["dp"])
     if row["gpu"] in PRESET_GPUS:
@@ -281,7 +282,10 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
     blocks = number(row["num_gpu_blocks"]) or blocks_override
     if blocks:
         lines.append(f"num_gpu_blocks = {int(blocks)}  # as the engine resolved it (recorded)")
-    if "ep" in row and number(row["ep"]) and number(row["ep"]) > 1:
+    ep = number(row["ep"]) if "ep" in row else None
+    if ep and ep > 1 and dp == 1 and int(ep) == tp:
+        lines.append(f"expert_parallel = true  # EP {int(ep)} over the tensor-parallel GPUs (recorded)")
+    elif ep and ep > 1:
         lines.append(f"# Recorded with expert parallelism over the {dp} data-parallel ranks (EP {row['ep']}); servesim")
         lines.append("# models expert parallelism within a tensor-parallel group, so each replica holds every expert here.")
     if "offload" in row["kv_cpu_offload"] or row["kv_cpu_offload"].startswith("yes"):
