@@ -272,44 +272,15 @@ const PRESETS: &[Preset] = &[
     // kv_lora_rank 512, qk_nope/rope 128/64, v 128; 3 dense layers (intermediate_size 18432),
     // then 58 with 256 routed experts (top-8) and 1 shared, of 2048. The checkpoint is fp8
     // (block-scaled); the preset is bf16 like every preset, `dtype = "fp8"` serves it as shipped.
-    Preset {
-        name: "DeepSeek-V3",
-        hf_repo: "deepseek-ai/DeepSeek-V3",
-        num_layers: 61,
-        hidden_size: 7168,
-        num_heads: 128,
-        num_kv_heads: 128,
-        head_dim: 192,
-        ffn_size: 2048,
-        vocab_size: 129280,
-        tied_embeddings: false,
-        max_position_embeddings: 163840,
-        moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
-        mla: Some(DEEPSEEK_V3_MLA),
-        dsa: None,
-        attention: FULL,
-        weight_quant: None,
-    },
+    DEEPSEEK_V3,
     // deepseek-ai/DeepSeek-V3.2: config.json (tests/data/hf-configs/DeepSeek-V3.2.json).
     // DeepSeek-V3's dimensions, and in every layer the lightning indexer of DeepSeek sparse
     // attention: index_topk 2048, index_n_heads 64, index_head_dim 128.
     Preset {
         name: "DeepSeek-V3.2",
         hf_repo: "deepseek-ai/DeepSeek-V3.2",
-        num_layers: 61,
-        hidden_size: 7168,
-        num_heads: 128,
-        num_kv_heads: 128,
-        head_dim: 192,
-        ffn_size: 2048,
-        vocab_size: 129280,
-        tied_embeddings: false,
-        max_position_embeddings: 163840,
-        moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
-        mla: Some(DEEPSEEK_V3_MLA),
         dsa: Some(DsaSpec { index_topk: 2048, index_n_heads: 64, index_head_dim: 128 }),
-        attention: FULL,
-        weight_quant: None,
+        ..DEEPSEEK_V3
     },
     // moonshotai/Kimi-K2-Instruct: config.json. DeepSeek-V3's architecture with 64 heads, 384
     // routed experts and 1 dense layer; vocabulary 163,840.
@@ -458,6 +429,26 @@ const FULL: AttentionMix = AttentionMix {
 const fn gpt_oss_attention(sliding: u32) -> AttentionMix {
     AttentionMix { sliding_layers: sliding, sliding_window: 128, sinks: true, ..FULL }
 }
+
+/// DeepSeek-V3, which DeepSeek-V3.2 extends (its source is named where the list holds it).
+const DEEPSEEK_V3: Preset = Preset {
+    name: "DeepSeek-V3",
+    hf_repo: "deepseek-ai/DeepSeek-V3",
+    num_layers: 61,
+    hidden_size: 7168,
+    num_heads: 128,
+    num_kv_heads: 128,
+    head_dim: 192,
+    ffn_size: 2048,
+    vocab_size: 129280,
+    tied_embeddings: false,
+    max_position_embeddings: 163840,
+    moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
+    mla: Some(DEEPSEEK_V3_MLA),
+    dsa: None,
+    attention: FULL,
+    weight_quant: None,
+};
 
 /// DeepSeek-V3's latent attention, which Kimi-K2 shares.
 const DEEPSEEK_V3_MLA: MlaSpec = MlaSpec { q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 };
