@@ -48,6 +48,7 @@ fn cpu_test_model() -> ModelSpec {
         kv_dtype: Dtype::Fp32,
         moe: None,
         mla: None,
+        dsa: None,
         weight_quant: None,
         attention: Default::default(),
     }

@@ -142,7 +142,7 @@ impl HybridAttention {
 }
 
 /// Σ min(k, cap) for k = a..=b (a ≥ 1): the keys a sliding window of `cap` lets tokens see.
-fn capped_sum(a: u64, b: u64, cap: u64) -> u64 {
+pub(crate) fn capped_sum(a: u64, b: u64, cap: u64) -> u64 {
     let ramp_end = b.min(cap);
     let ramp = if a <= ramp_end { (a + ramp_end) * (ramp_end - a + 1) / 2 } else { 0 };
     ramp + cap * (b - ramp_end.max(a - 1))

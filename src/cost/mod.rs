@@ -8,6 +8,7 @@
 // here too, as `cost::bundled`, for `--profile auto`.
 pub use crate::calibrate::bundled;
 pub mod calibrated;
+mod dsa;
 pub mod engine_time;
 mod hybrid;
 mod memo;
@@ -20,6 +21,8 @@ pub mod sampling;
 pub mod speculative;
 pub mod weight_only;
 
+#[cfg(test)]
+mod tests_dsa;
 #[cfg(test)]
 mod tests_mla;
 #[cfg(test)]

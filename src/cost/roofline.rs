@@ -27,6 +27,7 @@
 //! are 16-bit, or 32-bit in an f32 model (see [`activation_bytes`]). Times are computed in seconds as `f64` and converted to integer nanoseconds once
 //! per [`StepCost`] component, so `total_ns` is exactly the sum of the parts.
 
+use super::dsa::DsaIndexer;
 use super::hybrid::{AttentionRates, HybridAttention};
 use super::memo::{ByDecodeBatch, ByRows};
 use super::mla::{AttentionCounts, MlaAttention};
@@ -227,6 +228,9 @@ struct MlaLayer {
     /// kv_b: one row per decode token (absorbed into queries and outputs) and per key prefill
     /// decompresses.
     kv_up: GemmOp,
+    /// DeepSeek sparse attention's indexer, and its replicated projections (wq_b; wk fused
+    /// with weights_proj), where the model has one.
+    indexer: Option<(DsaIndexer, [GemmOp; 2])>,
     attention: MlaAttention,
     attention_s_per_flop: f64,
     prefix_attention_s_per_flop: f64,
@@ -350,10 +354,19 @@ impl Roofline {
             None => (gemm(hidden, qkv_width), gemm(attn_out_width, hidden)),
         };
         let layer_gemms = [qkv, out, mlp_gemm(hidden, GATE_UP_PROJECTIONS * ffn_per_gpu), mlp_gemm(ffn_per_gpu, hidden)];
+        // The indexer's fp8 scores run at the FP8 peak where the GPU has one; vLLM keeps its
+        // fused wk and weights_proj unquantized, so that GEMM runs at the 16-bit rate.
+        let indexer = model.mla.zip(model.dsa).map(|(spec, dsa)| {
+            let fp8_peak = gpu.peak_flops_fp8.unwrap_or(peak_16bit);
+            let [(q_k, q_n), (k_k, k_n)] = dsa.projections(hidden_elems, &spec);
+            let wk = GemmOp::new(k_k as f64, k_n as f64, act_bytes, act_bytes, lm_head_flops_per_s, bytes_per_s);
+            (DsaIndexer::new(&dsa, fp8_peak * attention_eff, bytes_per_s), [gemm(q_k as f64, q_n as f64), wk])
+        });
         let mla = model.mla.zip(mla_projections).map(|(spec, [down, q_up, kv_up, _])| MlaLayer {
             down,
             q_up,
             kv_up,
+            indexer,
             attention: MlaAttention::new(&spec, heads_per_gpu, model.kv_dtype.bytes() as f64, act_bytes),
             attention_s_per_flop: 1.0 / (peak_16bit * attention_eff),
             prefix_attention_s_per_flop: 1.0 / (peak_16bit * params.prefix_attention_efficiency),
@@ -634,11 +647,20 @@ impl Roofline {
         let tokens = count_to_f64(tokens);
         let sampled = count_to_f64(sampled);
 
+        // DeepSeek sparse attention's indexer, a kernel of its own before MLA's, per layer.
+        let mut indexer_s = 0.0;
         let (attention_compute_s, attention_memory_s) = match &self.mla {
             None => (
                 count_to_f64(keys) * self.attention_s_per_key + count_to_f64(prefix_keys) * self.prefix_attention_s_per_key,
                 count_to_f64(kv_tokens_read) * self.attention_s_per_kv_token + tokens * self.attention_s_per_query,
             ),
+            Some(MlaLayer { indexer: Some((indexer, _)), attention, attention_s_per_flop, s_per_byte, .. }) => {
+                // Every query attends to its chosen keys in the absorbed form, after the indexer.
+                let counts = indexer.counts(batch);
+                let work = attention.work(&counts.mla);
+                indexer_s = indexer.time_s(&counts);
+                (work.flops * attention_s_per_flop, work.bytes * s_per_byte)
+            }
             Some(mla) => {
                 let work = mla.attention.work(&AttentionCounts {
                     decode_keys: count_to_f64(decode_keys),
@@ -657,11 +679,13 @@ impl Roofline {
         };
         let attention_s = match &self.hybrid {
             _ if tokens <= 0.0 => 0.0,
-            None => self.num_layers * larger(attention_compute_s, attention_memory_s),
+            None => self.num_layers * (larger(attention_compute_s, attention_memory_s) + indexer_s),
             Some(hybrid) => hybrid.time_s(batch, larger(attention_compute_s, attention_memory_s)),
         };
-        // kv_b's rows beyond one per token: the cached keys prefill decompresses.
-        let prefill_prefix_tokens = kv_tokens_read - decode_kv_tokens - (tokens_count - decode_tokens);
+        // kv_b's rows beyond one per token: the cached keys prefill decompresses (none under
+        // sparse attention, whose prefill runs absorbed too).
+        let sparse = self.mla.as_ref().is_some_and(|mla| mla.indexer.is_some());
+        let prefill_prefix_tokens = if sparse { 0 } else { kv_tokens_read - decode_kv_tokens - (tokens_count - decode_tokens) };
 
         let parts_but_attention = || {
             // A graph replays kernels shaped for its padded size.
@@ -715,6 +739,9 @@ impl Roofline {
         };
         if let Some(mla) = &self.mla {
             layer_s += mla.down.time_s(rows) + mla.q_up.time_s(rows);
+            if let Some((_, projections)) = &mla.indexer {
+                layer_s += projections.iter().map(|op| op.time_s(rows)).sum::<f64>();
+            }
         }
         layer_s
     }
@@ -730,7 +757,8 @@ impl CostModel for Roofline {
     }
 
     fn prices_each_sequence(&self) -> bool {
-        self.hybrid.is_some()
+        // DeepSeek sparse attention caps each sequence's keys by its own context.
+        self.hybrid.is_some() || self.mla.as_ref().is_some_and(|mla| mla.indexer.is_some())
     }
 }
 

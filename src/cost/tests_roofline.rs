@@ -22,6 +22,7 @@ pub(crate) fn tiny_model() -> ModelSpec {
         kv_dtype: Dtype::Bf16,
         moe: None,
         mla: None,
+        dsa: None,
         attention: Default::default(),
         weight_quant: None,
     }

@@ -95,6 +95,7 @@ impl ModelSpec {
             None => (uint("num_key_value_heads")?.unwrap_or(num_heads), uint("head_dim")?.unwrap_or(hidden_size / num_heads)),
         };
         let model_type = get("model_type").and_then(Value::as_str).unwrap_or_default();
+        let dsa = super::dsa::from_hf_config(&uint, &required, mla.as_ref(), model_type, file)?;
         let moe = moe_from_hf_config(&get, &uint, &required, &file_buf, num_layers, model_type)?;
         let attention = attention_from_hf_config(obj, file, num_layers, model_type)?;
         let ffn_size = match moe {
@@ -166,6 +167,7 @@ impl ModelSpec {
             kv_dtype: default_kv_dtype(weight_dtype),
             moe,
             mla,
+            dsa,
             attention,
             weight_quant,
         };

@@ -8,7 +8,7 @@
 //!
 //! 1. A key in [`refusal`]'s table with a value that changes the architecture is refused (for
 //!    example `sliding_window` unless `use_sliding_window` is false or `layer_types` says which
-//!    layers slide, any `index_*` key, a `linear_*` key servesim does not read).
+//!    layers slide, an `index_*` or `linear_*` key servesim does not read).
 //! 2. `quantization_config` must be a method and settings `quant` models, with only that
 //!    method's keys;
 //!    `rope_scaling` (or `rope_parameters`) must be of a type that does not change cost.
@@ -27,7 +27,8 @@ use std::path::Path;
 /// The `model_type`s whose layers are all the decoder [`super::ModelSpec`] describes: grouped-query
 /// attention over the whole context, a gated MLP or gated experts in every layer.
 /// DeepSeek-V2/V3 and Kimi-K2 (`kimi_k2`, DeepSeek-V3's architecture) add multi-head latent
-/// attention and leading dense layers, both modelled.
+/// attention and leading dense layers, both modelled; DeepSeek-V3.2 (`deepseek_v32`) adds
+/// DeepSeek sparse attention's indexer.
 /// gpt-oss, Qwen3-Next, Llama 4 (its text model) and GLM-4.5 add the attention kinds of
 /// [`super::AttentionMix`] and, in Llama 4, dense layers interleaved with the expert ones.
 pub(super) const MODELLED_TYPES: &[&str] = &[
@@ -40,6 +41,7 @@ pub(super) const MODELLED_TYPES: &[&str] = &[
     "qwen3_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
     "kimi_k2",
     "glm4_moe",
     "gpt_oss",
@@ -81,6 +83,10 @@ const READ: &[&str] = &[
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    // DeepSeek sparse attention's indexer (`super::dsa`).
+    "index_topk",
+    "index_n_heads",
+    "index_head_dim",
     // The attention kinds (`super::hf_attention`).
     "layer_types",
     "sliding_window",
@@ -120,6 +126,9 @@ const FAMILY_KEYS: &[(&str, &[&str])] = &[
     ("linear_value_head_dim", &["qwen3_next"]),
     ("linear_conv_kernel_dim", &["qwen3_next"]),
     ("experts_per_token", &["gpt_oss"]),
+    ("index_topk", &["deepseek_v32"]),
+    ("index_n_heads", &["deepseek_v32"]),
+    ("index_head_dim", &["deepseek_v32"]),
 ];
 
 /// Keys known not to change what a forward pass costs, each group with why.
@@ -211,7 +220,7 @@ fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'stati
         "vision_config" => Some("a vision encoder is not modelled; to simulate text-only serving, remove `vision_config` from a copy of config.json (its weights are then not counted)"),
         "nope_layer_interval" => Some("layers without rotary embedding set by this key are not modelled (Llama 4's are `no_rope_layers`)"),
         "sinks" | "attention_sink" | "use_attention_sink" => Some("attention sinks outside gpt-oss are not modelled"),
-        _ if key.starts_with("index_") => Some("DeepSeek sparse attention (an indexer choosing top-k keys) is not modelled"),
+        _ if key.starts_with("index_") && !READ.contains(&key) => Some("an indexer key servesim does not know (DeepSeek sparse attention's are index_topk, index_n_heads and index_head_dim)"),
         _ if key.starts_with("linear_") && !READ.contains(&key) => Some("a linear-attention key servesim does not know"),
         _ => None,
     }
@@ -220,9 +229,6 @@ fn refusal(key: &str, value: &Value, obj: &Map<String, Value>) -> Option<&'stati
 /// The keys [`refusal`] knows, in the order they are checked: the attention's kind first (what
 /// most changes the cost), then the layers' mix of dense and expert MLPs, then multimodal wrappers.
 const REFUSED: &[&str] = &[
-    "index_topk",
-    "index_n_heads",
-    "index_head_dim",
     "use_sliding_window",
     "sliding_window",
     "nope_layer_interval",
@@ -238,7 +244,6 @@ const REFUSED: &[&str] = &[
 /// Why a `model_type` that is not modelled is not, where it is a family people deploy.
 fn model_type_reason(model_type: &str) -> String {
     let why = match model_type {
-        "deepseek_v32" => "DeepSeek sparse attention is not modelled",
         "qwen3_5" | "qwen3_5_moe" | "qwen3_5_moe_text" => "Qwen3.5's multimodal rotary embedding and vision encoder are not modelled (Qwen3-Next, its text-only sibling, is)",
         _ => "this model family is not modelled",
     };

@@ -50,9 +50,14 @@ pub struct KvLayout {
 
 impl ModelSpec {
     /// KV bytes one token of one KV layer (full, sliding or chunked attention) takes on one GPU.
+    /// With DeepSeek sparse attention, the indexer's key beside the latent: vLLM puts both in
+    /// one group, whose page is the sum of theirs (see [`super::DsaSpec`]).
     pub fn kv_bytes_per_token_per_layer_per_gpu(&self, tp: u32) -> u64 {
         match &self.mla {
-            Some(mla) => mla.cache_width().saturating_mul(self.kv_dtype.bytes()),
+            Some(mla) => mla
+                .cache_width()
+                .saturating_mul(self.kv_dtype.bytes())
+                .saturating_add(self.dsa.map_or(0, |dsa| dsa.cache_bytes_per_token())),
             None => (self.kv_heads_per_gpu(tp) as u64).saturating_mul(self.head_dim as u64).saturating_mul(2 * self.kv_dtype.bytes()),
         }
     }

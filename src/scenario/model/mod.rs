@@ -8,8 +8,10 @@
 //! optional shared MLP that every token runs (`ffn_size`, 0 when there is none), after
 //! `dense_layers` leading layers with a dense MLP of their own (DeepSeek's
 //! `first_k_dense_replace`). With multi-head latent attention ([`MlaSpec`]) the attention's
-//! projections and cache are MLA's instead of the fused QKV's.
+//! projections and cache are MLA's instead of the fused QKV's, and with DeepSeek sparse attention
+//! ([`DsaSpec`]) an indexer picks the keys MLA attends to.
 
+mod dsa;
 mod dtype;
 mod hf_attention;
 mod hf_config;
@@ -23,8 +25,11 @@ mod quant;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_dsa;
+#[cfg(test)]
 mod tests_hybrid;
 
+pub use dsa::DsaSpec;
 pub use dtype::{Dtype, default_kv_dtype};
 pub use hf_error::HfConfigError;
 pub use kv_layout::KvLayout;
@@ -55,6 +60,9 @@ pub struct ModelSpec {
     /// its query heads, `head_dim` its query-key width (nope + rope) and `num_kv_heads` equal to
     /// `num_heads`: what an engine without MLA would compute.
     pub mla: Option<MlaSpec>,
+    /// DeepSeek sparse attention's indexer, where MLA attends only to the keys it picks
+    /// (DeepSeek-V3.2); always beside `mla`.
+    pub dsa: Option<DsaSpec>,
     /// Weights stored in groups or blocks that share a scale (AWQ, GPTQ, MXFP4, NVFP4,
     /// block-scaled FP8), and the layers they cover; `None` stores every linear weight in
     /// `weight_dtype`.
@@ -178,7 +186,11 @@ impl ModelSpec {
         let d = self.head_dim as u128;
         let q_width = if self.attention.output_gate { 2 } else { 1 } * heads as u128;
         match &self.mla {
-            Some(mla) => mla.weight_elements(self.hidden_size as u64, heads),
+            // The indexer is replicated: whole on every GPU whatever `heads` it holds.
+            Some(mla) => {
+                let hidden = self.hidden_size as u64;
+                mla.weight_elements(hidden, heads) + self.dsa.map_or(0, |dsa| dsa.weight_elements(hidden, mla))
+            }
             None => h * (q_width + 2 * kv_heads as u128) * d + heads as u128 * d * h, // QKV, output
         }
     }
@@ -199,6 +211,7 @@ impl ModelSpec {
             return Some("sliding-window, chunked or linear attention layers");
         }
         match (self.mla.is_some(), self.leading_dense_layers() > 0) {
+            (true, _) if self.dsa.is_some() => Some("DeepSeek sparse attention"),
             (true, _) => Some("multi-head latent attention"),
             (false, true) => Some("dense layers among expert layers"),
             (false, false) => None,

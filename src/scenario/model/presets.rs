@@ -1,7 +1,7 @@
 //! Built-in models, with the Hugging Face repository each one's numbers come from.
 
 use super::quant::{QuantScheme, QuantScope, WeightQuant};
-use super::{AttentionMix, Dtype, LinearAttention, MlaSpec, ModelSpec, MoeSpec};
+use super::{AttentionMix, DsaSpec, Dtype, LinearAttention, MlaSpec, ModelSpec, MoeSpec};
 
 impl ModelSpec {
     /// A preset by name, case-insensitively, with bf16 weights and KV cache.
@@ -42,6 +42,7 @@ struct Preset {
     max_position_embeddings: u32,
     moe: Option<MoeSpec>,
     mla: Option<MlaSpec>,
+    dsa: Option<DsaSpec>,
     attention: AttentionMix,
     /// How the published checkpoint stores its weights, where only a quantized one is
     /// published (gpt-oss); `None`: bf16, like the rest.
@@ -65,6 +66,7 @@ impl Preset {
             kv_dtype: Dtype::Bf16,
             moe: self.moe,
             mla: self.mla,
+            dsa: self.dsa,
             weight_quant: self.weight_quant,
             attention: self.attention,
         }
@@ -89,6 +91,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -107,6 +110,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -125,6 +129,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -143,6 +148,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -161,6 +167,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -179,6 +186,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -197,6 +205,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -215,6 +224,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: None,
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -234,6 +244,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 32768,
         moe: Some(MoeSpec { num_experts: 8, experts_per_token: 2, expert_ffn_size: 14336, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -253,6 +264,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 40960,
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 768, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -260,22 +272,15 @@ const PRESETS: &[Preset] = &[
     // kv_lora_rank 512, qk_nope/rope 128/64, v 128; 3 dense layers (intermediate_size 18432),
     // then 58 with 256 routed experts (top-8) and 1 shared, of 2048. The checkpoint is fp8
     // (block-scaled); the preset is bf16 like every preset, `dtype = "fp8"` serves it as shipped.
+    DEEPSEEK_V3,
+    // deepseek-ai/DeepSeek-V3.2: config.json (tests/data/hf-configs/DeepSeek-V3.2.json).
+    // DeepSeek-V3's dimensions, and in every layer the lightning indexer of DeepSeek sparse
+    // attention: index_topk 2048, index_n_heads 64, index_head_dim 128.
     Preset {
-        name: "DeepSeek-V3",
-        hf_repo: "deepseek-ai/DeepSeek-V3",
-        num_layers: 61,
-        hidden_size: 7168,
-        num_heads: 128,
-        num_kv_heads: 128,
-        head_dim: 192,
-        ffn_size: 2048,
-        vocab_size: 129280,
-        tied_embeddings: false,
-        max_position_embeddings: 163840,
-        moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
-        mla: Some(DEEPSEEK_V3_MLA),
-        attention: FULL,
-        weight_quant: None,
+        name: "DeepSeek-V3.2",
+        hf_repo: "deepseek-ai/DeepSeek-V3.2",
+        dsa: Some(DsaSpec { index_topk: 2048, index_n_heads: 64, index_head_dim: 128 }),
+        ..DEEPSEEK_V3
     },
     // moonshotai/Kimi-K2-Instruct: config.json. DeepSeek-V3's architecture with 64 heads, 384
     // routed experts and 1 dense layer; vocabulary 163,840.
@@ -293,6 +298,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: Some(MoeSpec { num_experts: 384, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 18432 }),
         mla: Some(DEEPSEEK_V3_MLA),
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -313,6 +319,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 8, expert_ffn_size: 1408, routing_skew: 0.0, expert_parallel: false, dense_layers: 1, dense_ffn_size: 10944 }),
         mla: None,
+        dsa: None,
         attention: FULL,
         weight_quant: None,
     },
@@ -333,6 +340,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: Some(MoeSpec { num_experts: 32, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: gpt_oss_attention(12),
         weight_quant: MXFP4_EXPERTS,
     },
@@ -351,6 +359,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 131072,
         moe: Some(MoeSpec { num_experts: 128, experts_per_token: 4, expert_ffn_size: 2880, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: gpt_oss_attention(18),
         weight_quant: MXFP4_EXPERTS,
     },
@@ -371,6 +380,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 262144,
         moe: Some(MoeSpec { num_experts: 512, experts_per_token: 10, expert_ffn_size: 512, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: AttentionMix {
             linear: Some(LinearAttention { layers: 36, num_k_heads: 16, num_v_heads: 32, head_k_dim: 128, head_v_dim: 128, conv_kernel: 4 }),
             output_gate: true,
@@ -395,6 +405,7 @@ const PRESETS: &[Preset] = &[
         max_position_embeddings: 10485760,
         moe: Some(MoeSpec { num_experts: 16, experts_per_token: 1, expert_ffn_size: 8192, routing_skew: 0.0, expert_parallel: false, dense_layers: 0, dense_ffn_size: 0 }),
         mla: None,
+        dsa: None,
         attention: AttentionMix { chunked_layers: 36, attention_chunk: 8192, ..FULL },
         weight_quant: None,
     },
@@ -418,6 +429,26 @@ const FULL: AttentionMix = AttentionMix {
 const fn gpt_oss_attention(sliding: u32) -> AttentionMix {
     AttentionMix { sliding_layers: sliding, sliding_window: 128, sinks: true, ..FULL }
 }
+
+/// DeepSeek-V3, which DeepSeek-V3.2 extends (its source is named where the list holds it).
+const DEEPSEEK_V3: Preset = Preset {
+    name: "DeepSeek-V3",
+    hf_repo: "deepseek-ai/DeepSeek-V3",
+    num_layers: 61,
+    hidden_size: 7168,
+    num_heads: 128,
+    num_kv_heads: 128,
+    head_dim: 192,
+    ffn_size: 2048,
+    vocab_size: 129280,
+    tied_embeddings: false,
+    max_position_embeddings: 163840,
+    moe: Some(MoeSpec { num_experts: 256, experts_per_token: 8, expert_ffn_size: 2048, routing_skew: 0.0, expert_parallel: false, dense_layers: 3, dense_ffn_size: 18432 }),
+    mla: Some(DEEPSEEK_V3_MLA),
+    dsa: None,
+    attention: FULL,
+    weight_quant: None,
+};
 
 /// DeepSeek-V3's latent attention, which Kimi-K2 shares.
 const DEEPSEEK_V3_MLA: MlaSpec = MlaSpec { q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 };

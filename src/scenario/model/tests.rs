@@ -102,7 +102,7 @@ fn fp8_weights_keep_16bit_embeddings() {
 #[test]
 fn unknown_preset_is_none() {
     assert!(ModelSpec::preset("gpt-5").is_none());
-    assert_eq!(ModelSpec::preset_names().len(), 17);
+    assert_eq!(ModelSpec::preset_names().len(), 18);
 }
 
 #[test]
@@ -140,7 +140,7 @@ const REAL_CONFIGS: &[(&str, Option<&str>)] = &[
     ("DeepSeek-V3", None),
     ("DeepSeek-R1", None),
     ("Kimi-K2", None),
-    ("DeepSeek-V3.2", Some("index_topk")),
+    ("DeepSeek-V3.2", None),
     ("gpt-oss-20b", None),
     ("gpt-oss-120b", None),
     ("Qwen3-Next-80B-A3B", None),
@@ -245,6 +245,7 @@ fn architecture_that_is_not_modelled_is_refused_naming_the_key() {
         ("linear_num_value_heads", serde_json::json!(32)),
         ("linear_new_thing", serde_json::json!(1)),
         ("index_topk", serde_json::json!(2048)),
+        ("index_new_thing", serde_json::json!(1)),
         ("sinks", serde_json::json!(true)),
         ("moe_layer_freq", serde_json::json!(2)),
         ("some_future_layer_kind", serde_json::json!("x")),

@@ -124,6 +124,7 @@ pub(super) fn resolve_model(raw: &RawModel, cx: &Cx) -> Result<ModelSpec, Scenar
         moe,
         // Latent attention comes only from a preset or config, whose dimensions it is read with.
         mla: b.and_then(|m| m.mla),
+        dsa: b.and_then(|m| m.dsa),
         weight_quant,
         attention: b.map(|m| m.attention).unwrap_or_default(),
     })
