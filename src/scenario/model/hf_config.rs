@@ -1,7 +1,7 @@
 //! Reading a Hugging Face `config.json`.
 
 use super::hf_attention::attention_from_hf_config;
-use super::hf_keys::{TEXT_WRAPPERS, brief, check_keys};
+use super::hf_keys::{TEXT_WRAPPERS, brief, check_keys, harmless_by_name};
 use super::hf_error::HfConfigError;
 use super::quant::{HfQuant, from_hf_config};
 use super::{Dtype, MlaSpec, ModelSpec, MoeSpec, default_kv_dtype};
@@ -186,7 +186,7 @@ fn text_model(obj: &Map<String, Value>, file: &Path) -> Result<Option<Map<String
     let wrapper = obj.get("model_type").and_then(Value::as_str).is_some_and(|t| TEXT_WRAPPERS.contains(&t));
     let Some(Value::Object(text)) = obj.get("text_config").filter(|_| wrapper) else { return Ok(None) };
     const WRAPPER_KEYS: &[&str] = &["architectures", "model_type", "text_config", "torch_dtype", "dtype", "transformers_version", "tie_word_embeddings"];
-    let metadata = |key: &str| WRAPPER_KEYS.contains(&key) || key.ends_with("_token_index") || key.ends_with("_token_id") || key.starts_with('_');
+    let metadata = |key: &str| WRAPPER_KEYS.contains(&key) || harmless_by_name(key);
     if let Some((key, value)) = obj.iter().filter(|(_, v)| !v.is_null()).find(|(key, _)| !metadata(key)) {
         let reason = if key == "vision_config" {
             "a vision encoder is not modelled; to simulate text-only serving, remove `vision_config` from a copy of config.json (its weights are then not counted)"

@@ -181,7 +181,7 @@ const HARMLESS: &[&str] = &[
 
 /// Keys that look like metadata by their name: token ids, dropout probabilities (0 at inference),
 /// auxiliary-loss coefficients (training only), initialisers and `_private` keys.
-fn harmless_by_name(key: &str) -> bool {
+pub(super) fn harmless_by_name(key: &str) -> bool {
     key.starts_with('_')
         || key.starts_with("initializer_")
         || key.contains("dropout")

@@ -337,11 +337,7 @@ impl ModelSpec {
         max_num_seqs: u32,
     ) -> u64 {
         let tp = tp.max(1) as u64;
-        let act_bytes = if self.weight_dtype == Dtype::Fp32 {
-            4
-        } else {
-            2
-        };
+        let act_bytes = self.activation_bytes();
         let h = self.hidden_size as u64;
         let heads = div_ceil(self.num_heads as u64, tp);
         // MLA's latents beside its per-head queries; else the fused QKV output.

@@ -3,7 +3,7 @@
 
 use super::context::{Cx, GIB, gib, quote};
 use crate::scenario::hardware::GpuSpec;
-use crate::scenario::model::{Dtype, ModelSpec};
+use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::{RawEngine, RawHardware};
 use crate::scenario::{EngineConfig, ScenarioError};
 
@@ -359,7 +359,7 @@ fn size_tgi_memory(
         None => {
             // Per-token activations of the warm-up prefill (no sampled rows: its logits follow).
             let per_token = model.profile_activation_bytes_per_gpu(tp, tgi.max_batch_prefill_tokens, 0);
-            let act_bytes = if model.weight_dtype == Dtype::Fp32 { 4 } else { 2 };
+            let act_bytes = model.activation_bytes();
             let logits = TGI_WARMUP_LOGITS_COPIES * prefill_tokens * model.vocab_size as u64 * act_bytes;
             per_token + logits + RUNTIME_RESERVE_BYTES
         }
