@@ -577,13 +577,10 @@ impl CostModel for Calibrated {
         if batch.is_empty() {
             return StepCost::default();
         }
-        // Elementwise, communication and CPU overhead as the roofline prices them (the overhead
-        // in series: how much of it the GPU time hides is decided below, on this model's GPU time).
-        let base = self.roofline.predict_serial(batch);
-
         let mut sums = [PhaseSums::default(); 3];
         let mut tokens = 0.0;
         let mut sampled = 0.0;
+        let mut prefill_seqs = 0u64;
         for work in &batch.seqs {
             let q = work.new_tokens as f64;
             let c = work.context_tokens as f64;
@@ -596,6 +593,7 @@ impl CostModel for Calibrated {
             } else {
                 MIXED
             };
+            prefill_seqs += u64::from(phase != DECODE);
             let (keys, kv_tokens, query_tokens) = attention_totals(1.0, q, c);
             let s = &mut sums[phase];
             s.seqs += 1.0;
@@ -624,6 +622,11 @@ impl CostModel for Calibrated {
             s.keys += contexts + n;
             s.kv_tokens += contexts + n;
         }
+
+        // Elementwise, communication and CPU overhead as the roofline prices them (the overhead
+        // in series: how much of it the GPU time hides is decided below, on this model's GPU time).
+        let [elementwise_ns, base_communication_ns, overhead_ns] =
+            self.roofline.predict_non_kernel(batch, tokens, sampled, prefill_seqs);
 
         let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
         let layer_gemm_s = self.layer_gemm_s_by_rows.get(gemm_rows, || {
@@ -655,17 +658,17 @@ impl CostModel for Calibrated {
             (None, Some(_)) if tokens > 0.0 => to_ns(
                 self.roofline.layer_allreduces_s(tokens) + self.alltoall_s(gemm_rows) + self.roofline.logit_gather_s(sampled),
             ),
-            _ => base.communication_ns,
+            _ => base_communication_ns,
         };
         let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
         let serial = StepCost {
-            total_ns: gemm_ns + attention_ns + base.elementwise_ns + communication_ns + base.overhead_ns,
+            total_ns: gemm_ns + attention_ns + elementwise_ns + communication_ns + overhead_ns,
             gemm_ns,
             attention_ns,
-            elementwise_ns: base.elementwise_ns,
+            elementwise_ns,
             communication_ns,
-            overhead_ns: base.overhead_ns,
+            overhead_ns,
         };
         super::overlap_cpu(serial, self.roofline.cpu_overlap())
     }

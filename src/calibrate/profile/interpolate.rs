@@ -3,7 +3,9 @@
 
 #[inline]
 pub(crate) fn ln1(x: f64) -> f64 {
-    x.max(1.0).ln()
+    // ln 1 is 0 exactly: decode prices (query length 1) skip the call, about a tenth of a
+    // default-path run's logarithms (issue 33). NaN gives 0 too, as `x.max(1.0).ln()` did.
+    if x > 1.0 { x.ln() } else { 0.0 }
 }
 
 /// Piecewise-linear `y(x)` through sorted points, held constant outside them.
@@ -201,31 +203,28 @@ impl Surface {
         Some(Surface { axes, values })
     }
 
+    /// Trilinear interpolation at `x`. The corners run in the order of their index bits
+    /// (axis 0 lowest), each weighted by the product of its axes' factors in axis order, and a
+    /// corner of weight 0 is skipped: so the sum is the same bits whichever way it is written.
+    /// An axis whose fraction is 0 has no upper corners, so most decode prices (query length 1,
+    /// on the axis's first point) visit four corners, not eight (issue 33).
     #[inline]
     pub(crate) fn eval(&self, x: [f64; 3]) -> f64 {
         let dims = [self.axes[0].len(), self.axes[1].len(), self.axes[2].len()];
         let b: [(usize, f64); 3] = std::array::from_fn(|a| bracket(&self.axes[a], x[a]));
+        let factors: [[f64; 2]; 3] = std::array::from_fn(|a| [1.0 - b[a].1, b[a].1]);
+        let corners: [usize; 3] = std::array::from_fn(|a| if b[a].1 == 0.0 { 1 } else { 2 });
+        let strides = [dims[1] * dims[2], dims[2], 1];
+        let base = flat(dims, [b[0].0, b[1].0, b[2].0]);
         let mut sum = 0.0;
-        for corner in 0..8usize {
-            let mut weight = 1.0;
-            let mut idx = [0usize; 3];
-            for a in 0..3 {
-                let upper = corner >> a & 1 == 1;
-                let (i, t) = b[a];
-                if upper {
-                    if t == 0.0 {
-                        weight = 0.0;
-                        break;
+        for c2 in 0..corners[2] {
+            for c1 in 0..corners[1] {
+                for c0 in 0..corners[0] {
+                    let weight = factors[0][c0] * factors[1][c1] * factors[2][c2];
+                    if weight != 0.0 {
+                        sum += weight * self.values[base + c0 * strides[0] + c1 * strides[1] + c2 * strides[2]];
                     }
-                    idx[a] = i + 1;
-                    weight *= t;
-                } else {
-                    idx[a] = i;
-                    weight *= 1.0 - t;
                 }
-            }
-            if weight != 0.0 {
-                sum += weight * self.values[flat(dims, idx)];
             }
         }
         sum
@@ -359,5 +358,73 @@ mod tests {
         assert_eq!(s.eval([3.0, 4.0, 5.0]), f([1.0, 4.0, 5.0]));
         // Outside the grid: clamped.
         assert_eq!(s.eval([-10.0, 0.0, 1.0]), f([0.0, 0.0, 1.0]));
+    }
+
+    /// The trilinear sum as first written, eight corners each time: the faster `eval` must give
+    /// its very bits, or every calibrated price (and the goldens) would move.
+    fn eval_eight_corners(s: &Surface, x: [f64; 3]) -> f64 {
+        let dims = [s.axes[0].len(), s.axes[1].len(), s.axes[2].len()];
+        let b: [(usize, f64); 3] = std::array::from_fn(|a| bracket(&s.axes[a], x[a]));
+        let mut sum = 0.0;
+        for corner in 0..8usize {
+            let mut weight = 1.0;
+            let mut idx = [0usize; 3];
+            for a in 0..3 {
+                let (i, t) = b[a];
+                if corner >> a & 1 == 1 {
+                    if t == 0.0 {
+                        weight = 0.0;
+                        break;
+                    }
+                    idx[a] = i + 1;
+                    weight *= t;
+                } else {
+                    idx[a] = i;
+                    weight *= 1.0 - t;
+                }
+            }
+            if weight != 0.0 {
+                sum += weight * s.values[flat(dims, idx)];
+            }
+        }
+        sum
+    }
+
+    #[test]
+    fn eval_gives_the_eight_corner_sums_bits() {
+        // An uneven grid of irregular values, one axis of a single point (as a decode surface's
+        // query length is), probed on, between and beyond its points.
+        let mut points = Vec::new();
+        let mut v = 0.37_f64;
+        for a in [0.0, 0.7, 1.9, 3.3] {
+            for c in [0.0, 1.1, 2.05, 4.6, 8.0] {
+                v = (v * 7.31 + 0.113).fract() - 0.5;
+                points.push(([a, 0.0, c], v));
+            }
+        }
+        let s = Surface::new(&points).unwrap();
+        let probes = [-1.0, 0.0, 0.35, 0.7, 1.0, 1.9, 2.2, 3.3, 4.6, 5.0, 8.0, 9.0];
+        let mut checked = 0;
+        for &a in &probes {
+            for &q in &[0.0, 0.5] {
+                for &c in &probes {
+                    let x = [a, q, c];
+                    assert_eq!(s.eval(x).to_bits(), eval_eight_corners(&s, x).to_bits(), "at {x:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 288);
+    }
+
+    #[test]
+    fn ln1_skips_the_logarithm_of_one_and_below_with_the_same_bits() {
+        for i in 0..3000u32 {
+            let x = f64::from(i);
+            assert_eq!(ln1(x).to_bits(), x.max(1.0).ln().to_bits(), "ln1({x})");
+        }
+        for x in [0.5, 1.0, 1.5, 255.5, 1023.999, -3.0, f64::NAN] {
+            assert_eq!(ln1(x).to_bits(), x.max(1.0).ln().to_bits(), "ln1({x})");
+        }
     }
 }
