@@ -695,7 +695,7 @@ impl Roofline {
                 self.num_layers * mla.kv_up.time_s(count_to_f64(gemm_rows + prefill_prefix_tokens))
             });
             let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled) + kv_up_s;
-            let [elementwise_ns, communication_ns, overhead_ns] = self.non_kernel_ns(batch, tokens, sampled, prefill_seqs);
+            let [elementwise_ns, communication_ns, overhead_ns] = self.predict_non_kernel(batch, tokens, sampled, prefill_seqs);
             [to_ns(gemm_s), elementwise_ns, communication_ns, overhead_ns]
         };
         let [gemm_ns, elementwise_ns, communication_ns, overhead_ns] =
@@ -713,38 +713,19 @@ impl Roofline {
 }
 
 impl Roofline {
-    /// A step's elementwise work, communication and CPU overhead, nanoseconds: what
-    /// [`Roofline::predict_serial`] prices besides the GEMMs and attention, from the step's
-    /// `tokens`, `sampled` rows and prefill sequences.
+    /// `[elementwise_ns, communication_ns, overhead_ns]`: what [`Roofline::predict_serial`]
+    /// prices besides the GEMMs and attention, from the step's `tokens`, `sampled` rows and
+    /// prefill sequences (whole numbers, as the caller counted them). The calibrated model calls
+    /// it directly, since it prices GEMMs and attention itself: pricing the roofline's as well
+    /// was about a tenth of a default-path run (issue 33).
     #[inline]
-    fn non_kernel_ns(&self, batch: &Batch, tokens: f64, sampled: f64, prefill_seqs: u64) -> [u64; 3] {
+    pub(crate) fn predict_non_kernel(&self, batch: &Batch, tokens: f64, sampled: f64, prefill_seqs: u64) -> [u64; 3] {
         let elementwise_s = tokens
             * (self.num_layers * self.elementwise_s_per_token_per_layer + self.final_norm_s_per_token)
             + self.sampling.step_s(sampled, self.vocab_size);
         let communication_s = self.allreduce_s(tokens) + self.logit_gather_s(sampled);
         let overhead_s = self.cpu_overhead_s(batch, prefill_seqs);
         [to_ns(elementwise_s), to_ns(communication_s), to_ns(overhead_s)]
-    }
-
-    /// `[elementwise_ns, communication_ns, overhead_ns]` of [`Roofline::predict_serial`], the
-    /// same bits, without pricing the GEMMs and attention: the calibrated model prices those
-    /// itself, and paying for the roofline's as well was about a tenth of a default-path run
-    /// (issue 33). `tokens`, `sampled` and `prefill_seqs` are the step's, as the caller counted
-    /// them (whole numbers).
-    #[inline]
-    pub(crate) fn predict_non_kernel(&self, batch: &Batch, tokens: f64, sampled: f64, prefill_seqs: u64) -> [u64; 3] {
-        let decode_only = prefill_seqs == 0 && batch.window_step == 0 && tokens == sampled && tokens == f64::from(batch.num_seqs());
-        if decode_only {
-            // The memo predict_serial fills; on a miss predict_serial fills it, with the same
-            // values, so the GEMM pricing lives in one place.
-            let [_, elementwise_ns, communication_ns, overhead_ns] = self.decode_parts.get(tokens as u64, batch.graph_size, || {
-                let cost = self.predict_serial(batch);
-                [cost.gemm_ns, cost.elementwise_ns, cost.communication_ns, cost.overhead_ns]
-            });
-            [elementwise_ns, communication_ns, overhead_ns]
-        } else {
-            self.non_kernel_ns(batch, tokens, sampled, prefill_seqs)
-        }
     }
 
     /// One layer's GEMMs (the MoE's included) for `rows` token rows, seconds: with leading
