@@ -198,7 +198,7 @@ fn run_sse(input: &[u8], _: &Path) -> bool {
             payloads.push(last);
         }
         for payload in &payloads {
-            for backend in [Backend::OpenAi, Backend::Tgi] {
+            for backend in [Backend::OpenAi, Backend::Tgi, Backend::Sglang, Backend::SglangOai] {
                 accepted |= parse_chunk(backend, payload).error.is_none();
             }
         }
@@ -227,6 +227,10 @@ fn http_body_seeds(_: &Path) -> Vec<Vec<u8>> {
         r#"{"inputs": "What is Deep Learning?", "parameters": {"max_new_tokens": 20, "details": true, "temperature": 0.7,
             "top_p": 0.95, "top_k": 50, "seed": 1, "ignore_eos": false, "best_of": 1}}"#,
         r#"{"inputs": "x", "parameters": null}"#,
+        // SGLang /generate, as its bench client sends it, and with text.
+        r#"{"input_ids": [5, 6, 7], "sampling_params": {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": true},
+            "stream": true, "lora_path": null, "return_logprob": false, "logprob_start_len": -1}"#,
+        r#"{"text": "Once upon a time", "rid": "r", "sampling_params": {"top_k": -1, "stop": ["."], "no_stop_trim": true}}"#,
         // Edge cases: refused, each for one reason.
         r#"{"model": "tiny", "messages": [{"role": "user", "content": "a chat body"}], "max_tokens": 8}"#,
         r#"{"prompt": [], "max_tokens": 0}"#,
@@ -244,7 +248,7 @@ fn http_body_seeds(_: &Path) -> Vec<Vec<u8>> {
 /// tokenizer included), with what a refusal and an acceptance must satisfy asserted.
 fn run_http_body(input: &[u8], _: &Path) -> bool {
     let mut accepted = false;
-    for api in [Api::Completions, Api::Generate] {
+    for api in [Api::Completions, Api::Generate, Api::Sglang] {
         accepted |= http_body_accepted(api, input);
     }
     accepted

@@ -20,7 +20,8 @@ use super::engine::EngineHandle;
 use super::front::{Front, error_response, json_response};
 use super::limits::{REQUEST_BODY_BYTES_MAX, ServerLimits};
 use super::request::MODEL_NAME_ALIAS;
-use super::tgi::{generate, generate_stream};
+use super::sglang::generate;
+use super::tgi::generate_stream;
 
 /// Serves the engine on `listener` with the default [`ServerLimits`] until `shutdown`
 /// completes (e.g. on SIGTERM); see [`serve_with`].

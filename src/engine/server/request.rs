@@ -76,6 +76,8 @@ pub enum Api {
     Completions,
     /// TGI's `/generate` and `/generate_stream` (the same body).
     Generate,
+    /// SGLang's native `/generate` (`super::sglang`).
+    Sglang,
 }
 
 
@@ -145,6 +147,7 @@ pub fn parse_request(api: Api, body: &[u8], served_model: &str, prompt_bytes_max
     match api {
         Api::Completions => parse_completion(body, served_model, prompt_bytes_max),
         Api::Generate => parse_generate(body, prompt_bytes_max),
+        Api::Sglang => super::sglang::parse_sglang(body, prompt_bytes_max).map(|p| p.request),
     }
 }
 
