@@ -1,8 +1,9 @@
 //! SGLang's own client, `bench_serving.py` from the SGLang 0.4.9 wheel (it runs without SGLang
 //! installed), against `servesim serve` with the shipped tokenizer directory (the copy whose
 //! added tokens are not special, as for vLLM's client): its native `/generate` backend and its
-//! OpenAI one, every count agreeing with the server's, and its printed block and
-//! `--output-file` record read back by servesim's reader.
+//! OpenAI one, every count agreeing with the server's; its printed block and `--output-file`
+//! record read back by servesim's reader, and written again byte for byte by servesim's writer
+//! from the same numbers.
 //!
 //! Needs `SERVESIM_SGLANG_BENCH_SERVING`, the path of that `bench_serving.py`, and a python3 that
 //! imports aiohttp, numpy, requests, tqdm and transformers (`.ci/run` downloads and installs
@@ -42,6 +43,8 @@ fn bench_serving() -> Option<PathBuf> {
 /// included) and as servesim reads it.
 struct ClientRun {
     stdout: String,
+    /// The record's line, as the client wrote it.
+    line: String,
     record: Value,
     block: RecordedBlock,
 }
@@ -65,10 +68,68 @@ fn run_client(script: &Path, base: &str, tokenizer: &Path, args: &[&str]) -> Cli
     assert!(out.status.success(), "bench_serving.py {args:?} failed:\n{}\n{}", stdout(&out), stderr(&out));
     let text = std::fs::read_to_string(&file).expect("the --output-file record");
     assert_eq!(text.lines().count(), 1, "{text}");
-    // Python writes a burst's rate as `Infinity`, which serde_json reads as too large a number.
-    let record: Value = serde_json::from_str(&text.replace("Infinity", "1e999")).expect("record JSON");
+    // Python writes a burst's rate as `Infinity`, which is not JSON.
+    let record: Value = serde_json::from_str(&text.replace("Infinity", "\"inf\"")).expect("record JSON");
     let block = parse_jsonl(&text, &file).expect("servesim reads the record").remove(0);
-    ClientRun { stdout: stdout(&out), record, block }
+    ClientRun { stdout: stdout(&out), line: text.trim_end().to_string(), record, block }
+}
+
+/// `"concurrency": <its digits>` in `text` replaced by a mark: SGLang sums the E2E latencies
+/// (numpy), servesim multiplies their mean back, which may differ in the last bit.
+fn without_concurrency(text: &str) -> String {
+    let Some(at) = text.find("\"concurrency\": ") else { return text.to_string() };
+    let end = text[at..].find(',').map_or(text.len(), |i| at + i);
+    format!("{}\"concurrency\": …{}", &text[..at], &text[end..])
+}
+
+/// servesim's writer, given the numbers the client saved (and the maximum ITL it printed, which
+/// its record lacks), writes the client's record and block byte for byte.
+fn check_same_layout(run: &ClientRun, printed: &RecordedBlock) {
+    use servesim::metrics::sglang::{self, SglangReport};
+    use servesim::metrics::{Stat, Summary};
+    let v = &run.record;
+    let f = |key: &str| v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"));
+    let stat = |prefix: &str, suffix: &str, percentiles: &[(f64, f64)]| Stat {
+        mean_ms: f(&format!("mean_{prefix}{suffix}")),
+        median_ms: f(&format!("median_{prefix}{suffix}")),
+        std_ms: f(&format!("std_{prefix}{suffix}")),
+        percentiles_ms: percentiles.to_vec(),
+    };
+    let (input, output, duration) = (f("total_input_tokens"), f("total_output_tokens"), f("duration"));
+    let summary = Summary {
+        completed: f("completed") as u64,
+        duration_s: duration,
+        total_input_tokens: input as u64,
+        total_output_tokens: output as u64,
+        request_throughput: f("request_throughput"),
+        output_throughput: f("output_throughput"),
+        total_token_throughput: (input + output) / duration,
+        ttft: stat("ttft", "_ms", &[(99.0, f("p99_ttft_ms"))]),
+        tpot: stat("tpot", "_ms", &[(99.0, f("p99_tpot_ms"))]),
+        itl: stat("itl", "_ms", &[(95.0, f("p95_itl_ms")), (99.0, f("p99_itl_ms")), (100.0, printed.get("p100_itl_ms").unwrap())]),
+        e2el: stat("e2e", "_latency_ms", &[(99.0, f("p99_e2e_latency_ms"))]),
+        ..Summary::default()
+    };
+    let text = |key: &str| v[key].as_str().unwrap().to_string();
+    let count = |key: &str| v[key].as_u64().map(|n| n as u32);
+    let report = SglangReport {
+        backend: text("backend"),
+        dataset_name: text("dataset_name"),
+        request_rate: v["request_rate"].as_f64().unwrap_or(f64::INFINITY),
+        max_concurrency: count("max_concurrency"),
+        sharegpt_output_len: count("sharegpt_output_len"),
+        random_input_len: count("random_input_len").unwrap(),
+        random_output_len: count("random_output_len").unwrap(),
+        random_range_ratio: f("random_range_ratio"),
+        accept_length: v["accept_length"].as_f64(),
+        output_tokens_retokenized: v["total_output_tokens_retokenized"].as_u64(),
+    };
+    // The client's line holds its `--output-details` lists after the record's own keys.
+    let ours = sglang::record(&summary, &report);
+    let theirs = run.line.split(", \"input_lens\": ").next().unwrap().to_string() + "}";
+    assert_eq!(without_concurrency(&ours), without_concurrency(&theirs));
+    let block = sglang::render_block(&summary, &report);
+    assert!(run.stdout.contains(&block), "servesim's block:\n{block}\nthe client's output:\n{}", run.stdout);
 }
 
 fn counts(v: &Value, key: &str) -> Vec<u64> {
@@ -106,17 +167,37 @@ fn check_exact(script: &Path, args: &[&str], num_prompts: u64) -> ClientRun {
         let (shown, saved) = (printed[0].get(key).unwrap(), b.get(key).unwrap());
         assert!((shown - saved).abs() <= 0.005 + 1e-9 * saved, "{key}: printed {shown}, saved {saved}");
     }
+    check_same_layout(&run, &printed[0]);
     run
 }
 
+/// A ShareGPT-shaped file of `n` two-turn conversations, for SGLang's `random` dataset, which
+/// takes its prompts' tokens from one (repeated or cut to each request's length).
+fn sharegpt_file(dir: &Path, n: usize) -> PathBuf {
+    let conversations: Vec<Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({"conversations": [
+                {"from": "human", "value": format!("Question {i}: what is the weather like on the coast in spring?")},
+                {"from": "gpt", "value": "Mild and windy."},
+            ]})
+        })
+        .collect();
+    write_file(dir, "sharegpt.json", &Value::from(conversations).to_string())
+}
+
 /// The native backend with token-id prompts (`--tokenize-prompt`): lengths exact, output
-/// counted from `meta_info.completion_tokens`, ITL a sample a token.
+/// counted from `meta_info.completion_tokens`, ITL a sample a token. (SGLang 0.4.9's
+/// `random-ids` dataset cannot be sent as token ids: its ids are numpy integers, which its
+/// client's JSON encoder refuses; its `random` dataset's are Python's.)
 #[test]
 fn sglang_native_backend_counts_exactly() {
     let Some(script) = bench_serving() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = sharegpt_file(dir.path(), 8);
     let args = [
-        "--backend", "sglang", "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", "24",
-        "--random-output-len", "6", "--random-range-ratio", "1.0", "--num-prompts", "8", "--max-concurrency", "4",
+        "--backend", "sglang", "--dataset-name", "random", "--dataset-path", data.to_str().unwrap(), "--tokenize-prompt",
+        "--random-input-len", "24", "--random-output-len", "6", "--random-range-ratio", "1.0", "--num-prompts", "8",
+        "--max-concurrency", "4",
     ];
     let run = check_exact(&script, &args, 8);
     assert_eq!(counts(&run.record, "output_lens"), [6; 8]);

@@ -164,7 +164,7 @@ fn bench_sglang_measures_serve_as_sglangs_client() {
     assert_eq!(metric(&metrics, "servesim_generation_tokens_total"), Some(70.0));
     assert_eq!(metric(&metrics, "servesim_prompt_tokens_total"), Some(168.0));
     let lines = std::fs::read_to_string(&file).unwrap();
-    let records: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(&l.replace("Infinity", "1e999")).unwrap()).collect();
+    let records: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(&l.replace("Infinity", "\"inf\"")).unwrap()).collect();
     assert_eq!(records.len(), 2);
     for r in &records {
         assert_eq!(r["completed"], 6);
