@@ -687,3 +687,7 @@ fn string_end(bytes: &[u8], open: usize) -> usize {
 #[cfg(test)]
 #[path = "recorded_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "recorded_sglang_tests.rs"]
+mod sglang_tests;

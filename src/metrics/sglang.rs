@@ -431,4 +431,4 @@ pub(super) fn normalize_record(fields: &mut Map<String, Value>) {
 
 #[cfg(test)]
 #[path = "sglang_tests.rs"]
-mod tests;
+pub(super) mod tests;

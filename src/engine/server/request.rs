@@ -76,8 +76,6 @@ pub enum Api {
     Completions,
     /// TGI's `/generate` and `/generate_stream` (the same body).
     Generate,
-    /// SGLang's native `/generate` (`super::sglang`).
-    Sglang,
 }
 
 
@@ -147,7 +145,6 @@ pub fn parse_request(api: Api, body: &[u8], served_model: &str, prompt_bytes_max
     match api {
         Api::Completions => parse_completion(body, served_model, prompt_bytes_max),
         Api::Generate => parse_generate(body, prompt_bytes_max),
-        Api::Sglang => super::sglang::parse_sglang(body, prompt_bytes_max).map(|p| p.request),
     }
 }
 
