@@ -110,8 +110,8 @@ fn specs(n: u64, input_tokens: u32, max_tokens: u32) -> Vec<RequestSpec> {
 }
 
 /// The bench client's SGLang backends: every request counted as the server counted it, one ITL
-/// sample a token after the first, and the duration taken after the server-info request (which
-/// this server answers 404, so no accept length).
+/// sample a token after the first, and the duration taken after the server-info request (this
+/// server does not speculate, so it reports no accept length).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bench_sglang_backends_count_the_servers_tokens() {
     bounded(async {

@@ -78,6 +78,19 @@ pub async fn generate(State(front): State<Front>, body: Bytes) -> Response {
     }
 }
 
+/// SGLang's `GET /get_server_info` (0.5.x: `/server_info`), as far as its bench client reads it:
+/// `internal_states[0].avg_spec_accept_length`, the tokens a verifying step kept, its own token
+/// included, with speculation on; without, the state has no such key, and SGLang's client
+/// reports no accept length.
+pub async fn server_info(State(front): State<Front>) -> Response {
+    let engine = &front.engine;
+    let mut state = Map::new();
+    if let Some(spec) = engine.stats().spec_decode {
+        state.insert("avg_spec_accept_length".into(), json!(spec.mean_tokens_per_step()));
+    }
+    json_response(&json!({"model_path": engine.model_name(), "internal_states": [state]}))
+}
+
 /// SGLang 0.4.9's `GenerateReqInput` (python/sglang/srt/managers/io_struct.py), by rule.
 const SGLANG_FIELDS: [(&str, Rule); 23] = [
     ("text", Rule::Used),
