@@ -64,6 +64,15 @@ fn multi_step_and_speculation_serve_every_token() {
         let metrics = http_get(&base, "/metrics");
         let speculating = flags[0] == "--num-speculative-tokens";
         assert_eq!(metric(&metrics, "servesim_spec_decode_num_draft_tokens_total").is_some(), speculating, "{metrics}");
+        // SGLang's server info: the accept length its client reads, tokens per verifying step.
+        let info: serde_json::Value = serde_json::from_str(&http_get(&base, "/get_server_info")).unwrap();
+        let accept_length = info["internal_states"][0].get("avg_spec_accept_length").and_then(serde_json::Value::as_f64);
+        let expected = speculating.then(|| {
+            let drafts = metric(&metrics, "servesim_spec_decode_num_drafts_total").unwrap();
+            let accepted = metric(&metrics, "servesim_spec_decode_num_accepted_tokens_total").unwrap();
+            if drafts == 0.0 { 0.0 } else { 1.0 + accepted / drafts }
+        });
+        assert_eq!(accept_length, expected, "{info}");
         assert!(sigterm_and_wait(&mut server, Duration::from_secs(60)).success());
     }
 }

@@ -1,5 +1,6 @@
-//! `servesim bench`: an async load generator for any OpenAI- or TGI-compatible endpoint, with the
-//! semantics of vLLM's `benchmark_serving.py`.
+//! `servesim bench`: an async load generator for any OpenAI-, TGI- or SGLang-compatible endpoint,
+//! with the semantics of vLLM's `benchmark_serving.py`, or of SGLang's `bench_serving.py` (0.4.9)
+//! for its backends.
 //!
 //! ```text
 //!  Vec<RequestSpec> ──► dispatcher: sleep until arrival_ns ──► FIFO semaphore (max_concurrency)
@@ -20,6 +21,13 @@
 //! else the number of output chunks (one per token for TGI). A request
 //! fails on an HTTP error status, a transport error, an error event in the stream, a timeout, or a
 //! stream with no output; the failure keeps its error text.
+//!
+//! SGLang's client differs ([`Backend::Sglang`], [`Backend::SglangOai`]): its native stream's
+//! ITL is per token, a chunk's gap split evenly over the tokens it adds (a chunk adding none is
+//! skipped); output tokens are `meta_info.completion_tokens` (native) or, on the OpenAI route,
+//! the usage of a chunk with text, else the `max_tokens` asked; the text is also re-encoded by
+//! `--tokenizer` (its "retokenized" count). It sends warm-up requests first and waits 1 s, and
+//! its duration ends after it asks the server for its speculative accept length.
 
 pub mod protocol;
 pub mod sse;
@@ -38,33 +46,52 @@ use crate::workload::RequestSpec;
 use protocol::{parse_chunk, request_body, truncate};
 use sse::SseLines;
 
-/// Which API the endpoint speaks.
+/// Which API the endpoint speaks, and whose client measures it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// OpenAI completions (`POST /v1/completions`, streaming).
+    /// OpenAI completions (`POST /v1/completions`, streaming), measured as vLLM's client does.
     OpenAi,
     /// Hugging Face TGI (`POST /generate_stream`).
     Tgi,
+    /// SGLang's native `POST /generate`, streaming, measured as SGLang's client does.
+    Sglang,
+    /// OpenAI completions measured as SGLang's client does (its `sglang-oai`).
+    SglangOai,
 }
 
 impl Backend {
-    /// The endpoint vLLM's client uses for this backend.
+    /// The endpoint the client uses for this backend.
     pub fn default_endpoint(self) -> &'static str {
         match self {
-            Backend::OpenAi => "/v1/completions",
+            Backend::OpenAi | Backend::SglangOai => "/v1/completions",
             Backend::Tgi => "/generate_stream",
+            Backend::Sglang => "/generate",
         }
     }
 
-    /// Parses vLLM's `--backend` names (`openai`, `vllm` — an alias vLLM also accepts — and `tgi`).
+    /// Parses vLLM's `--backend` names (`openai`, `vllm` — an alias vLLM also accepts — and `tgi`)
+    /// and SGLang's (`sglang`, its alias `sglang-native`, and `sglang-oai`).
     pub fn parse(name: &str) -> Option<Backend> {
         match name {
             "openai" | "vllm" => Some(Backend::OpenAi),
             "tgi" => Some(Backend::Tgi),
+            "sglang" | "sglang-native" => Some(Backend::Sglang),
+            "sglang-oai" => Some(Backend::SglangOai),
             _ => None,
         }
     }
+
+    /// Whether SGLang's client measures it (its definitions, its report).
+    pub fn is_sglang(self) -> bool {
+        matches!(self, Backend::Sglang | Backend::SglangOai)
+    }
 }
+
+/// The most tokens a warm-up request asks for (SGLang's `min(output_len, 32)`).
+const WARMUP_TOKENS_MAX: u32 = 32;
+
+/// How long SGLang's client sleeps between its warm-up and the run.
+const WARMUP_PAUSE: Duration = Duration::from_secs(1);
 
 /// Everything one benchmark run needs.
 #[derive(Clone, Debug)]
@@ -87,6 +114,10 @@ pub struct BenchConfig {
     /// `--tokenizer`: prompts become text made by it, and output tokens without a server count
     /// are counted by re-encoding the generated text, as vLLM's client does.
     pub tokenizer: Option<Arc<crate::engine::server::Tokenizer>>,
+    /// Requests sent before the run, all at once, each the first request asking at most 32
+    /// tokens, followed by a 1 s pause: SGLang's warm-up. The run does not start unless one
+    /// succeeds.
+    pub warmup_requests: u32,
 }
 
 impl BenchConfig {
@@ -108,6 +139,7 @@ impl BenchConfig {
             ignore_eos: false,
             request_timeout: Duration::from_secs(6 * 60 * 60),
             tokenizer: None,
+            warmup_requests: 0,
         }
     }
 
@@ -132,15 +164,22 @@ pub enum BenchError {
     Client(String),
     #[error("a request task ended abnormally: {0}")]
     Task(String),
+    #[error("every warm-up request failed; the first: {0}")]
+    Warmup(String),
 }
 
 /// What the client saw of one request, beyond its [`RequestRecord`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestDetail {
-    /// Gaps between consecutive output chunks, ns.
+    /// Gaps between consecutive output chunks, ns (SGLang's native backend: between tokens, a
+    /// chunk's gap split over the tokens it added).
     pub itl_ns: Vec<u64>,
     /// Why the request failed; `None` on success.
     pub error: Option<String>,
+    /// The generated text, as the stream carried it.
+    pub text: String,
+    /// SGLang's backends with a tokenizer: the text re-encoded (without special tokens).
+    pub output_tokens_retokenized: Option<u32>,
 }
 
 /// The result of [`run`]: records for [`crate::metrics`] plus per-request details, both in the
@@ -149,6 +188,9 @@ pub struct RequestDetail {
 pub struct BenchRun {
     pub records: RunRecords,
     pub details: Vec<RequestDetail>,
+    /// SGLang's backends: the server's `avg_spec_accept_length` (`/get_server_info`), if it
+    /// reports one.
+    pub accept_length: Option<f64>,
 }
 
 impl BenchRun {
@@ -213,19 +255,13 @@ pub async fn run_with_progress(
         client,
         timeout: config.request_timeout,
     });
+    warm_up(config, &shared).await?;
 
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(config.requests.len());
     for (index, spec) in config.requests.iter().enumerate() {
         tokio::time::sleep_until(start + Duration::from_nanos(spec.arrival_ns)).await;
-        let body = request_body(
-            config.backend,
-            &config.model,
-            index,
-            spec,
-            config.ignore_eos,
-            config.tokenizer.as_deref(),
-        );
+        let body = request_body(config.backend, &config.model, index, spec, config.ignore_eos, config.tokenizer.as_deref());
         // A prompt that cannot be made fails its request (before sending), not the run.
         let (body, input_tokens) = match body {
             Ok((body, tokens)) => (Ok(body), tokens),
@@ -246,8 +282,9 @@ pub async fn run_with_progress(
         let send_at = Instant::now();
         let shared = shared.clone();
         let progress = progress.clone();
+        let max_tokens = spec.max_tokens;
         tasks.push(tokio::spawn(async move {
-            let outcome = send(&shared, body, start, send_at, input_tokens).await;
+            let outcome = send(&shared, body, start, send_at, input_tokens, max_tokens).await;
             drop(permit);
             progress(index);
             outcome
@@ -257,7 +294,45 @@ pub async fn run_with_progress(
     for task in tasks {
         outcomes.push(task.await.map_err(|e| BenchError::Task(e.to_string()))?);
     }
-    Ok(assemble(outcomes, config.tokenizer.as_deref()))
+    // SGLang's client asks for the accept length before it reads the clock for the duration.
+    let accept_length = if config.backend.is_sglang() { server_accept_length(&shared.client, &config.base_url).await } else { None };
+    let finished_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let mut run = assemble(outcomes, config.tokenizer.as_deref(), config.backend);
+    if config.backend.is_sglang() {
+        run.records.duration_ns = finished_ns;
+        run.accept_length = accept_length;
+    }
+    Ok(run)
+}
+
+/// SGLang's warm-up: [`BenchConfig::warmup_requests`] copies of the first request, at most
+/// 32 tokens each, sent at once; then a 1 s pause. Fails when none succeeds.
+async fn warm_up(config: &BenchConfig, shared: &Shared) -> Result<(), BenchError> {
+    let Some(first) = config.requests.first().filter(|_| config.warmup_requests > 0) else {
+        return Ok(());
+    };
+    let spec = RequestSpec { max_tokens: first.max_tokens.min(WARMUP_TOKENS_MAX), ..first.clone() };
+    let start = Instant::now();
+    let sends = (0..config.warmup_requests).map(|_| {
+        let body = request_body(config.backend, &config.model, 0, &spec, config.ignore_eos, config.tokenizer.as_deref())
+            .map(|(body, _)| body);
+        send(shared, body, start, start, spec.input_tokens, spec.max_tokens)
+    });
+    let outcomes = futures_util::future::join_all(sends).await;
+    if outcomes.iter().all(|o| o.error.is_some()) {
+        return Err(BenchError::Warmup(outcomes.into_iter().find_map(|o| o.error).unwrap_or_default()));
+    }
+    tokio::time::sleep(WARMUP_PAUSE).await;
+    Ok(())
+}
+
+/// The server's `internal_states[0].avg_spec_accept_length` from SGLang's `/get_server_info`;
+/// `None` for any other answer (SGLang's client too reports none for a status other than 200).
+async fn server_accept_length(client: &reqwest::Client, base_url: &str) -> Option<f64> {
+    let url = format!("{}/get_server_info", base_url.trim_end_matches('/'));
+    let response = client.get(url).send().await.ok().filter(|r| r.status().is_success())?;
+    let info: serde_json::Value = response.json().await.ok()?;
+    info.get("internal_states")?.get(0)?.get("avg_spec_accept_length")?.as_f64()
 }
 
 /// What every request task shares.
@@ -273,6 +348,11 @@ struct Outcome {
     send_ns: u64,
     /// Arrival time of every chunk with output, in order.
     token_times_ns: Vec<u64>,
+    /// Tokens each of those chunks added (SGLang's native stream says; 1 for the others).
+    chunk_tokens: Vec<u32>,
+    /// The request's `max_tokens`: SGLang's OpenAI client counts it as the output when the
+    /// server reports no usage beside text.
+    max_tokens: u32,
     /// The server's count of generated tokens, if it gave one.
     completion_tokens: Option<u32>,
     /// Generated text, as the stream carried it.
@@ -289,11 +369,14 @@ async fn send(
     start: Instant,
     send_at: Instant,
     input_tokens: u32,
+    max_tokens: u32,
 ) -> Outcome {
     let since_start = |t: Instant| u64::try_from((t - start).as_nanos()).unwrap_or(u64::MAX);
     let mut outcome = Outcome {
         send_ns: since_start(send_at),
         token_times_ns: Vec::new(),
+        chunk_tokens: Vec::new(),
+        max_tokens,
         completion_tokens: None,
         text: String::new(),
         end_ns: 0,
@@ -379,8 +462,13 @@ fn apply(
     if let Some(error) = chunk.error {
         return Err(error);
     }
+    if backend == Backend::Sglang {
+        apply_sglang(chunk, now_ns, outcome);
+        return Ok(false);
+    }
     if chunk.token {
         outcome.token_times_ns.push(now_ns);
+        outcome.chunk_tokens.push(1);
     }
     if let Some(tokens) = chunk.completion_tokens {
         outcome.completion_tokens = Some(tokens);
@@ -389,6 +477,27 @@ fn apply(
         outcome.text.push_str(&text);
     }
     Ok(chunk.done)
+}
+
+/// A chunk of SGLang's native stream, as its client reads one: the text and count replace the
+/// ones before; the first chunk with text is the first token; a later one is timed with the
+/// tokens it added, and skipped (no timestamp) when it added none. `[DONE]` ends nothing
+/// early: the stream's end does.
+fn apply_sglang(chunk: protocol::Chunk, now_ns: u64, outcome: &mut Outcome) {
+    if !chunk.token {
+        return;
+    }
+    let before = outcome.completion_tokens.unwrap_or(0);
+    let total = chunk.completion_tokens.unwrap_or(before);
+    if let Some(text) = chunk.whole_text {
+        outcome.text = text;
+    }
+    outcome.completion_tokens = Some(total);
+    let added = if outcome.token_times_ns.is_empty() { total } else { total.saturating_sub(before) };
+    if outcome.token_times_ns.is_empty() || added > 0 {
+        outcome.token_times_ns.push(now_ns);
+        outcome.chunk_tokens.push(added);
+    }
 }
 
 /// reqwest's error with its sources, so "error sending request" says why (refused, reset, ...).
@@ -410,11 +519,14 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 fn assemble(
     mut outcomes: Vec<Outcome>,
     tokenizer: Option<&crate::engine::server::Tokenizer>,
+    backend: Backend,
 ) -> BenchRun {
     let mut text_tokens = vec![None; outcomes.len()];
     if let Some(t) = tokenizer {
         for (outcome, count) in outcomes.iter_mut().zip(&mut text_tokens) {
-            if outcome.error.is_none() && outcome.completion_tokens.is_none() {
+            // SGLang's client re-encodes every text (its retokenized count); vLLM's only those
+            // without a server count.
+            if outcome.error.is_none() && (backend.is_sglang() || outcome.completion_tokens.is_none()) {
                 match t.encode(&outcome.text, false) {
                     Ok(ids) => *count = Some(u32::try_from(ids.len()).unwrap_or(u32::MAX)),
                     Err(e) => outcome.error = Some(e),
@@ -435,16 +547,21 @@ fn assemble(
     let mut details = Vec::with_capacity(outcomes.len());
     for (outcome, text_tokens) in outcomes.iter().zip(text_tokens) {
         let success = outcome.error.is_none();
-        let gaps_ns: Vec<u64> = outcome
-            .token_times_ns
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .collect();
+        let gaps_ns: Vec<u64> = match backend {
+            // SGLang's native client: each token of a chunk gets an equal share of its gap.
+            Backend::Sglang => outcome
+                .token_times_ns
+                .windows(2)
+                .zip(&outcome.chunk_tokens[1..])
+                .flat_map(|(w, &n)| std::iter::repeat_n(share_ns(w[1] - w[0], n), n as usize))
+                .collect(),
+            _ => outcome.token_times_ns.windows(2).map(|w| w[1] - w[0]).collect(),
+        };
         // Only successful requests contribute to ITL and token buckets, as in vLLM.
         if success {
             gaps_ns.iter().for_each(|&gap| itl_ns.push(gap));
-            for &time_ns in &outcome.token_times_ns {
-                tokens_per_second.add(time_ns.saturating_sub(origin_ns), 1);
+            for (&time_ns, &tokens) in outcome.token_times_ns.iter().zip(&outcome.chunk_tokens) {
+                tokens_per_second.add(time_ns.saturating_sub(origin_ns), u64::from(tokens));
             }
         }
         let chunks = u32::try_from(outcome.token_times_ns.len()).unwrap_or(u32::MAX);
@@ -453,16 +570,19 @@ fn assemble(
             first_token_ns: outcome.token_times_ns.first().copied(),
             end_ns: outcome.end_ns,
             input_tokens: outcome.input_tokens,
-            output_tokens: if success {
-                outcome.completion_tokens.or(text_tokens).unwrap_or(chunks)
-            } else {
-                0
+            output_tokens: match (success, backend) {
+                (false, _) => 0,
+                (true, Backend::Sglang) => outcome.completion_tokens.unwrap_or(chunks),
+                (true, Backend::SglangOai) => outcome.completion_tokens.unwrap_or(outcome.max_tokens),
+                (true, Backend::OpenAi | Backend::Tgi) => outcome.completion_tokens.or(text_tokens).unwrap_or(chunks),
             },
             success,
         });
         details.push(RequestDetail {
             itl_ns: gaps_ns,
             error: outcome.error.clone(),
+            text: outcome.text.clone(),
+            output_tokens_retokenized: text_tokens.filter(|_| backend.is_sglang() && success),
         });
     }
     // vLLM: duration runs from the benchmark start to the moment every request has finished.
@@ -475,5 +595,12 @@ fn assemble(
             duration_ns,
         },
         details,
+        accept_length: None,
     }
+}
+
+/// `gap_ns / tokens`, rounded to the nearest ns (SGLang divides in floating point).
+fn share_ns(gap_ns: u64, tokens: u32) -> u64 {
+    let tokens = u64::from(tokens.max(1));
+    (gap_ns + tokens / 2) / tokens
 }

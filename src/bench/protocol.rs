@@ -1,9 +1,12 @@
-//! The two wire protocols: request bodies, and what each streamed `data:` payload means.
+//! The wire protocols: request bodies, and what each streamed `data:` payload means.
 //!
 //! Follows vLLM's `backend_request_func.py`: OpenAI completions stream chunks whose
 //! `choices[0].text` carries generated text, an optional usage chunk (empty `choices`) when
 //! `stream_options.include_usage` is sent, and `data: [DONE]`; TGI's `generate_stream` sends one
-//! event per token (`token`), the last with `generated_text` and `details`.
+//! event per token (`token`), the last with `generated_text` and `details`. SGLang's native
+//! `/generate` (as SGLang 0.4.9's `bench_serving.py` sends and reads it) streams chunks whose
+//! `text` is the whole output so far and `meta_info.completion_tokens` its token count, then
+//! `data: [DONE]`.
 
 use serde_json::{Value, json};
 
@@ -85,7 +88,7 @@ pub fn request_body(
             let (text, tokens) = prompt_text_with(t, index, spec.input_tokens)?;
             (json!(text), tokens)
         }
-        (None, Backend::OpenAi) => (
+        (None, Backend::OpenAi | Backend::Sglang | Backend::SglangOai) => (
             json!(prompt_token_ids(index, spec.input_tokens)),
             spec.input_tokens,
         ),
@@ -112,6 +115,34 @@ pub fn request_body(
             }
             body
         }
+        // SGLang's client: no stream_options (so no usage chunk) and `ignore_eos` always sent.
+        Backend::SglangOai => json!({
+            "model": model,
+            "prompt": prompt,
+            "temperature": 0.0,
+            "best_of": 1,
+            "max_tokens": spec.max_tokens,
+            "stream": true,
+            "ignore_eos": ignore_eos,
+        }),
+        // As SGLang's `async_request_sglang_generate`: a text prompt as `text`, token ids (its
+        // `--tokenize-prompt`) as `input_ids`.
+        Backend::Sglang => {
+            let key = if prompt.is_string() { "text" } else { "input_ids" };
+            let mut body = json!({
+                "sampling_params": {
+                    "temperature": 0.0,
+                    "max_new_tokens": spec.max_tokens,
+                    "ignore_eos": ignore_eos,
+                },
+                "stream": true,
+                "lora_path": null,
+                "return_logprob": false,
+                "logprob_start_len": -1,
+            });
+            body[key] = prompt;
+            body
+        }
         // TGI has no ignore-EOS parameter; a server that should run every request to its
         // limit is started with `--ignore-eos` instead (issue 5).
         Backend::Tgi => json!({
@@ -130,11 +161,14 @@ pub fn request_body(
 pub struct Chunk {
     /// It carries generated output: a timing point for TTFT and ITL.
     pub token: bool,
-    /// The server's count of generated tokens (OpenAI usage).
+    /// The server's count of generated tokens (OpenAI usage; SGLang's
+    /// `meta_info.completion_tokens`, the count so far).
     pub completion_tokens: Option<u32>,
     /// Generated text it adds: OpenAI's `choices[0].text`, TGI's final `generated_text` (as
     /// vLLM's client reads them), for counting output tokens with `--tokenizer`.
     pub text: Option<String>,
+    /// SGLang's native stream: the whole output so far, which replaces the text before it.
+    pub whole_text: Option<String>,
     /// The stream is complete (`[DONE]`, or TGI's final event).
     pub done: bool,
     /// The server reported an error in the stream.
@@ -168,7 +202,7 @@ pub fn parse_chunk(backend: Backend, payload: &str) -> Chunk {
         };
     }
     match backend {
-        Backend::OpenAi => {
+        Backend::OpenAi | Backend::SglangOai => {
             let text = value
                 .get("choices")
                 .and_then(|c| c.get(0))
@@ -181,10 +215,31 @@ pub fn parse_chunk(backend: Backend, payload: &str) -> Chunk {
                 .and_then(Value::as_u64)
                 .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
             // vLLM 0.6 times only chunks with text: an initial role or empty chunk is not a token.
+            // SGLang's client reads a usage count only from a chunk with text.
             Chunk {
                 token: !text.is_empty(),
-                completion_tokens,
+                completion_tokens: completion_tokens.filter(|_| backend == Backend::OpenAi || !text.is_empty()),
                 text: Some(text.to_owned()).filter(|t| !t.is_empty()),
+                ..Chunk::default()
+            }
+        }
+        // SGLang's client times a chunk whose `text` is not empty, and counts its tokens from
+        // `meta_info.completion_tokens` (a chunk without it fails the request, as there).
+        Backend::Sglang => {
+            let text = value.get("text").and_then(Value::as_str).unwrap_or("");
+            if text.is_empty() {
+                return Chunk::default();
+            }
+            let Some(tokens) = value.get("meta_info").and_then(|m| m.get("completion_tokens")).and_then(Value::as_u64) else {
+                return Chunk {
+                    error: Some(format!("SGLang stream chunk without meta_info.completion_tokens: {}", truncate(payload))),
+                    ..Chunk::default()
+                };
+            };
+            Chunk {
+                token: true,
+                completion_tokens: Some(u32::try_from(tokens).unwrap_or(u32::MAX)),
+                whole_text: Some(text.to_owned()),
                 ..Chunk::default()
             }
         }
@@ -287,6 +342,43 @@ mod tests {
             Some("boom")
         );
         assert!(chunk("{not json").error.is_some());
+    }
+
+    #[test]
+    fn sglang_chunks_carry_the_whole_text_and_count() {
+        let chunk = |p| parse_chunk(Backend::Sglang, p);
+        let c = chunk(r#"{"text": "ab", "meta_info": {"id": "x", "completion_tokens": 3, "finish_reason": null}}"#);
+        assert!(c.token && !c.done);
+        assert_eq!((c.completion_tokens, c.whole_text.as_deref(), c.text), (Some(3), Some("ab"), None));
+        // Empty text is no token; [DONE] ends; an error chunk fails; a count is required.
+        assert_eq!(chunk(r#"{"text": "", "meta_info": {"completion_tokens": 0}}"#), Chunk::default());
+        assert!(chunk("[DONE]").done);
+        assert_eq!(chunk(r#"{"error": {"message": "boom"}}"#).error.as_deref(), Some("boom"));
+        assert!(chunk(r#"{"text": "a"}"#).error.unwrap().contains("meta_info.completion_tokens"));
+        // sglang-oai: a usage count only beside text, as SGLang's client reads it.
+        let oai = |p| parse_chunk(Backend::SglangOai, p);
+        assert_eq!(oai(r#"{"choices":[],"usage":{"completion_tokens":7}}"#).completion_tokens, None);
+        assert_eq!(oai(r#"{"choices":[{"text":"x"}],"usage":{"completion_tokens":7}}"#).completion_tokens, Some(7));
+    }
+
+    #[test]
+    fn sglang_bodies_are_its_clients() {
+        let spec = RequestSpec { arrival_ns: 0, input_tokens: 3, output_tokens: 4, max_tokens: 4, prefix: Default::default(), follows: None };
+        let (body, tokens) = request_body(Backend::Sglang, "m", 0, &spec, true, None).unwrap();
+        assert_eq!(tokens, 3);
+        assert_eq!(
+            body,
+            json!({"input_ids": prompt_token_ids(0, 3), "sampling_params": {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": true},
+                   "stream": true, "lora_path": null, "return_logprob": false, "logprob_start_len": -1})
+        );
+        let t = Tokenizer::shipped(256).unwrap();
+        let (body, _) = request_body(Backend::Sglang, "m", 0, &spec, false, Some(&t)).unwrap();
+        assert!(body["text"].is_string() && body.get("input_ids").is_none());
+        let (body, _) = request_body(Backend::SglangOai, "m", 0, &spec, true, None).unwrap();
+        assert_eq!(
+            body,
+            json!({"model": "m", "prompt": prompt_token_ids(0, 3), "temperature": 0.0, "best_of": 1, "max_tokens": 4, "stream": true, "ignore_eos": true})
+        );
     }
 
     #[test]

@@ -1,29 +1,33 @@
-//! `servesim bench`: a load client for any OpenAI- or TGI-compatible server, with vLLM
-//! `benchmark_serving.py`'s flags and report.
+//! `servesim bench`: a load client for any OpenAI-, TGI- or SGLang-compatible server, with vLLM
+//! `benchmark_serving.py`'s flags and report, or SGLang `bench_serving`'s for its backends.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::flags::{self, usage};
+use super::flags::{self, ReportFormat, usage};
 use super::progress;
 use crate::Error;
 use crate::bench::{Backend, BenchConfig};
 use crate::engine::server::Tokenizer;
 use crate::metrics::format::{ReportOptions, write_report};
+use crate::metrics::sglang::{self, SglangReport};
 use crate::scenario::trace::read_trace;
 use crate::scenario::{Dataset, LengthDist, WorkloadConfig};
 
 /// `servesim bench`, with vLLM benchmark_serving.py's flag names.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// `openai` (also `vllm`) or `tgi`.
+    /// `openai` (also `vllm`) or `tgi`, measured as vLLM's client does; `sglang` (also
+    /// `sglang-native`: SGLang's native /generate) or `sglang-oai` (OpenAI completions),
+    /// measured as SGLang 0.4.9's client does.
     #[arg(long, default_value = "openai")]
     pub backend: String,
     /// The server's scheme, host and port; `--endpoint` is appended to it.
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     pub base_url: String,
-    /// Default: /v1/completions (openai) or /generate_stream (tgi).
+    /// Default: /v1/completions (openai, sglang-oai), /generate_stream (tgi) or /generate
+    /// (sglang).
     #[arg(long)]
     pub endpoint: Option<String>,
     /// The `model` field sent to OpenAI servers.
@@ -82,8 +86,30 @@ pub struct BenchArgs {
     /// Ask the server to generate every requested token, past an end-of-sequence token
     /// (OpenAI `ignore_eos`), so output lengths are exact. TGI's API has no such parameter:
     /// start that server with its own `--ignore-eos` (bench says so when both are given).
+    /// SGLang's backends ask it unless `--disable-ignore-eos`.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// SGLang's backends: do not ask the server to ignore end-of-sequence tokens (SGLang's
+    /// client asks it by default).
+    #[arg(long)]
+    pub disable_ignore_eos: bool,
+    /// Requests sent, all at once, before each sweep point's run (the first request, at most 32
+    /// tokens), followed by a 1 s pause; the run stops if every one fails. Default: 1 for
+    /// SGLang's backends (its client's warm-up), 0 for the others.
+    #[arg(long, value_name = "N")]
+    pub warmup_requests: Option<u32>,
+    /// `vllm` (vLLM benchmark_serving's block, its version by `--report-layout`) or `sglang`
+    /// (SGLang 0.4.9 bench_serving's). Default: `sglang` for SGLang's backends, else `vllm`.
+    #[arg(long, value_name = "FORMAT")]
+    pub report_format: Option<String>,
+    /// Append SGLang bench_serving's JSONL record of each sweep point to this file (its
+    /// `--output-file`; with `--report-format sglang`).
+    #[arg(long, value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
+    /// With `--output-file`: each record also holds the per-request lists (input_lens,
+    /// output_lens, ttfts, itls, generated_texts, errors), as SGLang's `--output-details`.
+    #[arg(long)]
+    pub output_details: bool,
     /// Seed of the prompts' token ids, the lengths drawn and the arrival times.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -106,10 +132,35 @@ pub struct BenchArgs {
 }
 
 pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
-    let backend = Backend::parse(&args.backend).ok_or_else(|| usage("--backend", &args.backend, "expected openai or tgi"))?;
+    let backend = Backend::parse(&args.backend)
+        .ok_or_else(|| usage("--backend", &args.backend, "expected openai (or vllm), tgi, sglang (or sglang-native) or sglang-oai"))?;
     let layout = flags::report_layout(&args.report_layout)?;
-    let percentiles = flags::percentiles(&args.metric_percentiles)?;
-    let percentile_metrics = flags::percentile_metrics(&args.percentile_metrics)?;
+    let format = match &args.report_format {
+        Some(text) => flags::report_format(text)?,
+        None if backend.is_sglang() => ReportFormat::Sglang,
+        None => ReportFormat::Vllm,
+    };
+    if args.disable_ignore_eos && !backend.is_sglang() {
+        return Err(usage("--disable-ignore-eos", &args.backend, "only SGLang's backends ask the server to ignore EOS unasked; leave out --ignore-eos instead"));
+    }
+    if args.disable_ignore_eos && args.ignore_eos {
+        return Err(usage("--disable-ignore-eos", "--ignore-eos", "give one or the other"));
+    }
+    let ignore_eos = if backend.is_sglang() { !args.disable_ignore_eos } else { args.ignore_eos };
+    if let Some(file) = &args.output_file {
+        if format != ReportFormat::Sglang {
+            return Err(usage("--output-file", file.display(), "writes SGLang's record: use --report-format sglang (or --save-result for vLLM's JSON)"));
+        }
+        flags::output_file("--output-file", file)?;
+    }
+    if args.output_details && args.output_file.is_none() {
+        return Err(usage("--output-details", "", "adds to the records of --output-file, which is not given"));
+    }
+    let mut percentiles = flags::percentiles(&args.metric_percentiles)?;
+    let mut percentile_metrics = flags::percentile_metrics(&args.percentile_metrics)?;
+    if format == ReportFormat::Sglang {
+        (percentiles, percentile_metrics) = flags::with_sglang_needs(percentiles, percentile_metrics);
+    }
     let num_prompts = flags::positive_integers("--num-prompts", &args.num_prompts)?;
     let request_rate = match args.request_rate.trim() {
         "inf" => f64::INFINITY,
@@ -186,6 +237,9 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
         sessions: None,
     };
     let report = ReportOptions { layout, percentile_metrics, percentiles, max_concurrency: args.max_concurrency, request_rate };
+    if backend.is_sglang() && args.tokenizer.is_none() {
+        eprintln!("note: without --tokenizer the retokenized output count is the server's count (SGLang's client re-encodes the text with its tokenizer)");
+    }
     let tokenizer = match &args.tokenizer {
         Some(path) => Some(std::sync::Arc::new(
             Tokenizer::load(path).map_err(|e| usage("--tokenizer", path.display(), e.to_string()))?,
@@ -227,8 +281,9 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             config.endpoint = endpoint.clone();
         }
         config.max_concurrency = args.max_concurrency;
-        config.ignore_eos = args.ignore_eos;
+        config.ignore_eos = ignore_eos;
         config.tokenizer = tokenizer.clone();
+        config.warmup_requests = args.warmup_requests.unwrap_or(if backend.is_sglang() { 1 } else { 0 });
         let bar = progress::requests(config.requests.len());
         let tick = bar.clone();
         let run = runtime
@@ -247,8 +302,15 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             text.push('\n');
         }
         text.push_str(&format!("num_prompts: {n}\n"));
-        write_report(&mut text, &summary, &report).expect("writing to a String");
+        let as_sglang = (format == ReportFormat::Sglang).then(|| sglang_report(&args, &workload, &run, tokenizer.is_some()));
+        match &as_sglang {
+            None => write_report(&mut text, &summary, &report).expect("writing to a String"),
+            Some(r) => sglang::write_block(&mut text, &summary, r).expect("writing to a String"),
+        }
         print!("{text}");
+        if let (Some(file), Some(r)) = (&args.output_file, &as_sglang) {
+            append_record(file, &summary, r, args.output_details.then_some(&run))?;
+        }
         if let Some(first) = run.details.iter().find_map(|d| d.error.as_deref()) {
             eprintln!("{} request(s) failed; the first: {first}", run.failed());
         }
@@ -300,5 +362,51 @@ pub(super) fn run(args: BenchArgs) -> Result<(), Error> {
             failed_points.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
         )));
     }
+    Ok(())
+}
+
+/// SGLang's report of one sweep point: the backend as named, the dataset's arguments, the
+/// server's accept length, and the retokenized count where a tokenizer made one.
+fn sglang_report(args: &BenchArgs, workload: &WorkloadConfig, run: &crate::bench::BenchRun, retokenized: bool) -> SglangReport {
+    let mut report = SglangReport {
+        backend: args.backend.clone(),
+        request_rate: workload.request_rate.first().copied().unwrap_or(f64::INFINITY),
+        max_concurrency: args.max_concurrency,
+        accept_length: run.accept_length,
+        output_tokens_retokenized: retokenized
+            .then(|| run.details.iter().map(|d| u64::from(d.output_tokens_retokenized.unwrap_or(0))).sum()),
+        ..SglangReport::default()
+    };
+    super::simulate::sglang_dataset(&workload.dataset, &mut report);
+    if args.dataset_name == "sharegpt" {
+        report.dataset_name = "sharegpt".into();
+        (report.random_input_len, report.random_output_len, report.random_range_ratio) = (1024, 1024, 0.0);
+    }
+    report
+}
+
+/// Appends one record to SGLang's `--output-file`, with the per-request lists when `details`
+/// (SGLang's `--output-details`): seconds, 0 for the TTFT of a request without one.
+fn append_record(file: &std::path::Path, summary: &crate::metrics::Summary, report: &SglangReport, details: Option<&crate::bench::BenchRun>) -> Result<(), Error> {
+    use sglang::PyJson;
+    let mut fields = sglang::record_fields(summary, report);
+    if let Some(run) = details {
+        let requests = &run.records.requests;
+        let seconds = |ns: u64| PyJson::Float(ns as f64 / 1e9);
+        fields.push(("input_lens", PyJson::List(requests.iter().map(|r| PyJson::Int(u64::from(r.input_tokens))).collect())));
+        fields.push(("output_lens", PyJson::List(requests.iter().map(|r| PyJson::Int(u64::from(r.output_tokens))).collect())));
+        fields.push(("ttfts", PyJson::List(requests.iter().map(|r| seconds(if r.success { r.ttft_ns() } else { 0 })).collect())));
+        fields.push(("itls", PyJson::List(run.details.iter().map(|d| PyJson::List(d.itl_ns.iter().map(|&g| seconds(g)).collect())).collect())));
+        fields.push(("generated_texts", PyJson::List(run.details.iter().map(|d| PyJson::Str(d.text.clone())).collect())));
+        fields.push(("errors", PyJson::List(run.details.iter().map(|d| PyJson::Str(d.error.clone().unwrap_or_default())).collect())));
+    }
+    let line = sglang::dumps(&fields) + "\n";
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .map_err(|source| Error::Output { path: file.to_path_buf(), source })?;
+    std::io::Write::write_all(&mut out, line.as_bytes()).map_err(|source| Error::Output { path: file.to_path_buf(), source })?;
+    eprintln!("appended to {}", file.display());
     Ok(())
 }

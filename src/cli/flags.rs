@@ -43,6 +43,38 @@ pub(super) fn positive_integers(flag: &'static str, text: &str) -> Result<Vec<u3
         .ok_or_else(|| usage(flag, text, "expected positive integers, comma-separated"))
 }
 
+/// Whose client's report a run prints: vLLM's `benchmark_serving.py` (whose version
+/// `--report-layout` picks) or SGLang's `bench_serving` (`crate::metrics::sglang`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReportFormat {
+    Vllm,
+    Sglang,
+}
+
+/// `--report-format`: `vllm` or `sglang`.
+pub(super) fn report_format(text: &str) -> Result<ReportFormat, Error> {
+    match text {
+        "vllm" => Ok(ReportFormat::Vllm),
+        "sglang" => Ok(ReportFormat::Sglang),
+        _ => Err(usage("--report-format", text, "expected `vllm` or `sglang`")),
+    }
+}
+
+/// The percentiles and metrics asked for, with those SGLang's report needs: P95, P99 and the
+/// maximum, and the E2E latency (its record holds every metric), so that a `--save-result` or
+/// `summary.json` beside it holds the same numbers.
+pub(super) fn with_sglang_needs(mut percentiles: Vec<f64>, mut metrics: Vec<LatencyMetric>) -> (Vec<f64>, Vec<LatencyMetric>) {
+    percentiles.extend(crate::metrics::sglang::PERCENTILES);
+    percentiles.sort_by(f64::total_cmp);
+    percentiles.dedup();
+    for metric in LatencyMetric::ALL {
+        if !metrics.contains(&metric) {
+            metrics.push(metric);
+        }
+    }
+    (percentiles, metrics)
+}
+
 pub(super) fn report_layout(text: &str) -> Result<ReportLayout, Error> {
     ReportLayout::parse(text).ok_or_else(|| usage("--report-layout", text, "expected `current` or `legacy`"))
 }

@@ -1,16 +1,17 @@
-//! `servesim simulate`: a scenario's sweep, printed as vLLM's benchmark blocks.
+//! `servesim simulate`: a scenario's sweep, printed as vLLM's benchmark blocks (or SGLang's).
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::flags::{self, usage};
+use super::flags::{self, ReportFormat, usage};
 use super::progress;
 use crate::Error;
 use crate::metrics::format::{ReportOptions, write_report};
-use crate::run::output;
-use crate::scenario::Scenario;
+use crate::metrics::sglang::{self, SglangReport};
+use crate::run::{PointResult, output};
+use crate::scenario::{Dataset, Scenario};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -30,6 +31,11 @@ pub struct SimulateArgs {
     /// `current` (newer vLLM: failed requests, peak lines) or `legacy` (vLLM 0.6.x).
     #[arg(long, default_value = "current", value_name = "LAYOUT")]
     pub report_layout: String,
+    /// `vllm`: vLLM benchmark_serving's block (its version by `--report-layout`); `sglang`:
+    /// SGLang 0.4.9 bench_serving's block, and with `--out` its `--output-file` record of each
+    /// sweep point in `sglang.jsonl`.
+    #[arg(long, default_value = "vllm", value_name = "FORMAT")]
+    pub report_format: String,
     /// Comma-separated percentiles to report, as vLLM's flag (e.g. `50,90,99`).
     #[arg(long, default_value = "99", value_name = "LIST")]
     pub metric_percentiles: String,
@@ -57,6 +63,7 @@ pub struct SimulateConfig {
     pub scenario: Scenario,
     pub out: Option<PathBuf>,
     pub report: ReportOptions,
+    format: ReportFormat,
     /// Price steps with a profile that does not describe the scenario, with a warning.
     pub allow_profile_mismatch: bool,
 }
@@ -64,8 +71,12 @@ pub struct SimulateConfig {
 impl SimulateArgs {
     pub fn validate(self) -> Result<SimulateConfig, Error> {
         let layout = flags::report_layout(&self.report_layout)?;
-        let percentiles = flags::percentiles(&self.metric_percentiles)?;
-        let percentile_metrics = flags::percentile_metrics(&self.percentile_metrics)?;
+        let format = flags::report_format(&self.report_format)?;
+        let mut percentiles = flags::percentiles(&self.metric_percentiles)?;
+        let mut percentile_metrics = flags::percentile_metrics(&self.percentile_metrics)?;
+        if format == ReportFormat::Sglang {
+            (percentiles, percentile_metrics) = flags::with_sglang_needs(percentiles, percentile_metrics);
+        }
         let mut overrides = self.set;
         match self.cost.as_deref() {
             None => {}
@@ -97,7 +108,7 @@ impl SimulateArgs {
             // Each sweep point prints its own rate (set per point below).
             request_rate: f64::INFINITY,
         };
-        Ok(SimulateConfig { scenario, out: self.out, report, allow_profile_mismatch: self.allow_profile_mismatch })
+        Ok(SimulateConfig { scenario, out: self.out, report, format, allow_profile_mismatch: self.allow_profile_mismatch })
     }
 }
 
@@ -163,8 +174,15 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         if scenario.workload.sweeps_rate() {
             text.push_str(&format!("request_rate: {}\n", point.request_rate));
         }
-        let report = ReportOptions { request_rate: point.request_rate, ..config.report.clone() };
-        write_report(&mut text, &point.summary, &report).expect("writing to a String");
+        match config.format {
+            ReportFormat::Vllm => {
+                let report = ReportOptions { request_rate: point.request_rate, ..config.report.clone() };
+                write_report(&mut text, &point.summary, &report).expect("writing to a String");
+            }
+            ReportFormat::Sglang => {
+                sglang::write_block(&mut text, &point.summary, &sglang_report(scenario, point)).expect("writing to a String");
+            }
+        }
     }
     // Not part of vLLM's block, whose lines stay as its client prints them.
     if scenario.engine.enable_prefix_caching {
@@ -203,8 +221,48 @@ pub(super) fn run(config: SimulateConfig) -> Result<(), Error> {
         let pools = if scenario.pools.is_empty() { &[][..] } else { &runs[..] };
         output::write_all(dir, scenario, &points, &config.report, &cost_label, pools)?;
         eprintln!("wrote {}", dir.join("{summary.json,requests.csv,timeline.csv,itl.csv}").display());
+        if config.format == ReportFormat::Sglang {
+            let path = dir.join("sglang.jsonl");
+            let lines: String = points.iter().map(|p| sglang::record(&p.summary, &sglang_report(scenario, p)) + "\n").collect();
+            std::fs::write(&path, lines).map_err(|source| Error::Output { path: path.clone(), source })?;
+            eprintln!("wrote {}", path.display());
+        }
     }
     Ok(())
+}
+
+/// What SGLang's client would have been run with to send a sweep point of the scenario: its
+/// native backend, the point's rate, and the dataset's arguments where SGLang's client has the
+/// dataset. Its `random` draws lengths uniform in `[len × ratio, len]`, so exact lengths are
+/// ratio 1; a servesim dataset SGLang lacks is named as servesim names it (`vllm-random` for
+/// vLLM's `len × (1 ± ratio)`), with SGLang's default lengths.
+fn sglang_report(scenario: &Scenario, point: &PointResult) -> SglangReport {
+    let mut report = SglangReport {
+        request_rate: point.request_rate,
+        max_concurrency: scenario.workload.max_concurrency,
+        accept_length: scenario.engine.speculative.as_ref().map(|_| point.output.spec.mean_tokens_per_step()),
+        ..SglangReport::default()
+    };
+    sglang_dataset(&scenario.workload.dataset, &mut report);
+    report
+}
+
+/// The dataset arguments of SGLang's record for `dataset` (see [`sglang_report`]).
+pub(super) fn sglang_dataset(dataset: &Dataset, report: &mut SglangReport) {
+    let (name, lengths) = match *dataset {
+        Dataset::Fixed { input_len, output_len } => ("random", Some((input_len, output_len, 1.0))),
+        Dataset::Random { input_len, output_len, range_ratio, prefix_len } if range_ratio == 0.0 && prefix_len == 0 => {
+            ("random", Some((input_len, output_len, 1.0)))
+        }
+        Dataset::Random { input_len, output_len, range_ratio, .. } => ("vllm-random", Some((input_len, output_len, range_ratio))),
+        Dataset::Sonnet { .. } => ("sonnet", None),
+        Dataset::ShareGpt { .. } => ("sharegpt", None),
+        Dataset::Trace { .. } => ("trace", None),
+    };
+    report.dataset_name = name.to_string();
+    if let Some((input_len, output_len, ratio)) = lengths {
+        (report.random_input_len, report.random_output_len, report.random_range_ratio) = (input_len, output_len, ratio);
+    }
 }
 
 /// What is simulated, on stderr: the deployment; with pools, a line per pool with its cost model.

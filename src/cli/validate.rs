@@ -38,6 +38,13 @@ pub(super) fn run(args: ValidateArgs) -> Result<(), Error> {
     for path in &args.scenarios {
         let scenario = Scenario::load(path, &args.set)?;
         let plan = crate::validate::Plan::for_scenario(&scenario, args.recorded.as_deref())?;
+        if scenario.validation.is_none() {
+            let missing: Vec<&str> =
+                crate::scenario::DEFAULT_VALIDATION_METRICS.into_iter().filter(|m| !plan.metrics.iter().any(|k| k == m)).collect();
+            if !missing.is_empty() {
+                eprintln!("note: {} has no {}: not compared", plan.recorded.display(), missing.join(", "));
+            }
+        }
         let validation = crate::validate::validate(&scenario, &plan)?;
         let text = crate::validate::render(&validation);
         print!("{text}");

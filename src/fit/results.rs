@@ -3,13 +3,15 @@
 //!
 //! ```text
 //!  vLLM --save-result JSON (one file per rate)   ─┐
-//!  servesim bench --save-result JSON              ├─► ResultPoint { num_prompts, request_rate,
-//!  CSV: one row per point                         ─┘     burstiness, max_concurrency, totals,
-//!                                                        metrics by vLLM key, source }
+//!  servesim bench --save-result JSON              │
+//!  SGLang bench_serving --output-file JSONL       ├─► ResultPoint { num_prompts, request_rate,
+//!    (one line per run)                           │      burstiness, max_concurrency, totals,
+//!  CSV: one row per point                         ─┘     metrics by vLLM key, source }
 //! ```
 //!
 //! JSON goes through the recorded-results parser ([`crate::metrics::recorded::parse_file`]), which
-//! already reads vLLM's files (Python's `NaN`, arrays of results, servesim's `summary.json`); here
+//! already reads vLLM's files (Python's `NaN`, arrays of results, servesim's `summary.json`) and
+//! SGLang's (its metric names made vLLM's, `crate::metrics::sglang`); here
 //! its numbers and strings are read as a point's load. Every malformed value is an error naming
 //! the file, the line or row, the field and the value.
 
@@ -33,7 +35,7 @@ const LOAD_FIELDS: [&str; 4] = ["num_prompts", "request_rate", "burstiness", "ma
 
 /// Totals and throughputs vLLM saves under these keys (the latency keys are recognised by
 /// shape, see [`is_metric_key`]).
-const TOTAL_KEYS: [&str; 13] = [
+const TOTAL_KEYS: [&str; 16] = [
     "completed",
     "failed",
     "duration",
@@ -47,6 +49,10 @@ const TOTAL_KEYS: [&str; 13] = [
     "max_output_tokens_per_s",
     "max_concurrent_requests",
     "max_concurrency_reached",
+    // SGLang's own (crate::metrics::sglang).
+    "total_output_tokens_retokenized",
+    "concurrency",
+    "accept_length",
 ];
 
 /// One benchmark result: a JSON file (or one object of it), or one CSV row.
@@ -105,18 +111,18 @@ pub struct Defaults {
     pub request_rate: Option<f64>,
 }
 
-/// Reads every file, in order, into one series: `.json` as `--save-result` files, `.csv` as a
-/// table of results.
+/// Reads every file, in order, into one series: `.json` as `--save-result` files, `.jsonl` as
+/// SGLang `--output-file` files (a point a line), `.csv` as a table of results.
 pub fn read_series(paths: &[PathBuf], defaults: Defaults) -> Result<Series, Error> {
     let mut series = Series::default();
     for path in paths {
         let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
         match ext.as_deref() {
-            Some("json") => read_json(path, defaults, &mut series)?,
+            Some("json" | "jsonl") => read_json(path, defaults, &mut series)?,
             Some("csv") => read_csv(path, defaults, &mut series)?,
             _ => {
                 return Err(Error::Recorded(format!(
-                    "{}: expected a vLLM --save-result .json file or a .csv table of results",
+                    "{}: expected a vLLM --save-result .json file, an SGLang bench_serving --output-file .jsonl file or a .csv table of results",
                     path.display()
                 )));
             }
@@ -139,7 +145,7 @@ fn field_error(source: &str, field: &str, value: impl std::fmt::Display, reason:
 }
 
 /// A `--save-result` file: one object per point (vLLM writes one file per rate; an array or
-/// servesim's `{"results": [...]}` holds several).
+/// servesim's `{"results": [...]}` holds several), or SGLang's JSONL (one line per run).
 fn read_json(path: &Path, defaults: Defaults, series: &mut Series) -> Result<(), Error> {
     let blocks = parse_file(path).map_err(|e| Error::Recorded(e.to_string()))?;
     let several = blocks.len() > 1;
@@ -377,7 +383,7 @@ mod tests {
 
     #[test]
     fn metric_keys_are_recognised_by_vllms_names() {
-        for key in ["mean_ttft_ms", "median_tpot_ms", "std_itl_ms", "p99_e2el_ms", "p99.9_ttft_ms", "output_throughput", "completed"] {
+        for key in ["mean_ttft_ms", "median_tpot_ms", "std_itl_ms", "p99_e2el_ms", "p99.9_ttft_ms", "p100_itl_ms", "output_throughput", "completed", "concurrency"] {
             assert!(is_metric_key(key), "{key}");
         }
         for key in ["date", "notes", "mean_tft_ms", "p101_ttft_ms", "mean_ttft", "request_rate", "input_len"] {

@@ -10,8 +10,8 @@ use crate::bench::sse::SseLines;
 use crate::calibrate::backend::Peak;
 use crate::calibrate::profile::{parse_csv, parse_provenance};
 use crate::engine::model::{LlamaConfig, LlamaWeights, WeightDtype};
-use crate::engine::server::{Api, ApiError, GenerateParams, PromptInput, Tokenizer, check_request_fits, parse_request};
-use crate::metrics::recorded::{parse_json, parse_text};
+use crate::engine::server::{Api, ApiError, GenerateParams, ParsedRequest, PromptInput, Tokenizer, check_request_fits, parse_request, parse_sglang};
+use crate::metrics::recorded::{parse_json, parse_jsonl, parse_text};
 use crate::plan::file::Plan;
 use crate::scenario::{ModelSpec, Scenario};
 use crate::scenario::trace::read_trace_from;
@@ -109,11 +109,15 @@ fn recorded_json_seeds(_: &Path) -> Vec<Vec<u8>> {
     seeds(&[
         include_str!("../../tests/data/fit/vllm-sweep/vllm-4.0qps-Llama-3.1-8B-Instruct-20250114-101612.json"),
         include_str!("../../tests/data/fit/servesim-bench/bench-openai-4.json"),
+        include_str!("../../tests/data/sglang/bench_serving-0.4.9.jsonl"),
     ])
 }
 
+/// The input as one JSON document and as JSON Lines (SGLang's `--output-file`).
 fn run_recorded_json(input: &[u8], _: &Path) -> bool {
-    parse_json(&text(input), Path::new("fuzz.json")).is_ok()
+    let text = text(input);
+    let json = parse_json(&text, Path::new("fuzz.json")).is_ok();
+    parse_jsonl(&text, Path::new("fuzz.jsonl")).is_ok() || json
 }
 
 fn profile_seeds(_: &Path) -> Vec<Vec<u8>> {
@@ -198,7 +202,7 @@ fn run_sse(input: &[u8], _: &Path) -> bool {
             payloads.push(last);
         }
         for payload in &payloads {
-            for backend in [Backend::OpenAi, Backend::Tgi] {
+            for backend in [Backend::OpenAi, Backend::Tgi, Backend::Sglang, Backend::SglangOai] {
                 accepted |= parse_chunk(backend, payload).error.is_none();
             }
         }
@@ -227,6 +231,10 @@ fn http_body_seeds(_: &Path) -> Vec<Vec<u8>> {
         r#"{"inputs": "What is Deep Learning?", "parameters": {"max_new_tokens": 20, "details": true, "temperature": 0.7,
             "top_p": 0.95, "top_k": 50, "seed": 1, "ignore_eos": false, "best_of": 1}}"#,
         r#"{"inputs": "x", "parameters": null}"#,
+        // SGLang /generate, as its bench client sends it, and with text.
+        r#"{"input_ids": [5, 6, 7], "sampling_params": {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": true},
+            "stream": true, "lora_path": null, "return_logprob": false, "logprob_start_len": -1}"#,
+        r#"{"text": "Once upon a time", "rid": "r", "sampling_params": {"top_k": -1, "stop": ["."], "no_stop_trim": true}}"#,
         // Edge cases: refused, each for one reason.
         r#"{"model": "tiny", "messages": [{"role": "user", "content": "a chat body"}], "max_tokens": 8}"#,
         r#"{"prompt": [], "max_tokens": 0}"#,
@@ -245,13 +253,14 @@ fn http_body_seeds(_: &Path) -> Vec<Vec<u8>> {
 fn run_http_body(input: &[u8], _: &Path) -> bool {
     let mut accepted = false;
     for api in [Api::Completions, Api::Generate] {
-        accepted |= http_body_accepted(api, input);
+        accepted |= http_body_accepted(parse_request(api, input, HTTP_MODEL, HTTP_PROMPT_BYTES_MAX));
     }
+    accepted |= http_body_accepted(parse_sglang(input, HTTP_PROMPT_BYTES_MAX).map(|p| p.request));
     accepted
 }
 
-fn http_body_accepted(api: Api, body: &[u8]) -> bool {
-    let request = match parse_request(api, body, HTTP_MODEL, HTTP_PROMPT_BYTES_MAX) {
+fn http_body_accepted(parsed: Result<ParsedRequest, ApiError>) -> bool {
+    let request = match parsed {
         Ok(request) => request,
         Err(e) => return assert_refusal(&e),
     };

@@ -197,12 +197,12 @@ fn write_section(out: &mut impl Write, metric: LatencyMetric, stat: &Stat) -> fm
 }
 
 /// Python `"{:<40} {:<10}".format(label, int_value)`.
-fn int_line(out: &mut impl Write, label: &str, value: impl fmt::Display) -> fmt::Result {
+pub(super) fn int_line(out: &mut impl Write, label: &str, value: impl fmt::Display) -> fmt::Result {
     writeln!(out, "{label:<40} {value:<10}")
 }
 
 /// Python `"{:<40} {:<10.2f}".format(label, value)`.
-fn float_line(out: &mut impl Write, label: &str, value: f64) -> fmt::Result {
+pub(super) fn float_line(out: &mut impl Write, label: &str, value: f64) -> fmt::Result {
     writeln!(out, "{label:<40} {:<10}", py_fixed2(value))
 }
 
@@ -221,6 +221,17 @@ pub fn percentile_label(p: f64) -> String {
         return format!("{}", p as i64);
     }
     python_float_str(p)
+}
+
+/// Python's `repr(float)`, which `str()`, `format(x, "")` and `json.dumps` also write for a
+/// finite float: [`python_float_str`]'s digits with `.0` on a whole number (`4.0`, `1e+16`);
+/// `inf`, `-inf` and `nan` otherwise (JSON spells those differently: `sglang::json_float`).
+pub fn python_float_repr(value: f64) -> String {
+    if value.is_nan() {
+        return "nan".into();
+    }
+    let text = python_float_str(value);
+    if value.is_infinite() || text.contains(['.', 'e']) { text } else { format!("{text}.0") }
 }
 
 /// Python's `str(float)` for the values a percentile can take: Rust's shortest round-trip digits,

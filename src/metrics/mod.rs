@@ -1,10 +1,12 @@
 //! Per-request records → benchmark summary, with vLLM `benchmark_serving.py`'s definitions, and
-//! its text and JSON formats. Knows nothing of where records came from (simulator or client).
+//! its text and JSON formats; SGLang `bench_serving`'s too (`sglang`). Knows nothing of where
+//! records came from (simulator or client).
 
 pub mod format;
 mod radix;
 pub mod recorded;
 pub mod samples;
+pub mod sglang;
 pub mod summary;
 
 pub use samples::{RunChunks, TokenBuckets, WeightedSamples};

@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::LatencyMetric;
 use super::format::percentile_label;
+use super::sglang::{self, TextLine};
 
 /// The title inside a block's `====` header line.
 const HEADER_TITLE: &str = "Serving Benchmark Result";
@@ -184,20 +185,19 @@ fn excerpt(text: &str, center: usize) -> String {
     format!("{head}{body}{tail}")
 }
 
-/// Parses a file by extension: `.json` as JSON ([`parse_json`]), anything else as printed text
+/// Parses a file by extension: `.json` as JSON ([`parse_json`]), `.jsonl` as one JSON result a
+/// line (SGLang's `--output-file`, [`parse_jsonl`]), anything else as printed text
 /// ([`parse_text`]).
 pub fn parse_file(path: &Path) -> Result<Vec<RecordedBlock>, RecordedError> {
     let text = std::fs::read_to_string(path).map_err(|source| RecordedError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let is_json = path
-        .extension()
-        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
-    if is_json {
-        parse_json(&text, path)
-    } else {
-        parse_text(&text, path)
+    let extension = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("json") => parse_json(&text, path),
+        Some("jsonl") => parse_jsonl(&text, path),
+        _ => parse_text(&text, path),
     }
 }
 
@@ -252,6 +252,11 @@ pub fn parse_text(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
         } else if is_section_header(line) {
             // Metric labels name their section themselves (`Mean TTFT (ms)`), so the section
             // titles carry nothing to check against.
+        } else if let Some(read) = sglang_line(line) {
+            match read.map_err(|expected| syntax_error(file, line_no, line, expected))? {
+                TextLine::Context(key, value) => block.context.push((key, value)),
+                TextLine::Value(key, value) => insert_value(block, file, line_no, line, key, value)?,
+            }
         } else {
             let (key, value) = metric_line(line).map_err(|expected| {
                 syntax_error(
@@ -261,22 +266,7 @@ pub fn parse_text(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
                     format!("{expected} (in the block opened on line {})", block.line),
                 )
             })?;
-            // Counts, durations, rates and latencies: a negative one is a broken file.
-            if value.is_nan() || value < 0.0 {
-                return Err(syntax_error(file, line_no, line, "a measurement that is not negative"));
-            }
-            if block.values.contains_key(&key) {
-                return Err(syntax_error(
-                    file,
-                    line_no,
-                    line,
-                    format!(
-                        "each metric once per block, but `{key}` is already set in the block opened on line {}",
-                        block.line
-                    ),
-                ));
-            }
-            block.values.insert(key, value);
+            insert_value(block, file, line_no, line, key, value)?;
         }
     }
     if let Some(block) = open {
@@ -295,6 +285,31 @@ pub fn parse_text(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
         });
     }
     Ok(blocks)
+}
+
+/// A printed measurement into its block: never negative (counts, durations, rates and
+/// latencies: a negative one is a broken file), and each key once.
+fn insert_value(block: &mut RecordedBlock, file: &Path, line_no: usize, line: &str, key: String, value: f64) -> Result<(), RecordedError> {
+    if value.is_nan() || value < 0.0 {
+        return Err(syntax_error(file, line_no, line, "a measurement that is not negative"));
+    }
+    if block.values.contains_key(&key) {
+        return Err(syntax_error(
+            file,
+            line_no,
+            line,
+            format!("each metric once per block, but `{key}` is already set in the block opened on line {}", block.line),
+        ));
+    }
+    block.values.insert(key, value);
+    Ok(())
+}
+
+/// A line of SGLang's block whose label vLLM never prints ([`sglang::text_line`]), with what
+/// was expected instead when its value does not parse.
+fn sglang_line(line: &str) -> Option<Result<TextLine, String>> {
+    let (label, value) = line.split_once(':')?;
+    sglang::text_line(label.trim(), value.trim())
 }
 
 /// `============ Serving Benchmark Result ============` (any number of `=`).
@@ -334,7 +349,7 @@ fn metric_line(line: &str) -> Result<(String, f64), String> {
     let label = label.trim();
     let Some(key) = metric_key(label) else {
         return Err(format!(
-            "{EXPECTED_IN_BLOCK}; `{label}` is not a label vLLM prints"
+            "{EXPECTED_IN_BLOCK}; `{label}` is not a label vLLM or SGLang prints"
         ));
     };
     let value_text = value_text.trim();
@@ -376,31 +391,29 @@ fn metric_key(label: &str) -> Option<String> {
 ///
 /// Numeric fields become [`values`](RecordedBlock::values) under their own key; string and
 /// boolean fields become [`context`](RecordedBlock::context); arrays (`ttfts`, `itls`,
-/// `input_lens` …), nested objects and nulls are skipped. Python writes non-finite floats as
-/// `NaN`/`Infinity`, which is not JSON; they are read as null (so skipped), as servesim writes
-/// them.
+/// `input_lens` …), nested objects and nulls are skipped. SGLang's names become vLLM's
+/// ([`sglang::normalize_record`]). Python writes non-finite floats as `NaN`/`Infinity`, which
+/// is not JSON: `NaN` is read as null (so skipped), `Infinity` as the string `"inf"` (so a
+/// burst's `request_rate`, which SGLang saves as a float, reads as vLLM's `"inf"`).
 pub fn parse_json(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, RecordedError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let text = python_literals_to_null(text);
+    let text = python_literals_to_json(text);
     let root: Value =
         serde_json::from_str(&text).map_err(|error| json_error(&text, file, &error))?;
     let lines = ValueLines::scan(&text);
     let line_text = |line: usize| text.lines().nth(line.saturating_sub(1)).unwrap_or_default();
 
-    let items: Vec<(usize, &Value)> = match &root {
+    let items: Vec<(usize, Value)> = match root {
         Value::Array(items) => items
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(i, v)| (lines.element(i), v))
             .collect(),
-        Value::Object(map) if map.get("results").is_some_and(Value::is_array) => map["results"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, v)| (lines.result(i), v))
-            .collect(),
-        Value::Object(_) => vec![(lines.top, &root)],
+        Value::Object(mut map) if map.get("results").is_some_and(Value::is_array) => match map.remove("results") {
+            Some(Value::Array(items)) => items.into_iter().enumerate().map(|(i, v)| (lines.result(i), v)).collect(),
+            _ => Vec::new(),
+        },
+        root @ Value::Object(_) => vec![(lines.top, root)],
         _ => {
             return Err(syntax_error(
                 file,
@@ -420,29 +433,7 @@ pub fn parse_json(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
                 "a JSON object holding one benchmark result",
             ));
         };
-        let mut block = RecordedBlock::new(line, i + 1);
-        for (key, value) in fields {
-            match value {
-                Value::Number(n) => {
-                    // Every JSON number has an f64 reading (large integers lose digits only).
-                    if let Some(x) = n.as_f64() {
-                        if x < 0.0 {
-                            return Err(RecordedError::Syntax {
-                                file: file.to_path_buf(),
-                                line: block.line,
-                                text: format!("\"{key}\": {x}"),
-                                expected: "a measurement that is not negative".into(),
-                            });
-                        }
-                        block.values.insert(key.clone(), x);
-                    }
-                }
-                Value::String(s) => block.context.push((key.clone(), s.clone())),
-                Value::Bool(b) => block.context.push((key.clone(), b.to_string())),
-                Value::Null | Value::Array(_) | Value::Object(_) => {}
-            }
-        }
-        blocks.push(block);
+        blocks.push(result_block(fields, line, i + 1, file)?);
     }
     if blocks.is_empty() {
         return Err(RecordedError::NoBlocks {
@@ -451,6 +442,70 @@ pub fn parse_json(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, Recorde
         });
     }
     Ok(blocks)
+}
+
+/// Parses JSON Lines, one result object a line, as SGLang's `--output-file` appends them (one a
+/// run); blank lines are skipped. Each object is read as [`parse_json`] reads one.
+pub fn parse_jsonl(text: &str, file: &Path) -> Result<Vec<RecordedBlock>, RecordedError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut blocks = Vec::new();
+    let mut lines_total = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        lines_total = line_no;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let line = python_literals_to_json(raw);
+        let value: Value = serde_json::from_str(&line).map_err(|error| {
+            let column = error.column();
+            let message = error.to_string();
+            let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(head, _)| head);
+            RecordedError::Syntax {
+                file: file.to_path_buf(),
+                line: line_no,
+                text: excerpt(line.trim_end(), column.saturating_sub(1)),
+                expected: format!("one JSON result object on each line ({message} at column {column})"),
+            }
+        })?;
+        let Value::Object(fields) = value else {
+            return Err(syntax_error(file, line_no, &line, "one JSON result object on each line"));
+        };
+        blocks.push(result_block(fields, line_no, blocks.len() + 1, file)?);
+    }
+    if blocks.is_empty() {
+        return Err(RecordedError::NoBlocks { file: file.to_path_buf(), lines: lines_total });
+    }
+    Ok(blocks)
+}
+
+/// One result object as a block: its numbers as values (none negative), its strings and
+/// booleans as context, after SGLang's names are made vLLM's.
+fn result_block(mut fields: serde_json::Map<String, Value>, line: usize, index: usize, file: &Path) -> Result<RecordedBlock, RecordedError> {
+    sglang::normalize_record(&mut fields);
+    let mut block = RecordedBlock::new(line, index);
+    for (key, value) in fields {
+        match value {
+            Value::Number(n) => {
+                // Every JSON number has an f64 reading (large integers lose digits only).
+                if let Some(x) = n.as_f64() {
+                    if x < 0.0 {
+                        return Err(RecordedError::Syntax {
+                            file: file.to_path_buf(),
+                            line: block.line,
+                            text: format!("\"{key}\": {x}"),
+                            expected: "a measurement that is not negative".into(),
+                        });
+                    }
+                    block.values.insert(key, x);
+                }
+            }
+            Value::String(s) => block.context.push((key, s)),
+            Value::Bool(b) => block.context.push((key, b.to_string())),
+            Value::Null | Value::Array(_) | Value::Object(_) => {}
+        }
+    }
+    Ok(block)
 }
 
 /// A serde_json error as a [`RecordedError::Syntax`] naming its line, with an excerpt around the
@@ -472,10 +527,11 @@ fn json_error(text: &str, file: &Path, error: &serde_json::Error) -> RecordedErr
     }
 }
 
-/// Replaces Python's `NaN`, `Infinity` and `-Infinity` (outside strings) by `null`, so that
-/// serde_json, which follows the JSON spec, reads files Python's `json.dump` wrote. Only ASCII
-/// is replaced, so line numbers are kept.
-fn python_literals_to_null(text: &str) -> Cow<'_, str> {
+/// Replaces Python's `NaN` (outside strings) by `null`, and its `Infinity` and `-Infinity` by
+/// the strings `"inf"` and `"-inf"`, so that serde_json, which follows the JSON spec, reads
+/// files Python's `json.dump` wrote. Only ASCII is replaced and no line is split, so line
+/// numbers are kept.
+fn python_literals_to_json(text: &str) -> Cow<'_, str> {
     if !text.contains("NaN") && !text.contains("Infinity") {
         return Cow::Borrowed(text);
     }
@@ -496,9 +552,9 @@ fn python_literals_to_null(text: &str) -> Cow<'_, str> {
         } else if b == b'"' {
             in_string = true;
         } else {
-            for literal in ["-Infinity", "Infinity", "NaN"] {
+            for (literal, json) in [("-Infinity", "\"-inf\""), ("Infinity", "\"inf\""), ("NaN", "null")] {
                 if bytes[i..].starts_with(literal.as_bytes()) {
-                    out.extend_from_slice(b"null");
+                    out.extend_from_slice(json.as_bytes());
                     i += literal.len();
                     continue 'bytes;
                 }
@@ -631,3 +687,7 @@ fn string_end(bytes: &[u8], open: usize) -> usize {
 #[cfg(test)]
 #[path = "recorded_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "recorded_sglang_tests.rs"]
+mod sglang_tests;

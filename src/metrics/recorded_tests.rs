@@ -381,13 +381,13 @@ fn vllm_save_result_object_parses() {
 }
 
 #[test]
-fn python_literals_become_null_outside_strings_only() {
+fn python_literals_become_json_outside_strings_only() {
     assert_eq!(
-        python_literals_to_null(r#"[NaN, -Infinity, Infinity, "NaN \"Infinity\"", 1]"#),
-        r#"[null, null, null, "NaN \"Infinity\"", 1]"#
+        python_literals_to_json(r#"[NaN, -Infinity, Infinity, "NaN \"Infinity\"", 1]"#),
+        r#"[null, "-inf", "inf", "NaN \"Infinity\"", 1]"#
     );
     assert!(matches!(
-        python_literals_to_null("[1, 2]"),
+        python_literals_to_json("[1, 2]"),
         Cow::Borrowed(_)
     ));
 }
@@ -497,7 +497,7 @@ fn malformed_blocks_name_the_line() {
         (4, "Benchmark length (s):                  4.53")
     );
     assert!(
-        expected.contains("`Benchmark length (s)` is not a label vLLM prints"),
+        expected.contains("`Benchmark length (s)` is not a label vLLM or SGLang prints"),
         "{expected}"
     );
     assert!(expected.contains("opened on line 2"), "{expected}");

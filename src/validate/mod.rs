@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::Error;
 use crate::metrics::LatencyMetric;
 use crate::metrics::format::{ReportOptions, to_json};
+use crate::metrics::sglang;
 use crate::metrics::recorded::{RecordedBlock, parse_file};
 use crate::cost::CostModel;
 use crate::run::{cost_model, run_point, sim_config};
@@ -104,10 +105,26 @@ impl Plan {
                 blocks.len()
             )));
         }
+        // The default metrics that no recorded block has are left out, so that a client that
+        // reports fewer (SGLang 0.4.9 prints no TPOT) still compares; `servesim validate` names
+        // them. A metric a scenario names, or that some blocks have, is still required.
         let metrics = spec.map_or_else(
-            || DEFAULT_VALIDATION_METRICS.iter().map(|m| m.to_string()).collect(),
+            || {
+                DEFAULT_VALIDATION_METRICS
+                    .iter()
+                    .filter(|m| blocks.iter().any(|b| b.get(m).is_some()))
+                    .map(|m| m.to_string())
+                    .collect()
+            },
             |s| s.metrics.clone(),
         );
+        if metrics.is_empty() {
+            return Err(Error::Recorded(format!(
+                "{}: the blocks have none of the metrics compared by default ({})",
+                recorded.display(),
+                DEFAULT_VALIDATION_METRICS.join(", ")
+            )));
+        }
         let fit_blocks = spec.map(|s| s.fit_blocks.clone()).unwrap_or_default();
         Ok(Plan { recorded, blocks, block_of_point, metrics, fit_blocks })
     }
@@ -173,8 +190,11 @@ pub fn simulate_metrics_with(
             metrics
                 .iter()
                 .map(|key| {
-                    json.get(key).and_then(|v| v.as_f64()).ok_or_else(|| {
-                        Error::Recorded(format!("metric {key:?} is not one servesim computes (a vLLM --save-result key)"))
+                    // vLLM's keys, then the SGLang metrics vLLM has no key for (concurrency …).
+                    json.get(key).and_then(|v| v.as_f64()).or_else(|| sglang::extra_metric(&result.summary, key)).ok_or_else(|| {
+                        Error::Recorded(format!(
+                            "metric {key:?} is not one servesim computes (a vLLM --save-result key, or SGLang's concurrency, input_throughput, total_output_tokens_retokenized)"
+                        ))
                     })
                 })
                 .collect()

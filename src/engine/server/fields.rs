@@ -61,6 +61,10 @@ pub(super) fn is_one(v: &Value) -> bool {
     v.as_f64() == Some(1.0)
 }
 
+pub(super) fn is_true(v: &Value) -> bool {
+    v == &Value::Bool(true)
+}
+
 pub(super) fn is_false(v: &Value) -> bool {
     v == &Value::Bool(false)
 }

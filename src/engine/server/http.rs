@@ -20,7 +20,8 @@ use super::engine::EngineHandle;
 use super::front::{Front, error_response, json_response};
 use super::limits::{REQUEST_BODY_BYTES_MAX, ServerLimits};
 use super::request::MODEL_NAME_ALIAS;
-use super::tgi::{generate, generate_stream};
+use super::sglang::{generate, server_info};
+use super::tgi::generate_stream;
 
 /// Serves the engine on `listener` with the default [`ServerLimits`] until `shutdown`
 /// completes (e.g. on SIGTERM); see [`serve_with`].
@@ -54,6 +55,8 @@ pub fn router_with(engine: EngineHandle, limits: ServerLimits) -> Router {
         .route("/v1/models", get(models))
         .route("/generate", post(generate))
         .route("/generate_stream", post(generate_stream))
+        .route("/get_server_info", get(server_info))
+        .route("/server_info", get(server_info))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)

@@ -5,6 +5,7 @@
 //!     /v1/completions (completions.rs)                          Scheduler (src/sched, the simulator's own)
 //!     /v1/chat/completions (chat*.rs)                           + Executor::forward (model executor or a fake)
 //!     /generate, /generate_stream (tgi.rs)   ◄──tokens─────────  per-step trace as timeline.csv rows
+//!     /generate with SGLang's body (sglang.rs)
 //!     /v1/models, /health, /metrics (metrics.rs)
 //!   each request: body checked field by field (request.rs, fields.rs), queued (front.rs), its
 //!   tokens turned into text pieces, stop strings and counts (generation.rs, stop.rs)
@@ -32,6 +33,7 @@ mod metrics;
 mod model_executor;
 mod ngram;
 mod request;
+mod sglang;
 mod sse;
 mod stop;
 mod tgi;
@@ -48,6 +50,7 @@ pub use ngram::NgramLookup;
 pub use connection::{Drained, HEADER_BYTES_MAX, HEADERS_MAX};
 pub use http::{router, router_with, serve, serve_with};
 pub use logprobs::TOP_LOGPROBS_MAX;
+pub use sglang::{GenerateApi, SGLANG_MAX_NEW_TOKENS_DEFAULT, SglangParsed, generate_api, parse_sglang};
 pub use request::{
     Api, ApiError, MAX_TOKENS_DEFAULT, MODEL_NAME_ALIAS, OutputOptions, ParsedRequest, PromptInput, ReplyOptions, STOP_STRING_BYTES_MAX,
     STOP_STRINGS_MAX, parse_request,
