@@ -251,26 +251,25 @@ fn what_vllm_refuses_is_refused_by_name() {
     assert!(e.contains("engine.all2all_backend") && e.contains("no experts"), "{e}");
 }
 
-/// The plan example's DeepSeek recipe, as its deploy command writes it: one vLLM instance of
-/// eight ranks of one GPU each, experts split over them.
+/// The plan example's commands: its winner (docs/planning.md), two ranks of TP 2 per instance
+/// on eight GPUs, and vLLM's DeepSeek recipe, eight ranks of one GPU, both with the experts
+/// split over all eight.
 #[test]
-fn the_plan_example_writes_vllms_deepseek_recipe() {
+fn the_plan_example_writes_vllms_data_parallel_commands() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/deepseek-v3-h200.toml");
     let plan = Plan::from_toml_str(&std::fs::read_to_string(&path).unwrap(), &path).unwrap();
-    let recipe = plan
-        .space
-        .candidates()
-        .into_iter()
-        .find(|c| c.tensor_parallel == 1 && c.data_parallel == Some(8) && c.expert_parallel == Some(true))
-        .expect("the plan searches TP 1 × DP 8 with EP");
-    assert_eq!(recipe.gpus_per_replica(), 8);
-    let scenario = recipe.scenario(&plan, 1).unwrap();
-    let d = deployment(&scenario, 1, None).unwrap();
-    let script = d.script("recipe");
-    let line = script.lines().find(|l| l.starts_with("vllm serve")).unwrap();
-    for words in ["vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 1", "--enable-expert-parallel --data-parallel-size 8"] {
-        assert!(line.contains(words), "{line}");
+    let all = plan.space.candidates();
+    for (tp, dp, words) in [
+        (2, 4, "vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 2 --max-num-seqs 256 --max-num-batched-tokens 8192 --max-model-len 8192 --gpu-memory-utilization 0.9 --block-size 16 --enable-prefix-caching --quantization fp8 --enable-expert-parallel --data-parallel-size 4 --all2all-backend allgather_reducescatter --async-scheduling --port 8000"),
+        (1, 8, "--tensor-parallel-size 1 "),
+    ] {
+        let candidate = all.iter().find(|c| c.tensor_parallel == tp && c.data_parallel == Some(dp) && c.expert_parallel == Some(true)).unwrap();
+        assert_eq!(candidate.gpus_per_replica(), 8);
+        let d = deployment(&candidate.scenario(&plan, 5).unwrap(), 5, None).unwrap();
+        let script = d.script("example");
+        let line = script.lines().find(|l| l.starts_with("vllm serve")).unwrap();
+        assert!(line.contains(words) && line.contains(&format!("--enable-expert-parallel --data-parallel-size {dp} ")), "{line}");
+        assert!(script.contains("on each of 5 replica(s), 8 GPU(s) each"), "{script}");
+        assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
     }
-    assert!(script.contains("on each of 1 replica(s), 8 GPU(s) each"), "{script}");
-    assert!(d.unknown_flags.is_empty(), "{:?}", d.unknown_flags);
 }
