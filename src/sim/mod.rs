@@ -11,6 +11,9 @@
 //! instant is visible to it), lasts what the cost model predicts, and the next step starts as
 //! soon as the previous ends, as in real engines' busy loops.
 //!
+//! Data-parallel ranks (`SimConfig::data_parallel`) are replicas of their own, chosen by vLLM's
+//! balancer; ranks that share a mixture of experts' expert layers step in lockstep (`lockstep`).
+//!
 //! A sent request reaches its replica's scheduler after the front end's overhead
 //! (`frontend_overhead_ns`, plus `frontend_per_token_ns` per prompt token), one request at a
 //! time per replica. With none, every request sent at
