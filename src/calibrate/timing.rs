@@ -18,9 +18,14 @@ use std::time::{Duration, Instant};
 pub use super::backend::TimingMethod;
 use super::backend::{DeviceError, PreparedOp};
 
-/// Replays per repeat of [`TimingMethod::Graph`]: enough that a microsecond kernel's graph
-/// launch overhead (a few µs, paid once per replay) is a few percent of the time divided.
+/// Replays per repeat of [`TimingMethod::Graph`], at most: enough that a microsecond kernel's
+/// graph launch overhead (a few µs, paid once per replay) is a few percent of the time divided.
 pub const GRAPH_REPLAYS: u32 = 20;
+
+/// Work one graph repeat aims at: an op that takes longer is replayed fewer times (down to once),
+/// since its launch gap is already negligible and repeats of a millisecond GEMM would spend the
+/// budget for nothing.
+pub const GRAPH_REPEAT_NS: f64 = 100_000.0;
 
 /// How one shape is measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -147,6 +152,15 @@ pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measu
 pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Vec<f64>, DeviceError> {
     let start = Instant::now();
     let out_of_time = || start.elapsed() >= options.max_time;
+    let mut options = *options;
+    if options.method == TimingMethod::Graph {
+        // One plain run sizes the replays (it warms up as well).
+        let once = op.run_once()?;
+        let fit = if once > 0.0 { (GRAPH_REPEAT_NS / once).ceil() } else { f64::INFINITY };
+        options.replays = options.replays.max(1).min(fit.min(f64::from(u32::MAX)) as u32).max(1);
+        options.warmup = options.warmup.saturating_sub(1);
+    }
+    let options = &options;
 
     for _ in 0..options.warmup {
         run_repeat(op, options)?;
@@ -294,12 +308,17 @@ mod tests {
         let mut op = Scripted { times: vec![1000.0], runs: 0, flushes: 0 };
         let options = TimingOptions { max_time: Duration::from_secs(60), ..TimingOptions::default() }.with_method(TimingMethod::Graph);
         let m = measure(&mut op, &options).unwrap();
-        // The same repeats as the flush method, each GRAPH_REPLAYS runs long, none flushed; the
-        // default replay reports the mean run.
+        // The same repeats as the flush method, each GRAPH_REPLAYS runs long, none flushed, after
+        // one plain run that sized them (a 1 µs op is replayed the most, 20 times); the default
+        // replay reports the mean run.
         assert_eq!(m.repeats, 7 + 3);
-        assert_eq!(op.runs, (3 + 10) * GRAPH_REPLAYS as usize);
+        assert_eq!(op.runs, 1 + (2 + 10) * GRAPH_REPLAYS as usize);
         assert_eq!(op.flushes, 0);
         assert_eq!(m.median_ns, 1000.0);
+        // A 1 ms op fills a repeat alone: replayed once.
+        let mut slow = Scripted { times: vec![1e6], runs: 0, flushes: 0 };
+        measure(&mut slow, &options).unwrap();
+        assert_eq!(slow.runs, 1 + 2 + 10);
         for method in TimingMethod::ALL {
             assert_eq!(TimingMethod::parse(method.name()), Some(method));
         }
