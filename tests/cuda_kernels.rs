@@ -20,7 +20,7 @@ use servesim::calibrate::backend::{AttentionPhase, AttentionShape, Backend, Devi
 use servesim::calibrate::cuda::CudaBackend;
 use servesim::calibrate::grid::{Grid, GridOptions, GridScale};
 use servesim::calibrate::run::{RunOptions, calibrate};
-use servesim::calibrate::timing::TimingOptions;
+use servesim::calibrate::timing::{TimingMethod, TimingOptions};
 use servesim::engine::cuda::compile::{CI_ARCHES, KERNELS, compile, nvrtc_version};
 use servesim::engine::cuda::device::check_nvrtc;
 use servesim::engine::cuda::kernels::{At, DecodeParams, PagedKvCache, PrefillParams, RotaryParams, rotary_cos_sin_cache};
@@ -532,6 +532,9 @@ fn decode_case<T: KernelFloat>(g: &Gpu, c: &AttnCase, workspace_context: usize) 
 #[test]
 fn decode_attention_matches_reference() {
     let Some(mut g) = gpu("decode_attention_matches_reference") else { return };
+    if g.device.compute_capability() >= (8, 0) {
+        assert!(g.kernels.has_fast_attention().1, "the split-KV decode was not loaded on {}", g.device.name());
+    }
     let cases = [
         // MHA, tiny and block-boundary contexts.
         AttnCase { heads: 4, kv_heads: 4, d: 64, cached: vec![0, 15, 16, 31], new: vec![1; 4] },
@@ -627,6 +630,9 @@ fn prefill_case<T: KernelFloat>(g: &Gpu, c: &AttnCase) {
 #[test]
 fn prefill_attention_matches_reference() {
     let Some(mut g) = gpu("prefill_attention_matches_reference") else { return };
+    if g.device.compute_capability() >= (8, 0) {
+        assert!(g.kernels.has_fast_attention().0, "the tensor-core prefill was not loaded on {}", g.device.name());
+    }
     let cases = [
         // Plain prompts of different lengths (varlen), MHA, partial query tiles (tile = 32 rows).
         AttnCase { heads: 4, kv_heads: 4, d: 64, cached: vec![0, 0, 0], new: vec![1, 33, 70] },
@@ -779,12 +785,21 @@ fn tiny_calibration_runs_end_to_end() {
         allreduce: Vec::new(),
         sampling: Vec::new(),
     };
-    let options = RunOptions { timing: TimingOptions::quick(), ..RunOptions::default() };
-    let profile = calibrate(&mut backend, &grid, &options).unwrap();
-    println!("{:#?}", profile.rows);
-    assert_eq!(profile.rows.len(), 3, "{:?}", profile.provenance.run);
-    for row in &profile.rows {
-        assert!(row.measurement.median_ns > 0.0 && row.measurement.median_ns < 1e9, "{row:?}");
-        assert!(row.utilisation.is_some_and(|u| u > 0.0 && u < 1.5), "{row:?}");
+    // Both timing methods: one launch after an L2 flush, and replays in a CUDA graph.
+    assert_eq!(backend.timing_methods(), vec![TimingMethod::Graph, TimingMethod::Flush]);
+    for method in [TimingMethod::Flush, TimingMethod::Graph] {
+        let options = RunOptions { timing: TimingOptions::quick().with_method(method), ..RunOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        println!("{method:?}: {:#?}", profile.rows);
+        assert_eq!(profile.rows.len(), 3, "{:?}", profile.provenance.run);
+        assert_eq!(profile.provenance.timing.method, method.name());
+        for row in &profile.rows {
+            assert!(row.measurement.median_ns > 0.0 && row.measurement.median_ns < 1e9, "{row:?}");
+            assert!(row.utilisation.is_some_and(|u| u > 0.0 && u < 1.5), "{row:?}");
+        }
+        // The launch floor: a few microseconds a launch, less in a graph than from the host.
+        let floor = profile.provenance.run.launch_floor.clone().expect("a GPU times its launch floor");
+        println!("{floor:?}");
+        assert!(floor.graph_ns > 0.0 && floor.eager_ns > 0.0 && floor.eager_ns < 100_000.0, "{floor:?}");
     }
 }

@@ -136,6 +136,11 @@ impl FastAttention {
             && strides.iter().chain(&offsets).all(|x| x.is_multiple_of(8))
     }
 
+    /// Whether some tensor-core prefill bucket was opted into its shared memory.
+    pub fn prefill_loaded(&self) -> bool {
+        !self.prefill_buckets.is_empty()
+    }
+
     /// Whether the split-KV decode takes this head dimension.
     pub fn decode_fits(&self, head_dim: usize) -> bool {
         head_dim.is_multiple_of(8) && head_dim <= 256 && !self.split_blocks_per_sm.is_empty()

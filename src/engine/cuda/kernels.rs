@@ -316,6 +316,12 @@ impl CudaKernels {
         self.attention
     }
 
+    /// Whether the tensor-core prefill (some head-dimension bucket) and the split-KV decode were
+    /// loaded: false below compute capability 8.0, or where the device refused their set-up.
+    pub fn has_fast_attention(&self) -> (bool, bool) {
+        self.fast.as_ref().map_or((false, false), |f| (f.prefill_loaded(), f.decode_fits(8)))
+    }
+
     /// The fast kernels, when loaded and chosen.
     pub(super) fn fast(&self) -> Option<&FastAttention> {
         self.fast.as_ref().filter(|_| self.attention == AttentionKernels::Fast)
