@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod bundled;
+pub mod compare;
 pub mod consistency;
 pub mod cpu;
 pub mod cuda;
@@ -12,5 +13,6 @@ pub mod import;
 pub mod noise;
 pub mod profile;
 pub mod progress;
+pub mod refine;
 pub mod run;
 pub mod timing;

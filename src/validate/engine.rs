@@ -403,7 +403,8 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
         ),
         Some(ordinal) => (
             Box::new(crate::calibrate::cuda::CudaBackend::new(ordinal).map_err(|e| device_error(e.to_string()))?),
-            TimingOptions::default(),
+            // As the engine runs its decode steps: replayed in CUDA graphs, operands warm in L2.
+            TimingOptions::default().with_method(crate::calibrate::timing::TimingMethod::Graph),
             1,
         ),
     };
@@ -469,8 +470,10 @@ fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Ex
             Box::new(ModelEngine::new(model))
         }
         Some(ordinal) => {
-            let model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
+            let mut model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
                 .map_err(|e| Error::Usage { flag: "--device", value: setup.device_label(), reason: e.to_string() })?;
+            // Parts timed as on a CPU, so the step table compares them.
+            model.set_time_parts(true);
             Box::new(CudaModelEngine::new(model))
         }
     })
@@ -846,12 +849,13 @@ pub fn render(v: &EngineValidation) -> String {
     let _ = writeln!(
         t,
         "\nMean step time by kind, engine / simulated: the engine's step trace (its forward pass timed kernel by \
-         kernel on a CPU; on a GPU timed whole, its parts shown as —) against the simulator's step costs. Host is \
-         the engine's time outside the forward pass, and the cost model's overhead term.\n"
+         kernel on a CPU; on a GPU by CUDA events between kernels of different kinds, inside its CUDA graphs too) \
+         against the simulator's step costs. Host is the engine's time outside the forward pass, and the cost \
+         model's overhead term.\n"
     );
-    // The CPU executor times each kernel as it returns; the CUDA executor's kernels run
-    // asynchronously, and only the whole forward pass (to the logits' copy) is timed.
-    let engine_parts_timed = s.device.is_none();
+    // The CPU executor times each kernel as it returns; the CUDA executor records events between
+    // kernels of different kinds (`set_time_parts`), read after each step.
+    let engine_parts_timed = true;
     let _ = writeln!(t, "| step kind | steps | step (ms) | error | GEMM (ms) | attention (ms) | elementwise (ms) | host (ms) |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for g in step_comparison(v) {
