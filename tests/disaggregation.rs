@@ -56,6 +56,7 @@ fn config() -> SimConfig {
         frontend_overhead_ns: 0,
         frontend_per_token_ns: 0,
         timeline: true,
+        data_parallel: None,
     }
 }
 

@@ -60,6 +60,7 @@ fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
         frontend_overhead_ns: 0,
         frontend_per_token_ns: 0,
         timeline: true,
+        data_parallel: None,
     }
 }
 

@@ -128,6 +128,7 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                 frontend_overhead_ns,
                 frontend_per_token_ns: 0,
                 timeline: true,
+                data_parallel: None,
             }
         })
 }
@@ -190,6 +191,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                     frontend_overhead_ns,
                     frontend_per_token_ns: 0,
                     timeline: true,
+                    data_parallel: None,
                 }
             },
         )
@@ -318,6 +320,7 @@ fn frontend_config(frontend_overhead_ns: u64) -> SimConfig {
         frontend_overhead_ns,
         frontend_per_token_ns: 0,
         timeline: true,
+        data_parallel: None,
     }
 }
 

@@ -551,7 +551,8 @@ struct MoePredictors {
 }
 
 impl MoePredictors {
-    fn time_s(&self, rows: f64, peak: &Peak) -> f64 {
+    /// One layer's routed experts for `rows` token rows, seconds (the router apart).
+    fn experts_s(&self, rows: f64, peak: &Peak) -> f64 {
         let grouped = |i: usize, r: f64| {
             let (a, gate_up, down) = &self.grouped[i];
             (gate_up.time_s(r, peak) + down.time_s(r, peak)) / a
@@ -568,7 +569,11 @@ impl MoePredictors {
             };
             launched * per_expert
         };
-        self.router.time_s(rows, peak) + self.routing.experts_s(rows, experts_s)
+        self.routing.experts_s(rows, experts_s)
+    }
+
+    fn time_s(&self, rows: f64, peak: &Peak) -> f64 {
+        self.router.time_s(rows, peak) + self.experts_s(rows, peak)
     }
 }
 
@@ -675,6 +680,10 @@ impl CostModel for Calibrated {
 
     fn source(&self) -> &'static str {
         "calibrated profile"
+    }
+
+    fn routed_experts_s(&self, rows: f64) -> f64 {
+        self.moe.as_ref().map_or(0.0, |moe| self.num_layers * moe.experts_s(rows, &self.peak))
     }
 }
 

@@ -8,6 +8,7 @@
 // here too, as `cost::bundled`, for `--profile auto`.
 pub use crate::calibrate::bundled;
 pub mod calibrated;
+pub mod data_parallel;
 mod dsa;
 pub mod engine_time;
 mod hybrid;
@@ -19,6 +20,7 @@ pub mod quant;
 pub mod roofline;
 pub mod sampling;
 pub mod speculative;
+pub mod token_exchange;
 pub mod weight_only;
 
 #[cfg(test)]
@@ -74,6 +76,20 @@ pub trait CostModel {
     fn prices_each_sequence(&self) -> bool {
         false
     }
+    /// The routed experts' GEMMs on one GPU, seconds, over every expert layer of a step whose
+    /// experts receive `rows` token rows (summed over whoever sends them): the part of a
+    /// mixture of experts that data-parallel ranks run together ([`data_parallel`]). 0 for a
+    /// model without experts.
+    fn routed_experts_s(&self, _rows: f64) -> f64 {
+        0.0
+    }
+    /// One step of data-parallel ranks in lockstep, each rank's batch in `ranks` (empty for a
+    /// rank with nothing to do, which runs a dummy batch): only a model of ranks that share
+    /// layers ([`data_parallel::DataParallelCost`]) prices them together; any other prices the
+    /// slowest rank.
+    fn predict_ranks(&self, ranks: &[&Batch]) -> StepCost {
+        ranks.iter().map(|b| self.predict(b)).max_by_key(|c| c.total_ns).unwrap_or_default()
+    }
 }
 
 /// A boxed cost model is one: scenarios choose theirs at run time.
@@ -89,5 +105,11 @@ impl<T: CostModel + ?Sized> CostModel for Box<T> {
     }
     fn prices_each_sequence(&self) -> bool {
         (**self).prices_each_sequence()
+    }
+    fn routed_experts_s(&self, rows: f64) -> f64 {
+        (**self).routed_experts_s(rows)
+    }
+    fn predict_ranks(&self, ranks: &[&Batch]) -> StepCost {
+        (**self).predict_ranks(ranks)
     }
 }

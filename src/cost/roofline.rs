@@ -249,8 +249,12 @@ struct LeadingDense {
 impl MoeGemms {
     /// One layer's router and routed experts for `rows` token rows, seconds.
     fn time_s(&self, rows: f64) -> f64 {
-        self.router.time_s(rows)
-            + self.routing.experts_s(rows, |launched, r| launched * (self.gate_up.time_s(r) + self.down.time_s(r)))
+        self.router.time_s(rows) + self.experts_s(rows)
+    }
+
+    /// One layer's routed experts alone for `rows` token rows, seconds.
+    fn experts_s(&self, rows: f64) -> f64 {
+        self.routing.experts_s(rows, |launched, r| launched * (self.gate_up.time_s(r) + self.down.time_s(r)))
     }
 }
 
@@ -767,6 +771,12 @@ impl CostModel for Roofline {
     fn prices_each_sequence(&self) -> bool {
         // DeepSeek sparse attention caps each sequence's keys by its own context.
         self.hybrid.is_some() || self.mla.as_ref().is_some_and(|mla| mla.indexer.is_some())
+    }
+
+    fn routed_experts_s(&self, rows: f64) -> f64 {
+        let Some(moe) = &self.moe else { return 0.0 };
+        let dense_share = self.leading_dense.as_ref().map_or(0.0, |d| d.share);
+        self.num_layers * (1.0 - dense_share) * moe.experts_s(rows)
     }
 }
 

@@ -23,18 +23,20 @@ pub struct Candidate {
     /// `Some((x, y))`: a unit is x prefill and y decode replicas (xPyD), and the cluster is
     /// made of such units; `None`: pooled replicas.
     pub disaggregation: Option<(u32, u32)>,
+    /// Data-parallel ranks per replica (`engine.data_parallel`), each of `tensor_parallel` GPUs.
+    pub data_parallel: Option<u32>,
 }
 
 impl SearchSpace {
     /// Every combination, in a fixed order: GPU, policy, TP, `max_num_seqs`,
     /// `max_num_batched_tokens`, chunked prefill, weight dtype, KV-cache dtype, expert
-    /// parallelism, disaggregation (the last varies fastest).
+    /// parallelism, disaggregation, data parallelism (the last varies fastest).
     pub fn candidates(&self) -> Vec<Candidate> {
         let lens = self.list_lens();
         (0..self.len())
             .map(|index| {
                 // The candidate's position in each list: `index` in mixed radix, last list fastest.
-                let mut at = [0; 10];
+                let mut at = [0; 11];
                 let mut rest = index;
                 for (i, &len) in lens.iter().enumerate().rev() {
                     at[i] = rest % len;
@@ -52,6 +54,7 @@ impl SearchSpace {
                     kv_cache_dtype: self.kv_cache_dtypes[at[7]].clone(),
                     expert_parallel: self.expert_parallel[at[8]],
                     disaggregation: self.disaggregation[at[9]],
+                    data_parallel: self.data_parallel[at[10]],
                 }
             })
             .collect()
@@ -90,13 +93,17 @@ impl Candidate {
         if let Some((x, y)) = self.disaggregation {
             label += &format!(" {x}P{y}D");
         }
+        if let Some(ranks) = self.data_parallel {
+            label += &format!(" dp{ranks}");
+        }
         label
     }
 
-    /// GPUs in one replica, or with disaggregation in one xPyD unit.
+    /// GPUs in one replica (all its data-parallel ranks'), or with disaggregation in one xPyD
+    /// unit.
     pub fn gpus_per_replica(&self) -> u32 {
         let replicas = self.disaggregation.map_or(1, |(x, y)| x + y);
-        self.tensor_parallel.saturating_mul(replicas)
+        self.tensor_parallel.saturating_mul(replicas).saturating_mul(self.data_parallel.unwrap_or(1))
     }
 
     /// The scenario file this candidate is, with `replicas` replicas (xPyD units, when
@@ -153,6 +160,9 @@ impl Candidate {
         }
         if let Some(expert_parallel) = self.expert_parallel {
             engine.insert("expert_parallel".into(), expert_parallel.into());
+        }
+        if let Some(ranks) = self.data_parallel {
+            engine.insert("data_parallel".into(), i64::from(ranks).into());
         }
         table.insert("engine".into(), engine.into());
         let mut cost = plan.cost.clone().unwrap_or_default();

@@ -135,7 +135,7 @@ impl Evaluated {
 
 /// The fields a candidate writes into its scenario: an error on any other field has the plan's
 /// own value.
-const CANDIDATE_FIELDS: [&str; 12] = [
+const CANDIDATE_FIELDS: [&str; 13] = [
     "model.dtype",
     "model.kv_cache_dtype",
     "engine.policy",
@@ -145,6 +145,7 @@ const CANDIDATE_FIELDS: [&str; 12] = [
     "engine.max_num_batched_tokens",
     "engine.enable_chunked_prefill",
     "engine.expert_parallel",
+    "engine.data_parallel",
     "hardware",
     "cluster",
     "cost.profile",

@@ -96,6 +96,10 @@ struct RawSearch {
     /// Prefill/decode splits: `"pooled"` or `"xPyD"` (x prefill and y decode replicas per unit).
     #[serde(default)]
     disaggregation: Option<Vec<String>>,
+    /// Data-parallel ranks per replica (vLLM's `--data-parallel-size`), each of
+    /// `tensor_parallel` GPUs; left out, one engine per replica.
+    #[serde(default)]
+    data_parallel: Option<Vec<u32>>,
     /// The link of disaggregated candidates (a `cluster.link` preset; default "infiniband").
     #[serde(default)]
     link: Option<String>,
@@ -148,6 +152,8 @@ pub struct SearchSpace {
     pub expert_parallel: Vec<Option<bool>>,
     /// `None`: pooled replicas; `Some((x, y))`: units of x prefill and y decode replicas.
     pub disaggregation: Vec<Option<(u32, u32)>>,
+    /// Data-parallel ranks per replica; `None` leaves `engine.data_parallel` out.
+    pub data_parallel: Vec<Option<u32>>,
     /// The KV link of disaggregated candidates.
     pub link: String,
 }
@@ -329,6 +335,10 @@ impl Plan {
             return Err(invalid("engine.expert_parallel", value, "searched: search.expert_parallel lists its values"));
         }
         let expert_parallel = flags(s.expert_parallel, "search.expert_parallel")?;
+        if let (Some(_), Some(value)) = (&s.data_parallel, engine.get("data_parallel")) {
+            return Err(invalid("engine.data_parallel", value, "searched: search.data_parallel lists its values"));
+        }
+        let data_parallel = optional(s.data_parallel, "search.data_parallel")?;
         let disaggregation = match s.disaggregation {
             None => vec![None],
             Some(splits) => {
@@ -361,6 +371,7 @@ impl Plan {
             kv_cache_dtypes,
             expert_parallel,
             disaggregation,
+            data_parallel,
             link,
         };
         let count = space.len();
@@ -411,7 +422,7 @@ pub fn engine_policy(engine: &str) -> Result<String, String> {
 impl SearchSpace {
     /// The length of each searched list, in enumeration order (the last varies fastest in
     /// [`SearchSpace::candidates`]).
-    pub fn list_lens(&self) -> [usize; 10] {
+    pub fn list_lens(&self) -> [usize; 11] {
         [
             self.gpus.len(),
             self.policies.len(),
@@ -423,6 +434,7 @@ impl SearchSpace {
             self.kv_cache_dtypes.len(),
             self.expert_parallel.len(),
             self.disaggregation.len(),
+            self.data_parallel.len(),
         ]
     }
 

@@ -174,7 +174,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
     let slo_columns: Vec<String> = plan.objectives.slos.iter().map(|s| format!("{}_ms", s.name())).collect();
     writeln!(
         out,
-        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,expert_parallel,\
+        "candidate,rank,configuration,gpu,policy,tensor_parallel,max_num_seqs,max_num_batched_tokens,enable_chunked_prefill,dtype,kv_cache_dtype,expert_parallel,data_parallel,\
          status,reason,cost_source,max_rate_per_replica,search_bound,probes,replicas,replicas_added,replicas_saved,gpus,price_per_hour,\
          operating_rate,goodput_rps,attainment,output_tok_s,total_tok_s,tokens_per_user,binding,{},price_per_1m_output,price_per_1m_total",
         slo_columns.join(",")
@@ -197,6 +197,7 @@ pub fn candidates_csv(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candi
             opt(c.dtype.clone()),
             opt(c.kv_cache_dtype.clone()),
             opt(c.expert_parallel.map(|v| v.to_string())),
+            opt(c.data_parallel.map(|v| v.to_string())),
         ];
         match &e.outcome {
             Outcome::Infeasible(reason) => {

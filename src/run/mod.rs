@@ -1,6 +1,7 @@
 //! Running a validated scenario: one simulation per sweep point, then the summary of each.
 
 mod csv_line;
+mod data_parallel;
 pub mod output;
 
 use crate::cost::speculative::SpeculativeCost;
@@ -55,8 +56,9 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
     SimConfig {
         scheduler: scheduler_config(scenario),
         policy: scenario.engine.policy,
-        replicas: scenario.engine.replicas,
+        replicas: scenario.engine.engines(),
         router: scenario.engine.router,
+        data_parallel: scenario.engine.data_parallel.map(|dp| sim::DataParallelSim { ranks: dp.ranks, lockstep: dp.lockstep }),
         max_concurrency: scenario.workload.max_concurrency,
         frontend_overhead_ns: (scenario.cost.frontend_overhead_us * 1e3).round() as u64,
         frontend_per_token_ns: (scenario.cost.frontend_per_token_us * 1e3).round() as u64,
@@ -67,6 +69,9 @@ pub fn sim_config(scenario: &Scenario) -> SimConfig {
 /// The cost model a scenario uses: the roofline with its `[cost]` parameters, and with
 /// speculative decoding the proposer's passes on top ([`SpeculativeCost`]).
 pub fn cost_model(scenario: &Scenario) -> Box<dyn CostModel + Sync> {
+    if let Some(Ok(ranks)) = data_parallel::lockstep_cost(scenario, &|s| Ok(roofline_cost(s))) {
+        return ranks.model;
+    }
     let target = Box::new(roofline_model(scenario));
     match proposer_scenario(scenario) {
         Some((proposer, k)) => Box::new(SpeculativeCost::new(target, Box::new(roofline_model(&proposer)), k)),
@@ -152,6 +157,9 @@ fn read_profile(path: &std::path::Path) -> Result<std::sync::Arc<Profile>, Strin
 /// With speculative decoding, the proposer is priced the same way, and its passes are added
 /// ([`SpeculativeCost`]).
 pub fn scenario_cost(scenario: &Scenario, allow_mismatch: bool) -> Result<ScenarioCost, ScenarioError> {
+    if let Some(ranks) = data_parallel::lockstep_cost(scenario, &|s| scenario_cost(s, allow_mismatch)) {
+        return ranks;
+    }
     let target = target_cost(scenario, allow_mismatch)?;
     let Some((proposer, k)) = proposer_scenario(scenario) else { return Ok(target) };
     let draft = target_cost(&proposer, allow_mismatch)?;
@@ -437,7 +445,7 @@ pub fn run_pools_with_progress(
         .zip(&schedulers)
         .map(|(run, scheduler)| sim::Pool {
             scheduler,
-            replicas: run.scenario.engine.replicas,
+            replicas: run.scenario.engine.engines(),
             cost: run.cost.model.as_ref(),
             weight: run.weight,
             role: run.role,

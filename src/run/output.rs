@@ -73,7 +73,7 @@ pub fn write_all(
     write_file(&path, |w| write_requests_csv(w, points)).map_err(io_err(&path))?;
     let path = dir.join("timeline.csv");
     let kv_blocks_per_replica: Vec<u32> = if scenario.pools.is_empty() {
-        vec![scenario.engine.num_gpu_blocks; scenario.engine.replicas as usize]
+        vec![scenario.engine.num_gpu_blocks; scenario.engine.engines() as usize]
     } else {
         replica_pools(pools).map(|pool| pools[pool].scenario.engine.num_gpu_blocks).collect()
     };
@@ -164,6 +164,9 @@ pub fn summary_json(scenario: &Scenario, points: &[PointResult], opts: &ReportOp
     }
     if e.num_scheduler_steps > 1 {
         summary["servesim"]["num_scheduler_steps"] = json!(e.num_scheduler_steps);
+    }
+    if let Some(dp) = e.data_parallel {
+        summary["servesim"]["data_parallel"] = json!({ "ranks": dp.ranks, "all2all_backend": dp.all2all.name(), "lockstep": dp.lockstep });
     }
     // The release modelled and the engine profile its engine time and defaults came from.
     if let (Some(profile), Some(version)) = (&e.profile, e.version) {

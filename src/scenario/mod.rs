@@ -11,6 +11,7 @@ pub mod engine_profile;
 pub mod error;
 pub mod hardware;
 pub mod model;
+pub mod parallel;
 pub mod schema;
 pub mod speculative;
 pub mod trace;
@@ -227,6 +228,17 @@ pub struct EngineConfig {
     pub profile: Option<engine_profile::EngineProfile>,
     /// The modelled release: `[engine] version`, or the profile's default release.
     pub version: Option<engine_profile::EngineVersion>,
+    /// `data_parallel` > 1: that many ranks, each an engine of `tensor_parallel` GPUs
+    /// (`parallel`); `None` for one engine per replica.
+    pub data_parallel: Option<parallel::DataParallel>,
+}
+
+impl EngineConfig {
+    /// Engines the deployment runs, each with its own scheduler and KV cache: every replica's
+    /// data-parallel ranks (one per replica without data parallelism).
+    pub fn engines(&self) -> u32 {
+        self.replicas.saturating_mul(self.data_parallel.map_or(1, |dp| dp.ranks))
+    }
 }
 
 /// Named physical parameters of the cost model. Later issues calibrate and fit these.

@@ -173,6 +173,11 @@ pub struct RawEngine {
     /// Mixture-of-experts models: whole experts per GPU, tokens sent to them by all-to-all
     /// (vLLM's `--enable-expert-parallel`); default false, each expert split like a dense MLP.
     pub expert_parallel: Option<bool>,
+    /// vLLM's `--data-parallel-size`: engines (ranks) of `tensor_parallel` GPUs each, with their
+    /// own schedulers and KV caches, sharing a mixture of experts' expert layers (default 1).
+    pub data_parallel: Option<u32>,
+    /// vLLM's `--all2all-backend`: how expert layers move tokens between data-parallel ranks.
+    pub all2all_backend: Option<String>,
     pub replicas: Option<u32>,
     /// "round-robin" (default), "least-outstanding" or "weighted-least-outstanding".
     pub router: Option<String>,

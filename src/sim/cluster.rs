@@ -49,6 +49,9 @@ pub struct Cluster {
     pub replicas: Vec<Replica>,
     router: Router,
     groups: Vec<Group>,
+    /// Data-parallel ranks per deployment (0: none): a request goes to a deployment by the
+    /// router, then to one of its ranks by vLLM's balancer.
+    data_parallel: u32,
 }
 
 impl Cluster {
@@ -91,7 +94,14 @@ impl Cluster {
         };
         assert!(groups.iter().all(|g| !g.is_empty()), "every router has replicas");
         let groups = groups.into_iter().map(|members| Group { members, round_robin_next: 0 }).collect();
-        Cluster { replicas, router, groups }
+        Cluster { replicas, router, groups, data_parallel: 0 }
+    }
+
+    /// The replicas as deployments of `ranks` data-parallel ranks each.
+    pub fn with_data_parallel_ranks(mut self, ranks: u32) -> Cluster {
+        assert!(ranks >= 1 && self.replicas.len().is_multiple_of(ranks as usize), "whole deployments of ranks");
+        self.data_parallel = ranks;
+        self
     }
 
     /// Picks the replica of `group` for the next request. Deterministic: ties go to the lowest
@@ -101,6 +111,29 @@ impl Cluster {
     pub fn route(&mut self, group: usize, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
         let g = &mut self.groups[group];
         let members = &g.members;
+        if self.data_parallel > 0 {
+            let ranks = self.data_parallel as usize;
+            let deployments: Vec<&[u32]> = members.chunks(ranks).collect();
+            let chosen = match self.router {
+                Router::LeastOutstanding => {
+                    let load = |d: &&[u32]| d.iter().map(|&i| u64::from(self.replicas[i as usize].outstanding)).sum::<u64>();
+                    let mut best = 0;
+                    for (i, d) in deployments.iter().enumerate() {
+                        if load(d) < load(&deployments[best]) {
+                            best = i;
+                        }
+                    }
+                    best
+                }
+                // Scenario resolution allows no other router with data-parallel ranks.
+                _ => {
+                    let next = g.round_robin_next % deployments.len();
+                    g.round_robin_next = (next + 1) % deployments.len();
+                    next
+                }
+            };
+            return data_parallel_rank(&self.replicas, deployments[chosen]);
+        }
         match self.router {
             Router::RoundRobin => {
                 let chosen = members[g.round_robin_next];
@@ -152,3 +185,26 @@ fn least_outstanding(replicas: &[Replica], members: &[u32]) -> u32 {
     }
     best
 }
+
+/// vLLM's data-parallel balancer (`DPLBAsyncMPClient.get_core_engine_for_request` in
+/// `vllm/v1/engine/core_client.py`, the rule of the releases that weigh waiting requests four
+/// times): the rank with the lowest `4 × waiting + running`, the lowest index among equals.
+/// vLLM reads the counts from its coordinator's snapshots (every 100 ms) plus what it sent since;
+/// here they are exact, and a request sent but not yet running counts as waiting.
+fn data_parallel_rank(replicas: &[Replica], members: &[u32]) -> u32 {
+    let score = |r: &Replica| {
+        let running = u64::from(r.scheduler.num_running());
+        let waiting = u64::from(r.outstanding).saturating_sub(running);
+        DP_WAITING_WEIGHT * waiting + running
+    };
+    let mut best = members[0];
+    for &i in members {
+        if score(&replicas[i as usize]) < score(&replicas[best as usize]) {
+            best = i;
+        }
+    }
+    best
+}
+
+/// How much more a waiting request weighs than a running one in vLLM's data-parallel balancer.
+const DP_WAITING_WEIGHT: u64 = 4;

@@ -19,6 +19,7 @@
 
 pub mod cluster;
 pub mod link;
+mod lockstep;
 pub mod queue;
 
 use crate::cost::CostModel;
@@ -48,6 +49,22 @@ pub struct SimConfig {
     /// engine comparison). Off, only the step count is kept, and memory does not grow with the
     /// number of steps.
     pub timeline: bool,
+    /// The replicas are one deployment's data-parallel ranks (vLLM's `--data-parallel-size`):
+    /// vLLM's balancer picks a rank per request, and ranks that share expert layers step in
+    /// lockstep. `None` for independent replicas behind `router`.
+    pub data_parallel: Option<DataParallelSim>,
+}
+
+/// Data-parallel ranks, as the simulator runs them: replicas `g·ranks … (g+1)·ranks − 1` are
+/// deployment `g`'s ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataParallelSim {
+    /// Ranks per deployment.
+    pub ranks: u32,
+    /// Every rank steps when any has work, the idle ones on dummy batches, and a step lasts as
+    /// long as the cost model prices all the ranks' batches together
+    /// ([`CostModel::predict_ranks`]).
+    pub lockstep: bool,
 }
 
 /// Replicas that share a scheduler configuration (their KV capacity included) and a cost model:
@@ -163,6 +180,11 @@ struct Simulation<'a> {
     links: Vec<Option<SharedLink<u32>>>,
     /// By replica: bumped whenever its link's next completion moves, so older events are stale.
     link_generation: Vec<u64>,
+    /// Data-parallel ranks per deployment that step together (see `lockstep`), 0 when replicas
+    /// step alone: a deployment's first rank's step events and flags stand for them all.
+    lockstep: u32,
+    /// By replica, in lockstep: whether it runs a batch of its own in the current step.
+    stepped: Vec<bool>,
     out: SimOutput,
 }
 
@@ -192,6 +214,12 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
     // can then find cached is its own blocks after a preemption (vLLM V1), which the scheduler
     // follows without ids (`sched::runs`).
     let cluster = Cluster::new(pools, config.policy, config.router, decode_cohort && !cohort_breaks_caching(&facts, pools));
+    let cluster = match config.data_parallel {
+        Some(dp) => cluster.with_data_parallel_ranks(dp.ranks),
+        None => cluster,
+    };
+    // Ranks per lockstep group; 0 when replicas step alone.
+    let lockstep = config.data_parallel.filter(|dp| dp.lockstep).map_or(0, |dp| dp.ranks);
     let links: Vec<Option<SharedLink<u32>>> = cluster
         .replicas
         .iter()
@@ -213,6 +241,8 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
         frontend_per_token_ns: config.frontend_per_token_ns,
         keep_timeline: config.timeline,
         link_generation: vec![0; links.len()],
+        lockstep,
+        stepped: if lockstep > 0 { vec![false; links.len()] } else { Vec::new() },
         links,
         cluster,
         last_token_ns: vec![0; requests.len()],
@@ -421,22 +451,44 @@ impl Simulation<'_> {
 
     #[inline(always)]
     fn start_step(&mut self, replica_index: u32) {
+        if self.lockstep > 0 {
+            return self.start_lockstep_step(replica_index);
+        }
+        if !self.schedule(replica_index) {
+            return;
+        }
+        let replica = &self.cluster.replicas[replica_index as usize];
+        let cost = self.costs[replica_index as usize].predict(replica.scheduler.batch());
+        assert!(cost.total_ns > 0, "a step must take time");
+        self.begin_step(replica_index, cost);
+        self.events.push(self.now_ns + cost.total_ns, Event::StepEnd { replica: replica_index });
+    }
+
+    /// Schedules replica `replica_index`'s next step: whether it has a batch to run.
+    #[inline(always)]
+    fn schedule(&mut self, replica_index: u32) -> bool {
         let replica = &mut self.cluster.replicas[replica_index as usize];
         debug_assert!(!replica.busy);
         if replica.scheduler.schedule().is_empty() {
             if !replica.scheduler.has_work() {
-                return;
+                return false;
             }
             // A step that preempted every running sequence admits nobody (vLLM skips admission
             // in a step that preempts); the engine just schedules again.
             assert!(!replica.scheduler.schedule().is_empty(), "scheduler stalled with work queued");
         }
-        let batch = replica.scheduler.batch();
-        let cost = self.costs[replica_index as usize].predict(batch);
-        assert!(cost.total_ns > 0, "a step must take time");
+        true
+    }
+
+    /// Replica `replica_index` runs its scheduled batch from now, priced `cost`: counted, and
+    /// kept as a timeline row when asked.
+    #[inline(always)]
+    fn begin_step(&mut self, replica_index: u32, cost: crate::cost::StepCost) {
+        let replica = &mut self.cluster.replicas[replica_index as usize];
         self.out.steps += 1;
         if self.keep_timeline {
-                self.out.timeline.push(StepRow {
+            let batch = replica.scheduler.batch();
+            self.out.timeline.push(StepRow {
                 start_ns: self.now_ns,
                 replica: replica_index,
                 running: replica.scheduler.num_running(),
@@ -451,10 +503,25 @@ impl Simulation<'_> {
         replica.busy = true;
         replica.step_started_ns = self.now_ns;
         replica.step_cost = cost;
-        self.events.push(self.now_ns + cost.total_ns, Event::StepEnd { replica: replica_index });
     }
 
     fn on_step_end(&mut self, replica_index: u32) {
+        if self.lockstep > 0 {
+            return self.on_lockstep_end(replica_index);
+        }
+        self.deliver_step(replica_index);
+        self.open_gate();
+        // The engine loop goes straight on to the next step.
+        let replica = &mut self.cluster.replicas[replica_index as usize];
+        if replica.scheduler.has_work() && !replica.start_queued {
+            self.start_step(replica_index);
+        }
+    }
+
+    /// Replica `replica_index`'s step is over: its tokens reach their requests, and the requests
+    /// it finished complete (or, from a prefill pool, leave for a decode replica).
+    #[inline(always)]
+    fn deliver_step(&mut self, replica_index: u32) {
         let now_ns = self.now_ns;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.busy = false;
@@ -503,12 +570,6 @@ impl Simulation<'_> {
                 }
             }
             self.finished_buffer = finished;
-        }
-        self.open_gate();
-        // The engine loop goes straight on to the next step.
-        let replica = &mut self.cluster.replicas[replica_index as usize];
-        if replica.scheduler.has_work() && !replica.start_queued {
-            self.start_step(replica_index);
         }
     }
 
@@ -582,16 +643,18 @@ impl Simulation<'_> {
     /// for nothing, as for any failed request.
     #[inline(always)]
     fn after_admission(&mut self, admission: Admission, id: u32, replica_index: u32) {
-        let replica = &mut self.cluster.replicas[replica_index as usize];
         match admission {
             Admission::Queued { .. } => {
+                // Ranks in lockstep start their steps together, by the first one's events.
+                let stepper = if self.lockstep > 0 { replica_index - replica_index % self.lockstep } else { replica_index };
+                let replica = &mut self.cluster.replicas[stepper as usize];
                 if !replica.busy && !replica.start_queued {
                     replica.start_queued = true;
-                    self.events.push(self.now_ns, Event::StepStart { replica: replica_index });
+                    self.events.push(self.now_ns, Event::StepStart { replica: stepper });
                 }
             }
             Admission::Rejected { .. } => {
-                replica.outstanding -= 1;
+                self.cluster.replicas[replica_index as usize].outstanding -= 1;
                 self.out.rejected += 1;
                 self.out.records.requests[id as usize].output_tokens = 0;
                 self.complete(id, false);

@@ -217,7 +217,8 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
         instances.push(Instance {
             role: "serve",
             count: units.max(1),
-            gpus_each: engine.tensor_parallel,
+            // Every data-parallel rank of an instance runs beside the others.
+            gpus_each: engine.tensor_parallel.saturating_mul(engine.data_parallel.map_or(1, |dp| dp.ranks)),
             port: PORT,
             program: program(&model),
             args,

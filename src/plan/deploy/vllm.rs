@@ -68,6 +68,12 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, version: EngineVersion, dr
     if model.moe.is_some_and(|moe| moe.expert_parallel) {
         a.switch("--enable-expert-parallel");
     }
+    if let Some(dp) = engine.data_parallel {
+        a.flag("--data-parallel-size", dp.ranks);
+        if dp.lockstep {
+            a.flag("--all2all-backend", dp.all2all.name());
+        }
+    }
     if let Some(spec) = &engine.speculative {
         let k = spec.scheduler.num_speculative_tokens;
         if version >= SPECULATIVE_CONFIG {

@@ -317,6 +317,18 @@ impl ModelSpec {
         )
     }
 
+    /// [`Self::weight_bytes_per_gpu`] with the routed experts (and the router) spread over
+    /// `expert_gpus` GPUs rather than the `tp` of one engine: data-parallel attention, where each
+    /// rank's `tp` GPUs hold their own attention and dense layers and the experts are split over
+    /// every rank's GPUs (vLLM shards a mixture of experts by tensor × data parallel size).
+    pub fn weight_bytes_per_gpu_experts_over(&self, tp: u32, expert_gpus: u32) -> u64 {
+        let Some(moe) = self.moe.filter(|_| expert_gpus != tp) else { return self.weight_bytes_per_gpu(tp) };
+        let no_experts = ModelSpec { moe: Some(MoeSpec { num_experts: 0, ..moe }), ..self.clone() };
+        // What a model without routed experts lacks: the experts and the router.
+        let experts_at = |gpus| self.weight_bytes_per_gpu(gpus).saturating_sub(no_experts.weight_bytes_per_gpu(gpus));
+        no_experts.weight_bytes_per_gpu(tp).saturating_add(experts_at(expert_gpus))
+    }
+
     /// Estimated peak activation bytes on one GPU during the engine's start-up profiling forward
     /// pass, which vLLM runs with `max_num_batched_tokens` tokens spread over `max_num_seqs`
     /// sequences, then samples one token per sequence. The peak memory it measures there (weights

@@ -210,6 +210,7 @@ pub(super) fn resolve_engine(
             tgi: None,
             profile: profile.clone(),
             version,
+            data_parallel: None,
         };
         return resolve_tgi(raw, model, common, cx);
     }
@@ -320,6 +321,8 @@ pub(super) fn resolve_engine(
         tgi: None,
         profile,
         version,
+        // Filled in by `parallel::resolve_data_parallel`, which needs the experts placed.
+        data_parallel: None,
     })
 }
 

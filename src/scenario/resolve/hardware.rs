@@ -141,7 +141,8 @@ pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -
     if engine.replicas > REPLICAS_MAX {
         return Err(cx.invalid("engine.replicas", engine.replicas, format!("more than {REPLICAS_MAX} replicas")));
     }
-    let needed = engine.tensor_parallel as u64 * engine.replicas as u64;
+    let ranks = engine.data_parallel.map_or(1, |dp| dp.ranks);
+    let needed = engine.tensor_parallel as u64 * engine.replicas as u64 * ranks as u64;
     let needed_u32 = u32::try_from(needed).map_err(|_| {
         cx.invalid(
             "engine.replicas",
@@ -151,6 +152,11 @@ pub(super) fn resolve_count(raw: &RawHardware, engine: &EngineConfig, cx: &Cx) -
     })?;
     match raw.count {
         None => Ok(needed_u32),
+        Some(c) if (c as u64) < needed && ranks > 1 => Err(cx.invalid(
+            "hardware.count",
+            c,
+            format!("fewer than tensor_parallel × data_parallel = {} × {ranks} = {needed} GPUs", engine.tensor_parallel),
+        )),
         Some(c) if (c as u64) < needed => Err(cx.invalid(
             "hardware.count",
             c,
@@ -203,7 +209,11 @@ pub(super) fn size_memory(
     let usable = gpu.memory_bytes as f64 * engine.gpu_memory_utilization;
     // A speculative proposer's weights and KV sit beside the target's (vLLM loads both).
     let spec = engine.speculative.as_ref();
-    let weights_at = |tp: u32| (model.weight_bytes_per_gpu(tp) + spec.map_or(0, |s| s.weight_bytes_per_gpu(tp))) as f64;
+    // Data-parallel ranks split a mixture's experts over all their GPUs.
+    let ranks = engine.data_parallel.map_or(1, |dp| dp.ranks);
+    let weights_at = |tp: u32| {
+        (model.weight_bytes_per_gpu_experts_over(tp, tp.saturating_mul(ranks)) + spec.map_or(0, |s| s.weight_bytes_per_gpu(tp))) as f64
+    };
     let weights = weights_at(tp);
     if weights > usable {
         let why = format!(

@@ -23,6 +23,7 @@ mod cost;
 mod engine;
 mod hardware;
 mod model;
+mod parallel;
 mod pools;
 mod speculative;
 mod workload;
@@ -125,6 +126,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
             let gpu = hardware::resolve_gpu(&raw.hardware, cx)?;
             let mut engine = engine::resolve_engine(&raw.engine, &model, Some(&gpu), cx)?;
             model::place_experts(&raw.engine, &mut model, &engine, cx)?;
+            parallel::resolve_data_parallel(&raw.engine, &model, Some(&gpu), &mut engine, cx)?;
             let count = hardware::resolve_count(&raw.hardware, &engine, cx)?;
             hardware::size_memory(&raw.engine, &model, &gpu, &mut engine, cx)?;
             (gpu, engine, count, Vec::new(), None)
@@ -132,6 +134,7 @@ fn resolve(raw: RawScenario, cx: &Cx) -> Result<Scenario, ScenarioError> {
         Some(cluster) => {
             // The shared knobs first, so that their errors name `[engine]` and no pool.
             let shared = engine::resolve_engine(&raw.engine, &model, None, cx)?;
+            parallel::resolve_data_parallel(&raw.engine, &model, None, &mut shared.clone(), cx)?;
             let pools = pools::resolve_pools(&raw, cluster, shared.router, &mut model, cx)?;
             let kv_link = pools::resolve_mode(cluster, &pools, shared.policy, cx)?;
             let first = &pools[0];

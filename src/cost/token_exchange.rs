@@ -1,0 +1,145 @@
+//! How data-parallel ranks send a mixture of experts' tokens to their experts and back, per
+//! vLLM's `--all2all-backend`, priced per expert layer from the tokens each rank runs:
+//!
+//! | backend | dispatch | combine | bytes each GPU receives, per direction |
+//! | --- | --- | --- | --- |
+//! | `allgather_reducescatter` | all-gather over the `d` ranks | reduce-scatter | `(d−1) × T × h × b` |
+//! | `naive` | every rank broadcasts its tokens | all-reduce | `(d−1) T h b`; the all-reduce twice that |
+//! | `pplx`, `deepep_*` | all-to-all over the `d × t` GPUs | all-to-all back | `T/t × k × h × b × (g−1)/g` |
+//!
+//! (`T` tokens per rank, `h` hidden size, `b` bytes per activation, `k` experts per token,
+//! `g = d × t` GPUs), each over the GPU's link at `collective_bandwidth_efficiency` plus
+//! `collective_latency_us` per collective, as the roofline prices its all-reduces.
+//!
+//! DeepEP's kernels are priced from measurement where it exists: aiconfigurator's DeepEP tables
+//! (`calibration/deepep/deepep.csv`, from DeepEP's own harness on one 8-GPU node) give dispatch
+//! and combine by tokens per rank for H100, H200 and B200 and the model's (hidden, experts,
+//! top-k), on exactly 8 GPUs. Between measured token counts the time is interpolated in
+//! (ln tokens, ln time); below the smallest it is held (the latency floor), above the largest
+//! it grows linearly with the tokens. Elsewhere the formula prices them, and says so.
+
+use crate::calibrate::profile::index::collective_time_s;
+use crate::calibrate::profile::interpolate::Curve;
+use crate::scenario::model::ModelSpec;
+use crate::scenario::parallel::{All2AllBackend, DataParallel};
+use crate::scenario::{CostParams, GpuSpec};
+
+/// The DeepEP measurements, as `scripts/deepep_table.py` writes them.
+const DEEPEP_CSV: &str = include_str!("../../calibration/deepep/deepep.csv");
+/// The GPUs DeepEP's tables were measured on: EP 8 within one node.
+const DEEPEP_GPUS: u32 = 8;
+/// Dispatch and combine: two exchanges per expert layer.
+const EXCHANGES_PER_LAYER: f64 = 2.0;
+const S_PER_US: f64 = 1e-6;
+
+/// One step's token exchange over every expert layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenExchange {
+    expert_layers: f64,
+    /// Tokens each GPU dispatches per token of its rank (`1/t` for a true all-to-all).
+    tokens_per_gpu_per_rank_token: f64,
+    how: Price,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Price {
+    /// Measured dispatch and combine, (ln tokens per GPU, ln seconds).
+    Measured { dispatch: Curve, combine: Curve },
+    /// Seconds per token of a rank and fixed seconds, per layer.
+    Formula { s_per_token: f64, latency_s: f64 },
+}
+
+impl TokenExchange {
+    /// The exchange of `model` over `dp.ranks` ranks of `tensor_parallel` GPUs of `gpu`, and a
+    /// line that says how it is priced.
+    pub fn new(model: &ModelSpec, gpu: &GpuSpec, tensor_parallel: u32, dp: &DataParallel, params: &CostParams) -> (TokenExchange, String) {
+        let moe = model.moe.expect("data-parallel ranks exchange tokens only for experts");
+        let t = f64::from(tensor_parallel.max(1));
+        let d = f64::from(dp.ranks);
+        let g = t * d;
+        let token_bytes = model.hidden_size as f64 * model.activation_bytes() as f64;
+        let k = f64::from(moe.experts_per_token.min(moe.num_experts));
+        let expert_layers = f64::from(model.expert_layers());
+        let backend = dp.all2all;
+        let tokens_per_gpu_per_rank_token = if backend.is_all_to_all() { 1.0 / t } else { 1.0 };
+        let shape = format!("hidden {}, {} experts, top-{}", model.hidden_size, moe.num_experts, moe.experts_per_token);
+        let kernels = match backend {
+            All2AllBackend::DeepepLowLatency => Some("low_latency"),
+            All2AllBackend::DeepepHighThroughput => Some("high_throughput"),
+            _ => None,
+        };
+        let gpus = tensor_parallel * dp.ranks;
+        let measured = kernels
+            .filter(|_| gpus == DEEPEP_GPUS)
+            .and_then(|kernels| measured_curves(&gpu.name, kernels, model.hidden_size, moe.num_experts, moe.experts_per_token));
+        let exchange = |how| TokenExchange { expert_layers, tokens_per_gpu_per_rank_token, how };
+        if let Some((dispatch, combine, table_gpu)) = measured {
+            let note = format!(
+                "data parallel: {}'s dispatch and combine from DeepEP's measured {table_gpu} table (EP {DEEPEP_GPUS}, {shape}; calibration/deepep/deepep.csv)",
+                backend.name()
+            );
+            return (exchange(Price::Measured { dispatch, combine }), note);
+        }
+        let link = gpu.interconnect_bandwidth_bytes_per_s * params.collective_bandwidth_efficiency;
+        // Bytes each GPU receives in the dispatch, per token of a rank (the combine mirrors it).
+        let (dispatch_bytes, combine_bytes) = match backend {
+            All2AllBackend::AllgatherReducescatter => ((d - 1.0) * token_bytes, (d - 1.0) * token_bytes),
+            All2AllBackend::Naive => ((d - 1.0) * token_bytes, 2.0 * (d - 1.0) * token_bytes),
+            _ => {
+                let one_way = k * token_bytes * (g - 1.0) / g;
+                (one_way, one_way)
+            }
+        };
+        let why = match kernels {
+            Some(_) if gpus != DEEPEP_GPUS => format!("DeepEP was measured on {DEEPEP_GPUS} GPUs, not {gpus}"),
+            Some(_) => format!("no DeepEP measurement on {} with {shape}", gpu.name),
+            None => "no measurement of it is bundled".into(),
+        };
+        let note = format!(
+            "data parallel: {}'s dispatch and combine priced by the link-bandwidth formula (roofline): {why}",
+            backend.name()
+        );
+        let price = Price::Formula {
+            s_per_token: tokens_per_gpu_per_rank_token * (dispatch_bytes + combine_bytes) / link,
+            latency_s: EXCHANGES_PER_LAYER * params.collective_latency_us * S_PER_US,
+        };
+        (exchange(price), note)
+    }
+
+    /// The exchange over every expert layer, seconds, for a step whose ranks each run
+    /// `tokens_per_rank` token rows.
+    pub fn time_s(&self, tokens_per_rank: f64) -> f64 {
+        if tokens_per_rank <= 0.0 {
+            return 0.0;
+        }
+        let per_layer = match &self.how {
+            Price::Measured { dispatch, combine } => {
+                let tokens = tokens_per_rank * self.tokens_per_gpu_per_rank_token;
+                collective_time_s(dispatch, tokens) + collective_time_s(combine, tokens)
+            }
+            Price::Formula { s_per_token, latency_s } => tokens_per_rank * s_per_token + latency_s,
+        };
+        self.expert_layers * per_layer
+    }
+}
+
+/// The table's name for a GPU of servesim's presets, where it measured one.
+fn table_gpu(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_uppercase();
+    ["H100", "H200", "B200"].into_iter().find(|g| name.starts_with(g))
+}
+
+/// Dispatch and combine curves of `kernels` on `gpu` for the shape, and the table's GPU.
+fn measured_curves(gpu: &str, kernels: &str, hidden: u32, experts: u32, top_k: u32) -> Option<(Curve, Curve, &'static str)> {
+    let table = table_gpu(gpu)?;
+    let key = format!("{},{kernels},{hidden},{experts},{top_k},", table.to_ascii_lowercase());
+    let (mut dispatch, mut combine) = (Vec::new(), Vec::new());
+    for line in DEEPEP_CSV.lines().filter(|l| l.starts_with(&key)) {
+        let fields: Vec<f64> = line[key.len()..].split(',').filter_map(|f| f.parse().ok()).collect();
+        let [tokens, dispatch_us, combine_us] = fields[..] else { continue };
+        let x = crate::calibrate::profile::interpolate::ln1(tokens);
+        dispatch.push((x, (dispatch_us * S_PER_US).ln()));
+        combine.push((x, (combine_us * S_PER_US).ln()));
+    }
+    Some((Curve::new(dispatch)?, Curve::new(combine)?, table))
+}
