@@ -11,6 +11,9 @@ reads the collection's runs.csv, stages.csv and LLMServingSim's verbatim files, 
     tests/data/public-runs/models/<model>/config.json  the configs of models servesim has no preset for
     scenarios/public-runs/<run>.toml                  a scenario per run, [validation] on recorded.json
 
+MLPerf's runs publish no per-request data: their scenarios draw lengths from distributions whose
+means are the recorded ones (see mlperf_workload) instead of replaying a trace.
+
 Runs it cannot write a faithful scenario for are listed in scenarios/public-runs/EXCLUDED.md with
 the reason. Every choice below that is not in the recorded configuration is an assumption, said
 so in the scenario's comments. Re-running on the same input writes the same files.
@@ -71,7 +74,7 @@ CUSTOM_GPUS = {
     ),
 }
 
-PRESET_GPUS = {"NVIDIA H100 80GB HBM3 (SXM)": "H100-SXM"}
+PRESET_GPUS = {"NVIDIA H100 80GB HBM3 (SXM)": "H100-SXM", "NVIDIA H100-SXM-80GB": "H100-SXM", "NVIDIA H200-SXM-141GB": "H200"}
 
 # Kernel profiles of the very GPU, model and vLLM release (LLMServingSim's profiler, imported in
 # calibration/public-runs/): an RTX GPU has no bundled profile, and the roofline would guess.
@@ -114,12 +117,93 @@ def number(text):
 def excluded_reason(row):
     run, model = row["run_id"], row["model"]
     if run.startswith("mlperf51"):
-        return ("the results give output tokens only: the OpenOrca prompts' lengths are not recorded, and prefill is "
-                "half of each request's work")
+        if row["gpu"] not in PRESET_GPUS:
+            return ("ROCm vLLM on MI300X: no kernel table was published for it, and the MI300X correction "
+                    "(calibration/transfer/mi300x.toml) was fitted on V0 and TGI, not on this build")
+        if row["engine"].startswith("SGLang") and not SGLANG_POLICY:
+            return "SGLang 0.4.9: this build has no policy \"sglang\" to simulate it with"
+        if not row["ttft_p99_ms"] and not row["run_id"].endswith("-offline"):
+            return "no latency recorded"
     if number(row["failed"]) and number(row["failed"]) > 0.1 * number(row["num_requests"]):
         return (f"overload: {row['failed']} of {row['num_requests']} requests timed out; the source excludes it "
                 "from latency fits (preemption cascades under KV pressure), and servesim does not model the client's timeout")
     return None
+
+
+# MLPerf v5.1's llama2-70b task set: 24,576 OpenOrca samples. Its prompts' token counts are not in
+# the result files; the sampled dataset's are, in the HBFSim repository's digest-checked record of
+# that file (FlashLab-MBZUAI/HBFSim validation/calibration/h100-llama2-70b-calibration-protocol.json
+# at 96cf1b37cd60e8fabb77967a591cf60edb8d1f23, of
+# open_orca_gpt4_tokenized_llama.sampled_24576.pkl.gz, sha256 ec34d70f...): 48 to 1,021 tokens,
+# 5,463,976 in all, counted by the Llama 2 tokenizer with the Llama 2 chat template.
+OPENORCA_INPUT = dict(min=48, max=1021, mean=5463976 / 24576)
+# Loadgen's limit on generated tokens (max 1024 per MLPerf's rules, runs.csv).
+MLPERF_MAX_OUTPUT = 1024
+# Only the minimum, maximum and mean are known, not the spread: both lengths are drawn
+# log-normal with a standard deviation equal to the mean (an assumption, said in each scenario).
+MLPERF_LENGTH_CV = 1.0
+# SGLang's runs need the scheduler of issue 36 (`policy = "sglang"`); True once it is in the build.
+SGLANG_POLICY = False
+# What an MLPerf run is compared on: throughput, and loadgen's TTFT and TPOT (server runs).
+MLPERF_METRICS = ["output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms",
+                  "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms"]
+
+
+def clamped_lognormal_mean(mean, std, lo, hi):
+    """E[min(max(X, lo), hi)] for X log-normal with the given own mean and std (before rounding)."""
+    import math
+    sigma2 = math.log(1 + (std / mean) ** 2)
+    sigma, mu = math.sqrt(sigma2), math.log(mean) - sigma2 / 2
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
+    a, b = (math.log(lo) - mu) / sigma, (math.log(hi) - mu) / sigma
+    inside = mean * (phi(b - sigma) - phi(a - sigma))
+    return lo * phi(a) + inside + hi * (1 - phi(b))
+
+
+def lognormal_for_clamped_mean(target, cv, lo, hi):
+    """The log-normal mean (std = cv x mean) whose values clamped to [lo, hi] average `target`."""
+    low, high = lo, hi * 4.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        if clamped_lognormal_mean(mid, cv * mid, lo, hi) < target:
+            low = mid
+        else:
+            high = mid
+    return round((low + high) / 2, 1)
+
+
+def mlperf_workload(row):
+    """[workload] lines and a note for an MLPerf run: Poisson arrivals at loadgen's target rate
+    (server, interactive) or every sample at once (offline), lengths drawn as said above."""
+    offline = row["run_id"].endswith("-offline")
+    rate = number(row["request_rate_rps"])
+    recorded_count = int(number(row["num_requests"]))
+    # Every recorded request: a server run's queue settles only after the longest outputs have
+    # cycled (1,024 tokens at ~0.1 s each), and the runs were ~800 s long.
+    count = recorded_count
+    out_mean = number(row["mean_output_tokens"])
+    inp = OPENORCA_INPUT
+    in_dist = lognormal_for_clamped_mean(inp["mean"], MLPERF_LENGTH_CV, inp["min"], inp["max"])
+    out_dist = lognormal_for_clamped_mean(out_mean, MLPERF_LENGTH_CV, 1, MLPERF_MAX_OUTPUT)
+    lines = [f"num_prompts = {count}",
+             'request_rate = "inf"  # offline: every sample issued at t = 0' if offline
+             else f"request_rate = {rate:g}  # loadgen's target_qps, Poisson arrivals",
+             "seed = 0", "",
+             "# The OpenOrca prompts' lengths as the MLPerf task set counts them (scripts/public_runs.py:",
+             f"# {inp['min']} to {inp['max']} tokens, mean {inp['mean']:.1f}), outputs at the run's recorded mean "
+             f"({out_mean:g} tokens: tokens/s / samples/s), at most {MLPERF_MAX_OUTPUT};",
+             f"# log-normal with std = {MLPERF_LENGTH_CV:g} x mean (assumed: only min, max and mean are known),",
+             "# each `mean` set so that the clamped lengths average the recorded one.",
+             "[workload.dataset]", 'kind = "sharegpt"',
+             f"input = {{ dist = \"lognormal\", mean = {in_dist}, std = {round(MLPERF_LENGTH_CV * in_dist, 1)}, "
+             f"min = {inp['min']}, max = {inp['max']} }}",
+             f"output = {{ dist = \"lognormal\", mean = {out_dist}, std = {round(MLPERF_LENGTH_CV * out_dist, 1)}, "
+             f"min = 1, max = {MLPERF_MAX_OUTPUT} }}", ""]
+    if offline:
+        note = f"the recorded {count} samples, all at t = 0"
+    else:
+        note = f"the recorded {count} queries, Poisson arrivals at {rate:g} req/s"
+    return lines, note
 
 
 def stable_index(*parts, modulus):
@@ -226,6 +310,11 @@ def recorded_object(row):
         "mean_tpot_ms": "tpot_mean_ms",
         "mean_e2el_ms": "e2e_mean_ms",
     }
+    if row["run_id"].startswith("mlperf51"):
+        # Loadgen's percentiles (the other sources published means only; their objects keep
+        # the keys they had).
+        keys.update({"p90_ttft_ms": "ttft_p90_ms", "median_tpot_ms": "tpot_median_ms",
+                     "p90_tpot_ms": "tpot_p90_ms", "p99_tpot_ms": "tpot_p99_ms"})
     obj = {"run_id": row["run_id"], "engine_version": row["engine_version"], "gpu": row["gpu"], "timing_reference": row["timing_reference"]}
     for key, column in keys.items():
         value = number(row[column])
@@ -241,8 +330,10 @@ def toml_string(text):
 def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, metrics):
     run = row["run_id"]
     engine_clock = row["timing_reference"].startswith("engine")
+    mlperf = run.startswith("mlperf51")
+    sglang = row["engine"].startswith("SGLang")
     lines = [f"# {run}: {row['source']} ({row['source_repo'].split(' ;')[0]}),",
-             f"# {row['gpu']} x{row['gpu_count']}, {row['model']}, vLLM {row['engine_version']}.",
+             f"# {row['gpu']} x{row['gpu_count']}, {row['model']}, {'SGLang' if sglang else 'vLLM'} {row['engine_version']}.",
              "# Written by scripts/public_runs.py from tests/data/public-runs/runs.csv; do not edit by hand.",
              "#",
              f"#   servesim validate scenarios/public-runs/{run}.toml",
@@ -269,10 +360,16 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
         lines.append(f"name = {toml_string(name)}")
         lines += [f"{k} = {v}" for k, v in figures.items()]
     lines.append(f"count = {tp * dp}")
-    lines += ["", "[engine]", 'policy = "vllm-v1"', f"version = {toml_string(row['engine_version'])}", f"tensor_parallel = {tp}"]
+    lines += ["", "[engine]", f"policy = {toml_string('sglang' if sglang else 'vllm-v1')}", f"version = {toml_string(row['engine_version'])}", f"tensor_parallel = {tp}"]
     if dp > 1:
+        if mlperf:
+            lines.append(f"# Recorded as TP{tp} x DP{dp} under the KRAI harness's one OpenAI client, which does not record whether")
+            lines.append("# the replicas were separate servers or the engine's own data-parallel mode: assumed separate")
+            lines.append("# replicas, each request sent to the next in turn.")
         lines.append(f"replicas = {dp}")
         lines.append('router = "round-robin"')
+    if mlperf and number(row["gpu_memory_utilization"]) and not sglang:
+        lines.append(f"gpu_memory_utilization = {number(row['gpu_memory_utilization']):g}")
     for key in ["max_num_seqs", "max_num_batched_tokens", "max_model_len"]:
         value = number(row[key])
         if value:
@@ -291,10 +388,14 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
     if "offload" in row["kv_cpu_offload"] or row["kv_cpu_offload"].startswith("yes"):
         lines.append("# The run offloaded KV to 8 GiB of CPU memory (OffloadingConnector): not modelled; it matters only")
         lines.append("# once the GPU's blocks run out, which the runs kept here do not reach.")
-    lines += ["", "[workload]", f"num_prompts = {int(trace_rows_count(trace_name))}", "seed = 0", "",
-              f"# {trace_note}", "[workload.dataset]", 'kind = "trace"',
-              f"path = {toml_string('../../tests/data/public-runs/traces/' + trace_name)}", "",
-              ]
+    if mlperf:
+        workload, note = mlperf_workload(row)
+        lines += ["", f"# {note}", "[workload]"] + workload
+    else:
+        lines += ["", "[workload]", f"num_prompts = {int(trace_rows_count(trace_name))}", "seed = 0", "",
+                  f"# {trace_note}", "[workload.dataset]", 'kind = "trace"',
+                  f"path = {toml_string('../../tests/data/public-runs/traces/' + trace_name)}", "",
+                  ]
     if run in LSS_PROFILES:
         lines += ["[cost]", "# LLMServingSim's kernel timings of this GPU, model and vLLM release (calibration/public-runs/README.md)",
                   f"profile = {toml_string('../../calibration/public-runs/' + LSS_PROFILES[run])}", ""]
@@ -346,6 +447,13 @@ def main():
             excluded.append((row["run_id"], reason))
             continue
         run = row["run_id"]
+        if run.startswith("mlperf51"):
+            obj = recorded_object(row)
+            recorded.append(obj)
+            metrics = [m for m in MLPERF_METRICS if m in obj]
+            with open(os.path.join(SCENARIOS, f"{run}.toml"), "w") as f:
+                f.write(scenario_text(row, None, None, None, len(recorded), metrics))
+            continue
         if run.startswith("lss-"):
             trace, note, blocks = lss_trace(row, collection)
         else:

@@ -275,6 +275,34 @@ mod tests {
         assert!(!deployment(&s, 1, None).unwrap().script("").contains("expert"));
     }
 
+    /// `search.engine` runs each engine's own policy (its newest engine profile's), and the
+    /// values it cannot run are refused by name.
+    #[test]
+    fn engines_are_searched_each_with_its_own_policy() {
+        // TGI has no max_num_seqs (its candidates would be infeasible).
+        let text = PLAN.replace("dtype = [\"bf16\", \"fp8\"]", "engine = [\"vllm\", \"tgi\"]").replace("max_num_seqs = [64, 256]", "");
+        let plan = Plan::from_toml_str(&text, Path::new("plan.toml")).unwrap();
+        let policies: Vec<Option<String>> = plan.space.policies.clone();
+        assert_eq!(policies, [Some("vllm-v1".to_string()), Some("tgi".to_string())]);
+        let all = plan.space.candidates();
+        let tgi = all.iter().find(|c| c.policy.as_deref() == Some("tgi") && c.tensor_parallel == 1).unwrap();
+        let s = tgi.scenario(&plan, 1).unwrap();
+        assert_eq!(s.engine.profile.as_ref().map(|p| p.engine.as_str()), Some("tgi"));
+        assert!(deployment(&s, 1, None).unwrap().script("").contains("text-generation-launcher"));
+        let refused = |engines: &str, extra: &str| {
+            let bad = PLAN.replace("dtype = [\"bf16\", \"fp8\"]", &format!("engine = {engines}{extra}"));
+            Plan::from_toml_str(&bad, Path::new("plan.toml")).unwrap_err().to_string()
+        };
+        let err = refused("[\"vllm\", \"trtllm\"]", "");
+        assert!(err.contains("search.engine[1]") && err.contains("trtllm") && err.contains("known:") && err.contains("vllm"), "{err}");
+        let err = refused("[\"vllm\", \"VLLM\"]", "");
+        assert!(err.contains("search.engine[1]") && err.contains("twice"), "{err}");
+        let err = refused("[]", "");
+        assert!(err.contains("search.engine"), "{err}");
+        let err = refused("[\"vllm\"]", "\npolicy = [\"vllm-v1\"]");
+        assert!(err.contains("search.engine") && err.contains("not both"), "{err}");
+    }
+
     /// A disaggregated candidate is units of x prefill and y decode replicas on its GPU: its
     /// scenario has the two pools, scaled by the units, its GPUs count both, and the deploy
     /// command names the KV connector.

@@ -18,7 +18,7 @@
 //! tpot_p90_ms = 50
 //! attainment = 0.99  # share of requests meeting every per-request objective (goodput)
 //! [search]
-//! policy = ["vllm-v1"]
+//! engine = ["vllm", "sglang"]      # or policy = ["vllm-v1"]; not both
 //! tensor_parallel = [1, 2, 4, 8]
 //! max_num_seqs = [64, 256]
 //! dtype = ["bf16", "fp8"]           # weights; kv_cache_dtype = ["auto", "fp8"] likewise
@@ -74,6 +74,9 @@ struct RawSearch {
     gpu: Vec<RawGpu>,
     #[serde(default)]
     policy: Option<Vec<String>>,
+    /// Engines (`vllm`, `sglang`, `tgi`): each runs its newest engine profile's policy.
+    #[serde(default)]
+    engine: Option<Vec<String>>,
     tensor_parallel: Vec<u32>,
     #[serde(default)]
     max_num_seqs: Option<Vec<u32>>,
@@ -300,7 +303,25 @@ impl Plan {
                 Some(values) => nonempty(field, values.len()).map(|()| values.into_iter().map(Some).collect()),
             }
         };
-        let policies = listed(s.policy, "search.policy")?;
+        let policies = match (s.engine, s.policy) {
+            (Some(engines), Some(_)) => {
+                return Err(invalid("search.engine", &format!("{engines:?}"), "search.policy lists the policies too: give engines or policies, not both"));
+            }
+            (Some(engines), None) => {
+                nonempty("search.engine", engines.len())?;
+                let mut policies = Vec::new();
+                for (i, name) in engines.iter().enumerate() {
+                    let field = format!("search.engine[{i}]");
+                    let policy = engine_policy(name).map_err(|reason| invalid(&field, &format!("{name:?}"), &reason))?;
+                    if policies.contains(&Some(policy.clone())) {
+                        return Err(invalid(&field, &format!("{name:?}"), "is listed twice"));
+                    }
+                    policies.push(Some(policy));
+                }
+                policies
+            }
+            (None, policies) => listed(policies, "search.policy")?,
+        };
         let dtypes = listed(s.dtype, "search.dtype")?;
         let kv_cache_dtypes = listed(s.kv_cache_dtype, "search.kv_cache_dtype")?;
         let flags = |list: Option<Vec<bool>>, field: &str| -> Result<Vec<Option<bool>>, ScenarioError> {
@@ -378,6 +399,23 @@ impl Plan {
             max_gpus: raw.budget.max_gpus,
             max_price_per_hour: raw.budget.max_price_per_hour,
         })
+    }
+}
+
+/// The policy an engine's candidates run: that of its newest bundled engine profile (vLLM's V1
+/// engine, SGLang's scheduler, TGI's), so each engine is simulated with its own scheduler and
+/// priced with its own engine time. `Err` names the engines this build models.
+pub fn engine_policy(engine: &str) -> Result<String, String> {
+    let profiles = crate::scenario::engine_profile::bundled();
+    let newest = profiles.iter().filter(|p| p.engine.eq_ignore_ascii_case(engine.trim())).max_by_key(|p| p.min_version);
+    match newest {
+        Some(profile) => Ok(profile.policy.name().to_string()),
+        None => {
+            let mut known: Vec<&str> = profiles.iter().map(|p| p.engine.as_str()).collect();
+            known.sort_unstable();
+            known.dedup();
+            Err(format!("unknown engine; known: {}", known.join(", ")))
+        }
     }
 }
 
