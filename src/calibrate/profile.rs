@@ -861,6 +861,12 @@ mod tests {
                         eager_ns: 2500.0,
                         graph_ns: 1200.0,
                     }),
+                    elementwise: vec![crate::calibrate::backend::ElementwiseTiming {
+                        model: "Llama-3.2-1B".into(),
+                        kernel: "rotary".into(),
+                        tokens: 16,
+                        ns: 2100.0,
+                    }],
                 },
             },
         }
