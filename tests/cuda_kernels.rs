@@ -785,6 +785,13 @@ fn tiny_calibration_runs_end_to_end() {
         allreduce: Vec::new(),
         sampling: Vec::new(),
     };
+    // A layer's elementwise kernels at Llama-3.2-1B's shapes: 5 kernels at 4 token counts, each
+    // between a launch floor and a millisecond.
+    let model = servesim::scenario::ModelSpec::preset("Llama-3.2-1B").unwrap();
+    let elementwise = backend.elementwise(std::slice::from_ref(&model), 1).unwrap();
+    println!("{elementwise:?}");
+    assert_eq!(elementwise.len(), 5 * 4);
+    assert!(elementwise.iter().all(|e| e.ns > 100.0 && e.ns < 1e6), "{elementwise:?}");
     // Both timing methods: one launch after an L2 flush, and replays in a CUDA graph.
     assert_eq!(backend.timing_methods(), vec![TimingMethod::Graph, TimingMethod::Flush]);
     for method in [TimingMethod::Flush, TimingMethod::Graph] {

@@ -242,6 +242,17 @@ pub struct LaunchFloor {
     pub graph_ns: f64,
 }
 
+/// One elementwise kernel of a decoder layer (norms, rotary, the KV-cache write, SiLU·mul) timed
+/// at one model's shapes and a token count, by the graph method: what the cost model's roofline
+/// prices in nanoseconds and a GPU runs in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ElementwiseTiming {
+    pub model: String,
+    pub kernel: String,
+    pub tokens: u32,
+    pub ns: f64,
+}
+
 /// One prepared kernel invocation: inputs allocated and filled, ready to run repeatedly.
 pub trait PreparedOp {
     /// Runs the op once; returns its duration in nanoseconds as the backend measures it (CUDA
@@ -275,6 +286,16 @@ pub trait Backend {
     /// method by default: replaying calls back to back on a CPU is not what an engine's step does.
     fn timing_methods(&self) -> Vec<TimingMethod> {
         vec![TimingMethod::Flush]
+    }
+    /// The elementwise kernels of each of `models`' layers at `tp` ([`ElementwiseTiming`]), where
+    /// the backend has them apart from its GEMMs and attention; none by default (the CPU engine's
+    /// are timed inside its step trace).
+    fn elementwise(
+        &mut self,
+        _models: &[crate::scenario::ModelSpec],
+        _tp: u32,
+    ) -> Result<Vec<ElementwiseTiming>, DeviceError> {
+        Ok(Vec::new())
     }
     /// The per-launch floor ([`LaunchFloor`]), where the backend launches kernels.
     fn launch_floor(&mut self) -> Result<Option<LaunchFloor>, DeviceError> {

@@ -25,18 +25,19 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
 use super::backend::{
-    AllReduceShape, AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, LaunchFloor, Peak,
-    PreparedOp,
+    AllReduceShape, AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, ElementwiseTiming, GemmShape,
+    LaunchFloor, Peak, PreparedOp,
 };
 use super::timing::TimingMethod;
 use crate::engine::cuda::compile::{kernel_hashes, nvrtc_version};
 use crate::engine::cuda::device::{CudaDevice, check_cublaslt, check_nvrtc, device_count, driver_error, nccl_present};
 use crate::engine::cuda::gemm::{CublasLt, GemmDtype, GemmPlan};
 use crate::engine::cuda::kernels::{
-    CudaKernels, DecodeParams, DecodeWorkspace, KernelFloat, PagedKvCache, PrefillParams,
+    At, CudaKernels, DecodeParams, DecodeWorkspace, KernelFloat, MAX_HEAD_DIM, PagedKvCache, PrefillParams, RotaryParams,
+    rotary_cos_sin_cache,
 };
-use crate::scenario::GpuSpec;
 use crate::scenario::model::Dtype;
+use crate::scenario::{GpuSpec, ModelSpec};
 
 /// Tokens per KV-cache block in calibration (vLLM's default on CUDA).
 pub use super::backend::CALIBRATION_BLOCK_SIZE;
@@ -728,6 +729,79 @@ impl Backend for CudaBackend {
         let graph_ns = self.time_graph(&graph, LAUNCHES)?;
         drop(graph);
         Ok(Some(LaunchFloor { kernel: format!("fill_uniform_{}", <half::bf16 as KernelFloat>::SUFFIX), eager_ns, graph_ns }))
+    }
+
+    /// A layer's elementwise kernels (bf16) at 1, 16, 256 and 4,096 tokens of each model's shapes,
+    /// each launch replayed 20 times in a CUDA graph, per launch.
+    fn elementwise(&mut self, models: &[ModelSpec], tp: u32) -> Result<Vec<ElementwiseTiming>, DeviceError> {
+        const TOKENS: [usize; 4] = [1, 16, 256, 4096];
+        const REPLAYS: u32 = 20;
+        let t_max = TOKENS[TOKENS.len() - 1];
+        let mut timings = Vec::new();
+        for model in models {
+            let shard = model.shard(tp);
+            let d = model.head_dim as usize;
+            let (h, heads, kv, f) = (model.hidden_size as usize, shard.heads as usize, shard.kv_heads as usize, shard.ffn as usize);
+            // No dense MLP (a mixture of experts without shared ones) or a head the kernels do
+            // not take: nothing comparable to time.
+            if h == 0 || heads == 0 || kv == 0 || f == 0 || d == 0 || !d.is_multiple_of(2) || d > MAX_HEAD_DIM {
+                continue;
+            }
+            let (qd, kvd) = (heads * d, kv * d);
+            let cols = qd + 2 * kvd;
+            let elems = 3 * t_max * h + h + t_max * cols + 3 * t_max * f + 2 * t_max * kvd;
+            match self.ensure_fits((2 * elems + 4 * t_max * d + 8 * t_max) as u64, &format!("{}'s elementwise kernels", model.name)) {
+                Err(DeviceError::Unsupported(_)) => continue,
+                other => other?,
+            }
+            let seed = self.next_seed();
+            let mut x = self.alloc::<half::bf16>(t_max * h)?;
+            let mut residual = self.alloc::<half::bf16>(t_max * h)?;
+            let mut normed = self.alloc::<half::bf16>(t_max * h)?;
+            let mut weight = self.alloc::<half::bf16>(h)?;
+            let mut qkv = self.alloc::<half::bf16>(t_max * cols)?;
+            let mut gate_up = self.alloc::<half::bf16>(t_max * 2 * f)?;
+            let mut act = self.alloc::<half::bf16>(t_max * f)?;
+            let mut k_cache = self.alloc::<half::bf16>(t_max * kvd)?;
+            let mut v_cache = self.alloc::<half::bf16>(t_max * kvd)?;
+            for (i, buf) in [&mut x, &mut residual, &mut weight, &mut qkv, &mut gate_up].into_iter().enumerate() {
+                self.kernels.fill_uniform(buf, seed.wrapping_add(i as u32), 1.0)?;
+            }
+            let ramp: Vec<i32> = (0..t_max as i32).collect();
+            let positions = self.upload(&ramp)?;
+            let slots = self.upload(&ramp)?;
+            let cos_sin = self.upload(&rotary_cos_sin_cache(t_max, d, 10_000.0))?;
+            let kernels = &self.kernels;
+            let eps = 1e-5;
+            for &t in &TOKENS {
+                let mut timed = |kernel: &str, ns: f64| {
+                    timings.push(ElementwiseTiming { model: model.name.clone(), kernel: kernel.to_string(), tokens: t as u32, ns })
+                };
+                let g = self.capture(REPLAYS, || kernels.rmsnorm(&mut normed, &x, &weight, t, h, eps))?;
+                timed("rmsnorm", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.fused_add_rmsnorm(&mut x, &mut residual, &weight, t, h, eps))?;
+                timed("fused_add_rmsnorm", self.time_graph(&g, REPLAYS)?);
+                let rotary = RotaryParams {
+                    num_tokens: t,
+                    num_heads: heads,
+                    num_kv_heads: kv,
+                    head_dim: d,
+                    rot_dim: d,
+                    is_neox: true,
+                    q_stride: cols,
+                    k_stride: cols,
+                    max_position: t_max,
+                };
+                let (q, k, v) = (At::new(&qkv, 0), At::new(&qkv, qd), At::new(&qkv, qd + kvd));
+                let g = self.capture(REPLAYS, || kernels.rotary(q, k, &positions, &cos_sin, &rotary))?;
+                timed("rotary", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.reshape_and_cache(k, v, &mut k_cache, &mut v_cache, &slots, t, kv, d, cols))?;
+                timed("reshape_and_cache", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.silu_mul(&mut act, &gate_up, t, f))?;
+                timed("silu_mul", self.time_graph(&g, REPLAYS)?);
+            }
+        }
+        Ok(timings)
     }
 
     fn supports(&self, dtype: Dtype) -> bool {

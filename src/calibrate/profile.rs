@@ -277,6 +277,10 @@ pub struct RunSummary {
     /// The GPU's per-launch floor, when the backend timed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_floor: Option<crate::calibrate::backend::LaunchFloor>,
+    /// The elementwise kernels of a layer at the grid's models' shapes, when the backend timed
+    /// them (recorded; the cost model still prices them by the roofline).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elementwise: Vec<crate::calibrate::backend::ElementwiseTiming>,
 }
 
 /// What refining a profile's grid did (`calibrate::refine`): shapes added where leave-one-out
@@ -857,6 +861,12 @@ mod tests {
                         eager_ns: 2500.0,
                         graph_ns: 1200.0,
                     }),
+                    elementwise: vec![crate::calibrate::backend::ElementwiseTiming {
+                        model: "Llama-3.2-1B".into(),
+                        kernel: "rotary".into(),
+                        tokens: 16,
+                        ns: 2100.0,
+                    }],
                 },
             },
         }

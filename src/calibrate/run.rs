@@ -140,6 +140,16 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         }
     };
 
+    let tp = grid.options.tensor_parallel.first().copied().unwrap_or(1);
+    let elementwise = match backend.elementwise(&grid.options.models, tp) {
+        Ok(timings) => timings,
+        Err(e @ DeviceError::Unavailable(_)) => return Err(e),
+        Err(e) => {
+            progress.note(&format!("the elementwise kernels could not be timed: {e}"));
+            Vec::new()
+        }
+    };
+
     // The host sampler's few shapes (a few milliseconds each) run first and are never cut: the
     // engine's twin prices every step's sampling from them, and a run cut before them would
     // leave it nothing to price with.
@@ -211,6 +221,7 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
             ReferenceTimings::judge(kernel, reference.iter().map(|r| r.1).collect(), NOISE_THRESHOLD)
         }),
         launch_floor,
+        elementwise,
         ..RunSummary::default()
     };
     let mut rows = Vec::with_capacity(shapes.len());

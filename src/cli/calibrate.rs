@@ -276,6 +276,9 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         );
     }
     eprintln!("{}", leave_one_out_summary(&profile));
+    for line in elementwise_summary(&run.elementwise) {
+        eprintln!("{line}");
+    }
     if let Some(warning) = run.reference.as_ref().and_then(ReferenceTimings::warning) {
         eprintln!("\n{warning}\n");
     }
@@ -298,6 +301,27 @@ pub(crate) fn select_timing_method(asked: Option<&str>, offered: &[TimingMethod]
         ));
     }
     Ok(method)
+}
+
+/// One line per model: a decoder layer's elementwise kernels (two residual-add norms, rotary,
+/// the cache write, SiLU·mul) per token count, as the run timed them.
+fn elementwise_summary(timings: &[crate::calibrate::backend::ElementwiseTiming]) -> Vec<String> {
+    let mut by_model: std::collections::BTreeMap<&str, std::collections::BTreeMap<u32, f64>> = Default::default();
+    for t in timings {
+        let per_layer = match t.kernel.as_str() {
+            "fused_add_rmsnorm" => 2.0,
+            "rotary" | "reshape_and_cache" | "silu_mul" => 1.0,
+            _ => 0.0,
+        };
+        *by_model.entry(&t.model).or_default().entry(t.tokens).or_default() += per_layer * t.ns;
+    }
+    by_model
+        .into_iter()
+        .map(|(model, sums)| {
+            let parts: Vec<String> = sums.iter().map(|(tokens, ns)| format!("{tokens} tokens {:.1} µs", ns * 1e-3)).collect();
+            format!("elementwise kernels of one {model} layer (2 norms, rotary, cache write, SiLU; graph replay): {}", parts.join(", "))
+        })
+        .collect()
 }
 
 /// `--loo-target GEMM,ATTENTION` in percent, as fractions.
@@ -346,6 +370,21 @@ mod tests {
         assert!(e.contains("--timing-method") && e.contains("graph") && e.contains("--device cpu times with flush only"), "{e}");
         let e = select_timing_method(Some("events"), &gpu, "cuda:0").unwrap_err().to_string();
         assert!(e.contains("events") && e.contains("flush, graph"), "{e}");
+    }
+
+    #[test]
+    fn a_layers_elementwise_time_counts_its_two_norms() {
+        use crate::calibrate::backend::ElementwiseTiming;
+        let t = |kernel: &str, tokens, ns| ElementwiseTiming { model: "M".into(), kernel: kernel.into(), tokens, ns };
+        let lines = elementwise_summary(&[
+            t("rmsnorm", 1, 9_000.0),
+            t("fused_add_rmsnorm", 1, 2_000.0),
+            t("rotary", 1, 1_000.0),
+            t("reshape_and_cache", 1, 1_500.0),
+            t("silu_mul", 1, 500.0),
+            t("silu_mul", 16, 700.0),
+        ]);
+        assert_eq!(lines, ["elementwise kernels of one M layer (2 norms, rotary, cache write, SiLU; graph replay): 1 tokens 7.0 µs, 16 tokens 0.7 µs"]);
     }
 
     #[test]
