@@ -21,7 +21,7 @@
 use crate::calibrate::profile::index::collective_time_s;
 use crate::calibrate::profile::interpolate::Curve;
 use crate::scenario::model::ModelSpec;
-use crate::scenario::parallel::{All2AllBackend, DataParallel};
+use crate::scenario::parallel::{All2AllBackend, DataParallel, GPUS_PER_NODE};
 use crate::scenario::{CostParams, GpuSpec};
 
 /// The DeepEP measurements, as `scripts/deepep_table.py` writes them.
@@ -95,10 +95,16 @@ impl TokenExchange {
             Some(_) => format!("no DeepEP measurement on {} with {shape}", gpu.name),
             None => "no measurement of it is bundled".into(),
         };
-        let note = format!(
+        let mut note = format!(
             "data parallel: {}'s dispatch and combine priced by the link-bandwidth formula (roofline): {why}",
             backend.name()
         );
+        if gpus > GPUS_PER_NODE {
+            note += &format!(
+                "; all {gpus} GPUs are taken to share {}'s GPU-to-GPU link, where past {GPUS_PER_NODE} a deployment spans nodes and crosses their network",
+                gpu.name
+            );
+        }
         let price = Price::Formula {
             s_per_token: tokens_per_gpu_per_rank_token * (dispatch_bytes + combine_bytes) / link,
             latency_s: EXCHANGES_PER_LAYER * params.collective_latency_us * S_PER_US,
