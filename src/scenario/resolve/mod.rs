@@ -24,6 +24,7 @@ mod engine;
 mod hardware;
 mod model;
 mod pools;
+mod sglang;
 mod speculative;
 mod workload;
 
