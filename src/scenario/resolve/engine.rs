@@ -401,6 +401,7 @@ const ENGINE_COMMON_FIELDS: [&str; 9] = [
     "num_gpu_blocks",
     "activation_reserve_gib",
 ];
+const ENGINE_SGLANG_COMMON_FIELDS: [&str; 6] = ["policy", "version", "tensor_parallel", "replicas", "router", "sglang"];
 const ENGINE_VLLM_FIELDS: [&str; 6] = [
     "max_num_batched_tokens",
     "max_num_seqs",
@@ -441,10 +442,12 @@ fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Resul
     let own: &[&str] = match policy {
         Policy::VllmV1 | Policy::VllmV0 | Policy::Servesim => &ENGINE_VLLM_FIELDS,
         Policy::Tgi => &ENGINE_TGI_FIELDS,
-        // Its flags are under [engine.sglang]; vLLM's names for them are refused there.
         Policy::Sglang => &[],
     };
-    let allowed: Vec<&str> = ENGINE_COMMON_FIELDS.iter().chain(own).copied().collect();
+    // SGLang's knobs are under [engine.sglang], by its names; vLLM's names for the common ones
+    // are refused with the name to use (`resolve::sglang`).
+    let common: &[&str] = if policy == Policy::Sglang { &ENGINE_SGLANG_COMMON_FIELDS } else { &ENGINE_COMMON_FIELDS };
+    let allowed: Vec<&str> = common.iter().chain(own).copied().collect();
     reject_unused_fields(cx, "engine", &present, &allowed, &format!("policy {:?}", policy.name()))
 }
 
