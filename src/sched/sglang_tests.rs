@@ -195,3 +195,19 @@ fn lpm_runs_the_longest_cached_prefix_first() {
     add(&mut s, 2, 200, 2, 2, 9, 150);
     assert_eq!(step(&mut s).0, 50, "the cached one first");
 }
+
+#[test]
+fn the_same_prompt_computed_twice_at_once_is_kept_once() {
+    // Two identical prompts in one prefill batch: neither finds the other cached, both compute
+    // it; the second's insert finds the first's pages, frees its own copies and takes the tree's
+    // (`cache_unfinished_req`), so the pool holds the prompt once.
+    let mut s = scheduler(sglang_config(1000, 1, Some(8192), 1.0));
+    add(&mut s, 0, 100, 3, 3, 7, 100);
+    add(&mut s, 1, 100, 3, 3, 7, 100);
+    assert_eq!(step(&mut s).0, 200);
+    assert_eq!(s.kv().pool().blocks_used(), 100);
+    assert_eq!(s.kv().block_table(0), s.kv().block_table(1));
+    // Their decodes each take a page of their own.
+    assert_eq!(step(&mut s).1, 2);
+    assert_eq!(s.kv().pool().blocks_used(), 102);
+}
