@@ -48,6 +48,8 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.
         tgi: e.tgi,
+        // SGLang's knobs; its max_running_requests, page size and token pool are above.
+        sglang: e.sglang.clone(),
     }
 }
 
