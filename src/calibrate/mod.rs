@@ -6,6 +6,7 @@ pub mod bundled;
 pub mod consistency;
 pub mod cpu;
 pub mod cuda;
+pub mod families;
 pub mod focus;
 pub mod grid;
 pub mod import;

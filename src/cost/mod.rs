@@ -10,6 +10,7 @@ pub use crate::calibrate::bundled;
 pub mod calibrated;
 mod dsa;
 pub mod engine_time;
+pub mod family;
 mod hybrid;
 mod memo;
 pub mod mla;
@@ -23,6 +24,8 @@ pub mod weight_only;
 
 #[cfg(test)]
 mod tests_dsa;
+#[cfg(test)]
+mod tests_family;
 #[cfg(test)]
 mod tests_mla;
 #[cfg(test)]
