@@ -117,7 +117,7 @@ fn routed_experts_come_from_the_fused_moe_rows() {
     };
     let (priced, notes) = RowPriced::new(&families, "H200, vllm 0.24.0", &fp8, &gpu, 8, &params);
     let priced = priced.expect("the MoE rows price its experts");
-    assert!(notes.iter().any(|n| n.contains("no fused-MoE rows for fp8 experts; using its fp8_block measurements")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("fp8 experts are priced from the fp8_block fused-MoE rows")), "{notes:?}");
     // 32 tokens: halfway in ln tokens, √(250 × 500) µs, in each of the 58 expert layers.
     let batch = decodes(32, 100);
     let parts = PricedElsewhere { routed_experts: true, ..PricedElsewhere::default() };
