@@ -7,6 +7,7 @@ pub mod compare;
 pub mod consistency;
 pub mod cpu;
 pub mod cuda;
+pub mod families;
 pub mod focus;
 pub mod grid;
 pub mod import;

@@ -137,6 +137,12 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     }
     let profile = &imported.profile;
     profile.write(&args.out).map_err(|e| Error::Output { path: args.out.clone(), source: std::io::Error::other(e.to_string()) })?;
+    if let Some(families) = &imported.families {
+        let path = crate::calibrate::families::families_path(&args.out);
+        families.write(&path).map_err(|source| Error::Output { path: path.clone(), source })?;
+        let counts = families.counts().into_iter().map(|(op, n)| format!("{op} {n}")).collect::<Vec<_>>().join(", ");
+        eprintln!("imported whole-module rows ({counts}); wrote {}", path.display());
+    }
     let loo = leave_one_out(profile);
     let (median, p90) = LeaveOneOut::summary(&loo.all());
     // Only a GEMM grid (aiconfigurator's) has interior (n, k) to leave out; a model's own
