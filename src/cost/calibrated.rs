@@ -26,7 +26,11 @@
 //! interpolation tables, fallbacks and notices. [`CostModel::predict`] makes one pass over the
 //! batch and a fixed number of table look-ups, with no allocation.
 
-use super::memo::ByRows;
+mod attention;
+mod surface;
+
+use attention::{AttentionPredictor, DECODE, MIXED, PREFILL, PhaseSums, resolve_attention};
+use super::memo::{ByDecodeBatch, ByRows};
 use super::moe::ExpertRouting;
 use super::roofline::{ALL_TO_ALLS_PER_LAYER, Roofline};
 use super::sampling::SamplingCost;
@@ -34,12 +38,12 @@ use super::weight_only;
 use super::{CostModel, StepCost, to_ns};
 use crate::calibrate::backend::{AttentionPhase, GemmShape, Peak, SamplingMethod};
 use crate::calibrate::grid::{
-    GemmOp, HeadConfig, attention_totals, attention_work_from_totals, gemm_dtype, gemm_work,
+    GemmOp, HeadConfig, attention_totals, gemm_dtype, gemm_work,
     model_gemm_nk, model_heads, moe_gemm_nk,
 };
 use crate::calibrate::profile::Profile;
-use crate::calibrate::profile::index::{AttentionKey, attention_coords, collective_time_s};
-use crate::calibrate::profile::interpolate::{Curve, GemmCurve, Surface};
+use crate::calibrate::profile::index::collective_time_s;
+use crate::calibrate::profile::interpolate::{Curve, GemmCurve};
 // The profile's index and its leave-one-out evaluation are calibration's (calibrate judges its
 // own profiles with them); here too, where the cost model's users have always found them.
 pub use crate::calibrate::profile::{
@@ -48,10 +52,6 @@ pub use crate::calibrate::profile::{
 use crate::scenario::model::Dtype;
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
-
-/// Coefficient of variation of contexts spread evenly over `1..=2c` (the profile's uneven
-/// decode shapes): `1/√3`.
-const UNEVEN_CV: f64 = 0.577_350_269_189_625_8;
 
 // An inherent impl here rather than in calibrate: the index stays below `cost` and knows no
 // cost type.
@@ -105,32 +105,6 @@ impl GemmPredictor {
     }
 }
 
-/// One attention phase of the model: interpolated from the profile, or the roofline.
-#[derive(Clone, Debug, PartialEq)]
-enum AttentionPredictor {
-    Profiled {
-        /// The dtype of the measurements used (the model's KV dtype, unless the profile lacks
-        /// it); the model's own head configuration prices the work.
-        dtype: Dtype,
-        even: Option<Surface>,
-        uneven: Option<Surface>,
-    },
-    Roofline,
-}
-
-/// Per-phase sums over one step's sequences.
-#[derive(Clone, Copy, Debug, Default)]
-struct PhaseSums {
-    seqs: f64,
-    query_tokens: f64,
-    context_tokens: f64,
-    context_squares: f64,
-    keys: f64,
-    /// Keys read from the cache by prefill chunks (the prefix-attention kernel).
-    prefix_keys: f64,
-    kv_tokens: f64,
-}
-
 /// The calibrated cost model for one replica: `model` on `tensor_parallel` GPUs, priced from
 /// `profile` where it has the model's shapes and by the roofline (`gpu`, `params`) elsewhere.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +119,10 @@ pub struct Calibrated {
     /// One layer's GEMMs (routed experts included) and the LM head, by rows.
     layer_gemm_s_by_rows: ByRows,
     lm_head_s_by_rows: ByRows,
+    /// A decode-only step's prices but attention, by batch size and graph.
+    decode_non_attention_ns: ByDecodeBatch<[u64; 4]>,
+    /// The prefill phase's attention per layer when it is one prompt, by its tokens.
+    one_prefill_attention_s: ByRows,
     /// The routed experts of a mixture-of-experts model.
     moe: Option<MoePredictors>,
     /// Prefill, decode, mixed.
@@ -334,6 +312,8 @@ impl Calibrated {
             lm_head,
             layer_gemm_s_by_rows: ByRows::new(),
             lm_head_s_by_rows: ByRows::new(),
+            decode_non_attention_ns: ByDecodeBatch::new(),
+            one_prefill_attention_s: ByRows::new(),
             moe,
             attention,
             fallback_attention_s_per_key: flops_per_key / (peak_16bit * params.attention_efficiency),
@@ -364,45 +344,44 @@ impl Calibrated {
         }
     }
 
-    /// Attention time of one phase's sequences, seconds per layer.
+    /// A step's prices besides attention, in nanoseconds: GEMMs, elementwise work,
+    /// communication and CPU overhead (in series: how much of it the GPU time hides is decided
+    /// on the whole step).
     #[inline]
-    fn attention_s(&self, phase: usize, sums: &PhaseSums) -> f64 {
-        if sums.seqs == 0.0 {
-            return 0.0;
-        }
-        match &self.attention[phase] {
-            AttentionPredictor::Profiled { dtype, even, uneven } => {
-                let n = sums.seqs;
-                let (q, c) = (sums.query_tokens / n, sums.context_tokens / n);
-                let coords = attention_coords(n, q, c);
-                let util = match (even, uneven) {
-                    (Some(e), Some(u)) => {
-                        let variance = (sums.context_squares / n - c * c).max(0.0);
-                        let cv = if c > 0.0 { variance.sqrt() / c } else { 0.0 };
-                        let w = (cv / UNEVEN_CV).min(1.0);
-                        (1.0 - w) * e.eval(coords) + w * u.eval(coords)
-                    }
-                    (Some(s), None) | (None, Some(s)) => s.eval(coords),
-                    (None, None) => unreachable!("a profiled phase has a surface"),
-                };
-                let work = attention_work_from_totals(self.heads, *dtype, sums.keys, sums.kv_tokens, sums.query_tokens);
-                work.roofline_s(&self.peak) / util.exp()
+    fn non_attention_ns(&self, batch: &Batch, tokens: f64, sampled: f64, prefill_seqs: u64) -> [u64; 4] {
+        // Elementwise, communication and CPU overhead as the roofline prices them.
+        let [elementwise_ns, base_communication_ns, overhead_ns] =
+            self.roofline.predict_non_kernel(batch, tokens, sampled, prefill_seqs);
+
+        let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
+        let layer_gemm_s = self.layer_gemm_s_by_rows.get(gemm_rows, || {
+            self.layer_gemms.iter().map(|op| op.time_s(gemm_rows, &self.peak)).sum::<f64>()
+                + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows, &self.peak))
+        });
+        let lm_head_s = self.lm_head_s_by_rows.get(sampled, || self.lm_head.time_s(sampled, &self.peak));
+        let gemm_s = self.num_layers * layer_gemm_s + lm_head_s;
+
+        // The layers' all-reduces run on the GEMM rows (a decode graph's padded batch).
+        // So do the all-to-alls where measured; the roofline's token count otherwise.
+        let communication_ns = match (&self.allreduce, &self.alltoall) {
+            (Some(curve), _) if tokens > 0.0 => {
+                let one = collective_time_s(curve, gemm_rows * self.allreduce_bytes_per_row);
+                to_ns(
+                    self.num_layers * self.roofline.allreduces_per_layer() * one
+                        + self.alltoall_s(gemm_rows)
+                        + self.roofline.logit_gather_s(sampled),
+                )
             }
-            AttentionPredictor::Roofline => {
-                let compute = (sums.keys - sums.prefix_keys) * self.fallback_attention_s_per_key
-                    + sums.prefix_keys * self.fallback_prefix_attention_s_per_key;
-                let memory = (sums.kv_tokens * self.fallback_kv_token_bytes
-                    + sums.query_tokens * self.fallback_query_bytes)
-                    / self.fallback_bytes_per_s;
-                compute.max(memory)
-            }
-        }
+            (None, Some(_)) if tokens > 0.0 => to_ns(
+                self.roofline.layer_allreduces_s(tokens) + self.alltoall_s(gemm_rows) + self.roofline.logit_gather_s(sampled),
+            ),
+            _ => base_communication_ns,
+        };
+        [to_ns(gemm_s), elementwise_ns, communication_ns, overhead_ns]
     }
+
 }
 
-/// The attention predictor of one phase: the profile's surfaces for the model's KV dtype (or
-/// another, said) and its head configuration (or the nearest measured, said); else the roofline
-/// (said).
 /// The measured all-to-all curve for `tensor_parallel` GPUs where the model runs expert
 /// parallelism's all-to-alls and the profile has one; a notice where it must fall back.
 fn resolve_alltoall(
@@ -424,55 +403,6 @@ fn resolve_alltoall(
     }
     curve
 }
-
-fn resolve_attention(
-    index: &ProfileIndex,
-    phase: AttentionPhase,
-    kv_dtype: Dtype,
-    heads: HeadConfig,
-    notices: &mut Vec<String>,
-) -> AttentionPredictor {
-    let phase_name = match phase {
-        AttentionPhase::Prefill => "prefill",
-        AttentionPhase::Decode => "decode",
-        AttentionPhase::Mixed => "mixed (chunked-prefill)",
-    };
-    let of_phase = || index.attention.keys().filter(move |k| k.phase == phase);
-    let dtype = if of_phase().any(|k| k.dtype == kv_dtype) {
-        kv_dtype
-    } else if let Some(k) = of_phase().next() {
-        notices.push(format!(
-            "calibrated profile: no {} {phase_name} attention; using its {} measurements",
-            kv_dtype.name(),
-            k.dtype.name()
-        ));
-        k.dtype
-    } else {
-        notices.push(format!("calibrated profile: no {phase_name} attention measured; priced by the roofline"));
-        return AttentionPredictor::Roofline;
-    };
-    let distance = |h: &HeadConfig| {
-        let r = |a: u32, b: u32| ((a.max(1) as f64) / (b.max(1) as f64)).ln().abs();
-        r(h.num_heads, heads.num_heads) + r(h.num_kv_heads, heads.num_kv_heads) + r(h.head_dim, heads.head_dim)
-    };
-    let nearest = of_phase()
-        .filter(|k| k.dtype == dtype)
-        .map(|k| k.heads)
-        .min_by(|a, b| distance(a).total_cmp(&distance(b)))
-        .expect("a key of this phase and dtype");
-    if nearest != heads {
-        notices.push(format!(
-            "calibrated profile: no {phase_name} attention for {}/{}/{} heads/KV heads/head dim; using the nearest measured, {}/{}/{}",
-            heads.num_heads, heads.num_kv_heads, heads.head_dim, nearest.num_heads, nearest.num_kv_heads, nearest.head_dim
-        ));
-    }
-    let surface = |uneven| index.attention.get(&AttentionKey { phase, dtype, heads: nearest, uneven }).cloned();
-    AttentionPredictor::Profiled { dtype, even: surface(false), uneven: surface(true) }
-}
-
-const PREFILL: usize = 0;
-const DECODE: usize = 1;
-const MIXED: usize = 2;
 
 /// Finds each GEMM's predictor in a profile for [`Calibrated::build`]: the model's dtype,
 /// measured or interpolated; else another dtype's measurements; else the roofline.
@@ -628,44 +558,32 @@ impl CostModel for Calibrated {
             s.kv_tokens += contexts + n;
         }
 
-        // Elementwise, communication and CPU overhead as the roofline prices them (the overhead
-        // in series: how much of it the GPU time hides is decided below, on this model's GPU time).
-        let [elementwise_ns, base_communication_ns, overhead_ns] =
-            self.roofline.predict_non_kernel(batch, tokens, sampled, prefill_seqs);
-
-        let gemm_rows = batch.graph_size.map_or(tokens, |rows| rows as f64);
-        let layer_gemm_s = self.layer_gemm_s_by_rows.get(gemm_rows, || {
-            self.layer_gemms.iter().map(|op| op.time_s(gemm_rows, &self.peak)).sum::<f64>()
-                + self.moe.as_ref().map_or(0.0, |moe| moe.time_s(gemm_rows, &self.peak))
-        });
-        let lm_head_s = self.lm_head_s_by_rows.get(sampled, || self.lm_head.time_s(sampled, &self.peak));
-        let gemm_s = self.num_layers * layer_gemm_s + lm_head_s;
+        // Every sequence decodes one token, in a step that prepares its own inputs: everything
+        // but attention depends on the batch's size and graph alone (as in the roofline).
+        let decode_only = prefill_seqs == 0 && batch.window_step == 0 && tokens == sampled && tokens == f64::from(batch.num_seqs());
+        let [gemm_ns, elementwise_ns, communication_ns, overhead_ns] = if decode_only {
+            self.decode_non_attention_ns.get(u64::from(batch.num_seqs()), batch.graph_size, || {
+                self.non_attention_ns(batch, tokens, sampled, prefill_seqs)
+            })
+        } else {
+            self.non_attention_ns(batch, tokens, sampled, prefill_seqs)
+        };
         let attention_s = if tokens > 0.0 {
+            // One prompt's chunk alone in the prefill phase (a step's usual prefill) is priced
+            // from its length alone: its sums are those of one sequence of that many tokens.
+            let prefill = &sums[PREFILL];
+            let prefill_s = if prefill.seqs == 1.0 {
+                self.one_prefill_attention_s.get(prefill.query_tokens, || self.attention_s(PREFILL, prefill))
+            } else {
+                self.attention_s(PREFILL, prefill)
+            };
             self.num_layers
-                * (self.attention_s(PREFILL, &sums[PREFILL])
+                * (prefill_s
                     + self.attention_s(DECODE, &sums[DECODE])
                     + self.attention_s(MIXED, &sums[MIXED]))
         } else {
             0.0
         };
-
-        // The layers' all-reduces run on the GEMM rows (a decode graph's padded batch).
-        // So do the all-to-alls where measured; the roofline's token count otherwise.
-        let communication_ns = match (&self.allreduce, &self.alltoall) {
-            (Some(curve), _) if tokens > 0.0 => {
-                let one = collective_time_s(curve, gemm_rows * self.allreduce_bytes_per_row);
-                to_ns(
-                    self.num_layers * self.roofline.allreduces_per_layer() * one
-                        + self.alltoall_s(gemm_rows)
-                        + self.roofline.logit_gather_s(sampled),
-                )
-            }
-            (None, Some(_)) if tokens > 0.0 => to_ns(
-                self.roofline.layer_allreduces_s(tokens) + self.alltoall_s(gemm_rows) + self.roofline.logit_gather_s(sampled),
-            ),
-            _ => base_communication_ns,
-        };
-        let gemm_ns = to_ns(gemm_s);
         let attention_ns = to_ns(attention_s);
         let serial = StepCost {
             total_ns: gemm_ns + attention_ns + elementwise_ns + communication_ns + overhead_ns,
@@ -690,7 +608,7 @@ impl CostModel for Calibrated {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::grid::{Grid, GridOptions, GridScale};
+    use crate::calibrate::grid::{Grid, GridOptions, GridScale, attention_work_from_totals};
     use crate::calibrate::run::{RunOptions, SyntheticBackend, calibrate};
     use crate::calibrate::backend::{AttentionShape, SamplingShape};
     use crate::calibrate::grid::Shape;

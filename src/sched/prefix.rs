@@ -70,6 +70,11 @@ pub fn token_block_hashes(token_ids: &[u32], block_size: u32) -> Vec<BlockHash> 
 /// that share a stream's first tokens share these hashes; the rest of a prompt is its own and
 /// is never hashed, since no other prompt can hit it.
 pub fn stream_block_hashes(stream: u64, shared_tokens: u32, block_size: u32) -> Vec<BlockHash> {
+    // Most prompts share nothing: an empty list without the iterator's set-up (every admission
+    // with prefix caching on asks, issue 33).
+    if shared_tokens < block_size {
+        return Vec::new();
+    }
     let mut parent = NO_HASH;
     (0..u64::from(shared_tokens / block_size))
         .map(|j| {

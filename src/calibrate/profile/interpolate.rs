@@ -210,20 +210,42 @@ impl Surface {
     /// on the axis's first point) visit four corners, not eight (issue 33).
     #[inline]
     pub(crate) fn eval(&self, x: [f64; 3]) -> f64 {
-        let dims = [self.axes[0].len(), self.axes[1].len(), self.axes[2].len()];
-        let b: [(usize, f64); 3] = std::array::from_fn(|a| bracket(&self.axes[a], x[a]));
-        let factors: [[f64; 2]; 3] = std::array::from_fn(|a| [1.0 - b[a].1, b[a].1]);
-        let corners: [usize; 3] = std::array::from_fn(|a| if b[a].1 == 0.0 { 1 } else { 2 });
-        let strides = [dims[1] * dims[2], dims[2], 1];
-        let base = flat(dims, [b[0].0, b[1].0, b[2].0]);
+        self.eval_bracketed(std::array::from_fn(|a| bracket(&self.axes[a], x[a])))
+    }
+
+    /// [`Surface::eval`] from each axis's [`bracket`] of the point, for a caller that has some
+    /// of them worked out already (a step's batch size, a decode's query length of 1). The
+    /// corners are written out in the order of the loops they replace (axis 2 outermost, axis 0
+    /// innermost), each weighted `(f0 · f1) · f2`, and an axis with `t = 0` has no upper
+    /// corners: the loops' dynamic bounds and bounds checks cost more than the sum (issue 33).
+    #[inline]
+    pub(crate) fn eval_bracketed(&self, b: [(usize, f64); 3]) -> f64 {
+        let (n1, n2) = (self.axes[1].len(), self.axes[2].len());
+        let (s0, s1) = (n1 * n2, n2);
+        let base = (b[0].0 * n1 + b[1].0) * n2 + b[2].0;
+        let [(_, t0), (_, t1), (_, t2)] = b;
+        let (f0, f1, f2) = ([1.0 - t0, t0], [1.0 - t1, t1], [1.0 - t2, t2]);
+        let values = &self.values;
         let mut sum = 0.0;
-        for c2 in 0..corners[2] {
-            for c1 in 0..corners[1] {
-                for c0 in 0..corners[0] {
-                    let weight = factors[0][c0] * factors[1][c1] * factors[2][c2];
-                    if weight != 0.0 {
-                        sum += weight * self.values[base + c0 * strides[0] + c1 * strides[1] + c2 * strides[2]];
-                    }
+        let mut corner = |c0: usize, c1: usize, c2: usize| {
+            let weight = f0[c0] * f1[c1] * f2[c2];
+            if weight != 0.0 {
+                sum += weight * values[base + c0 * s0 + c1 * s1 + c2];
+            }
+        };
+        let (upper0, upper1, upper2) = (t0 != 0.0, t1 != 0.0, t2 != 0.0);
+        for c2 in [0, 1] {
+            if c2 == 1 && !upper2 {
+                break;
+            }
+            corner(0, 0, c2);
+            if upper0 {
+                corner(1, 0, c2);
+            }
+            if upper1 {
+                corner(0, 1, c2);
+                if upper0 {
+                    corner(1, 1, c2);
                 }
             }
         }
