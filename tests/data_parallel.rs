@@ -171,6 +171,7 @@ fn ranks(n: u32, lockstep: bool, frontend_per_token_ns: u64) -> SimConfig {
             stream_window_steps: false,
             speculative: None,
             tgi: None,
+            sglang: None,
         },
         policy: Policy::VllmV1,
         replicas: n,

@@ -133,6 +133,7 @@ fn sglang_config_strategy() -> impl Strategy<Value = SimConfig> {
             frontend_overhead_ns,
             frontend_per_token_ns: 0,
             timeline: true,
+            data_parallel: None,
         })
 }
 
