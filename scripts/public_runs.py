@@ -368,14 +368,18 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
             lines.append("# replicas, each request sent to the next in turn.")
         lines.append(f"replicas = {dp}")
         lines.append('router = "round-robin"')
-    if mlperf and number(row["gpu_memory_utilization"]) and not sglang:
-        lines.append(f"gpu_memory_utilization = {number(row['gpu_memory_utilization']):g}")
+    if mlperf and number(row["gpu_memory_utilization"]):
+        lines.append(f"gpu_memory_utilization = {number(row['gpu_memory_utilization']):g}"
+                     + ("  # --mem-fraction-static (recorded)" if sglang else ""))
     for key in ["max_num_seqs", "max_num_batched_tokens", "max_model_len"]:
         value = number(row[key])
         if value:
-            lines.append(f"{key} = {int(value)}")
+            lines.append(f"{key} = {int(value)}" + ("  # --max-running-requests (recorded)" if sglang and key == "max_num_seqs" else ""))
         elif key == "max_model_len" and run.startswith("s2r-"):
             lines.append("max_model_len = 4096  # the collection protocol's (not in this run's record)")
+    if sglang:
+        lines.append("# --attention-backend fa3 (recorded): the kernel profile's attention is FlashAttention 3's; the")
+        lines.append("# other server flags keep 0.4.9's defaults (chunked prefill 8,192 tokens on an H200, fcfs, radix cache).")
     blocks = number(row["num_gpu_blocks"]) or blocks_override
     if blocks:
         lines.append(f"num_gpu_blocks = {int(blocks)}  # as the engine resolved it (recorded)")
