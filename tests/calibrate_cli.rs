@@ -142,3 +142,24 @@ fn malformed_profile_names_the_line() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("bad"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_graph_timing_method_is_refused_on_a_cpu_and_bad_targets_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_csv = dir.path().join("p.csv");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["calibrate", "--device", "cpu", "--threads", "1", "--out", out_csv.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        servesim(&args)
+    };
+    let out = run(&["--timing-method", "graph"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--timing-method") && stderr(&out).contains("times with flush only"), "{}", stderr(&out));
+    let out = run(&["--timing-method", "events"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("expected one of flush, graph"), "{}", stderr(&out));
+    let out = run(&["--loo-target", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--loo-target"), "{}", stderr(&out));
+    assert!(!out_csv.exists());
+}

@@ -74,6 +74,7 @@ fn a_cpu_profile_measured_here_covers_its_grid_and_round_trips() {
         stable_window: 4,
         stable_rel: 0.005,
         flush_cache: false,
+        ..TimingOptions::default()
     };
     let options = RunOptions { timing, ..RunOptions::default() };
     let start = std::time::Instant::now();

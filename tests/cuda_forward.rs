@@ -72,7 +72,9 @@ struct Pair {
 impl Pair {
     fn new(config: &LlamaConfig, seed: u64, num_blocks: usize, block_size: usize) -> Pair {
         let weights = round_weights_to_bf16(&LlamaWeights::random(config, seed));
-        let gpu = CudaModelExecutor::new(&weights, num_blocks, block_size, 0).unwrap_or_else(|e| panic!("{e}"));
+        let mut gpu = CudaModelExecutor::new(&weights, num_blocks, block_size, 0).unwrap_or_else(|e| panic!("{e}"));
+        // Events between kernels of different kinds, eagerly and inside the decode graphs.
+        gpu.set_time_parts(true);
         println!("running on {} ({})", gpu.device().label(), gpu.device().name());
         let cpu = ModelExecutor::new(weights, num_blocks, block_size).unwrap();
         // Blocks 7, 7 + 11, 7 + 22, … modulo the pool: scattered, and each exactly once.
@@ -191,11 +193,23 @@ fn mixed_batches_then_greedy(config: LlamaConfig, block_size: usize, test: &str)
     // prompt (its context from the cache), and a new prompt.
     let d = p.add(40, 5);
     p.step(&[(a, 1), (b, 2), (c, 1), (long, 1), (d, 40)], "step 2");
-    // Greedy decoding of every sequence.
+    let parts = p.gpu.last_times().expect("parts timed");
+    assert!(parts.gemm_ns > 0 && parts.attention_ns > 0 && parts.elementwise_ns > 0, "eager step parts: {parts:?}");
+    // Greedy decoding of every sequence: pure-decode steps of 5 sequences, replayed from the
+    // CUDA graph of size 8 (padded), captured at the first of them.
     for n in 0..4 {
         let all: Vec<(usize, usize)> = [a, b, c, long, d].iter().map(|&i| (i, 1)).collect();
         p.step(&all, &format!("decode step {}", n + 1));
     }
+    let (replays, captures) = p.gpu.graph_counts();
+    assert_eq!((replays, captures), (4, 1), "{test}: decode steps replayed from graphs, graphs captured");
+    let parts = p.gpu.last_times().expect("parts timed in the graph");
+    assert!(parts.gemm_ns > 0 && parts.attention_ns > 0 && parts.elementwise_ns > 0, "graph step parts: {parts:?}");
+    // The same steps launched eagerly agree too.
+    p.gpu.set_cuda_graphs(false);
+    let all: Vec<(usize, usize)> = [a, b, c, long, d].iter().map(|&i| (i, 1)).collect();
+    p.step(&all, "eager decode step");
+    assert_eq!(p.gpu.graph_counts().0, 4);
     println!(
         "{test}: worst relative L2 error {:.4} (max {REL_L2_MAX}), worst |error| / RMS {:.4} (max {MAX_ABS_OF_RMS}); \
          greedy tokens checked equal on {} rows",

@@ -20,11 +20,11 @@ use servesim::calibrate::backend::{AttentionPhase, AttentionShape, Backend, Devi
 use servesim::calibrate::cuda::CudaBackend;
 use servesim::calibrate::grid::{Grid, GridOptions, GridScale};
 use servesim::calibrate::run::{RunOptions, calibrate};
-use servesim::calibrate::timing::TimingOptions;
+use servesim::calibrate::timing::{TimingMethod, TimingOptions};
 use servesim::engine::cuda::compile::{CI_ARCHES, KERNELS, compile, nvrtc_version};
 use servesim::engine::cuda::device::check_nvrtc;
-use servesim::engine::cuda::kernels::{DecodeParams, PagedKvCache, PrefillParams, RotaryParams, rotary_cos_sin_cache};
-use servesim::engine::cuda::{CublasLt, CudaDevice, CudaKernels, GemmDtype, KernelFloat};
+use servesim::engine::cuda::kernels::{At, DecodeParams, PagedKvCache, PrefillParams, RotaryParams, rotary_cos_sin_cache};
+use servesim::engine::cuda::{AttentionKernels, CublasLt, CudaDevice, CudaKernels, GemmDtype, KernelFloat};
 use servesim::scenario::Dtype;
 
 // ---------------------------------------------------------------------------------------------
@@ -299,10 +299,8 @@ fn rotary_case<T: KernelFloat>(g: &Gpu, tokens: usize, heads: usize, kv_heads: u
     let mut want_k = qkvh[heads * d..].to_vec();
     rotary_reference(&mut want_k, tokens, kv_heads, d, row, rot, neox, &positions, &table);
 
-    // q is the whole buffer (stride `row`); k is a second copy offset by heads·d (cudarc slices
-    // cannot alias mutably, so q and k live in two buffers with the same layout).
-    let mut q = g.up(&qkv);
-    let mut k = g.up(&qkv[heads * d..]);
+    // q and k are column ranges of one buffer (stride `row`), as in the engine's fused QKV.
+    let fused = g.up(&qkv);
     let pos = g.up(&positions);
     let cs = g.up(&table);
     let p = RotaryParams {
@@ -316,8 +314,9 @@ fn rotary_case<T: KernelFloat>(g: &Gpu, tokens: usize, heads: usize, kv_heads: u
         k_stride: row,
         max_position,
     };
-    g.kernels.rotary(&mut q, &mut k, &pos, &cs, &p).unwrap();
-    let (gq, gk) = (g.down(&q), g.down(&k));
+    g.kernels.rotary(At::new(&fused, 0), At::new(&fused, heads * d), &pos, &cs, &p).unwrap();
+    let all = g.down(&fused);
+    let (gq, gk) = (all.clone(), all[heads * d..].to_vec());
     // Compare the q heads and the k heads (the rest of each row is untouched in both).
     let pick = |v: &[T], w: &[f64], n_heads: usize| {
         let mut got = Vec::new();
@@ -505,7 +504,7 @@ fn decode_case<T: KernelFloat>(g: &Gpu, c: &AttnCase, workspace_context: usize) 
         head_dim: c.d,
         max_blocks_per_seq: data.max_blocks,
     };
-    let mut ws = g.kernels.decode_workspace(seqs, c.heads, c.d, max_context.max(workspace_context)).unwrap();
+    let mut ws = g.kernels.decode_workspace(seqs, c.heads, c.kv_heads, c.d, max_context.max(workspace_context)).unwrap();
     let mut out = g.stream().alloc_zeros::<T>(seqs * c.heads * c.d).unwrap();
     let p = DecodeParams {
         num_seqs: seqs,
@@ -516,7 +515,15 @@ fn decode_case<T: KernelFloat>(g: &Gpu, c: &AttnCase, workspace_context: usize) 
     };
     g.kernels.attention_decode(&mut out, &q, &cache, &mut ws, &p).unwrap();
     check(
-        &format!("decode h{} kv{} d{} contexts {:?} workspace {}", c.heads, c.kv_heads, c.d, context_lens, ws.max_context_len()),
+        &format!(
+            "decode ({:?} kernels) h{} kv{} d{} contexts {:?} workspace {}",
+            g.kernels.attention_kernels(),
+            c.heads,
+            c.kv_heads,
+            c.d,
+            context_lens,
+            ws.max_context_len()
+        ),
         &g.down(&out),
         &want,
     );
@@ -524,7 +531,10 @@ fn decode_case<T: KernelFloat>(g: &Gpu, c: &AttnCase, workspace_context: usize) 
 
 #[test]
 fn decode_attention_matches_reference() {
-    let Some(g) = gpu("decode_attention_matches_reference") else { return };
+    let Some(mut g) = gpu("decode_attention_matches_reference") else { return };
+    if g.device.compute_capability() >= (8, 0) {
+        assert!(g.kernels.has_fast_attention().1, "the split-KV decode was not loaded on {}", g.device.name());
+    }
     let cases = [
         // MHA, tiny and block-boundary contexts.
         AttnCase { heads: 4, kv_heads: 4, d: 64, cached: vec![0, 15, 16, 31], new: vec![1; 4] },
@@ -536,15 +546,22 @@ fn decode_attention_matches_reference() {
         AttnCase { heads: 12, kv_heads: 1, d: 256, cached: vec![3, 2100], new: vec![1; 2] },
         // head_dim 96, GQA 3, many sequences.
         AttnCase { heads: 6, kv_heads: 2, d: 96, cached: (0..9).map(|i| 57 * i + 5).collect(), new: vec![1; 9] },
+        // Llama-3.1-8B's heads, one long context: the split-KV kernel's short partitions.
+        AttnCase { heads: 32, kv_heads: 8, d: 128, cached: vec![5000], new: vec![1] },
     ];
-    for c in &cases {
-        decode_case::<half::bf16>(&g, c, 0);
-        decode_case::<half::f16>(&g, c, 0);
-    }
-    // Scratch sized for 3000 tokens (6 partitions) used by steps that need 1 and 2.
-    for cached in [vec![3, 200], vec![700, 20]] {
-        let c = AttnCase { heads: 8, kv_heads: 2, d: 64, cached, new: vec![1; 2] };
-        decode_case::<half::bf16>(&g, &c, 3000);
+    // The split-KV kernel where the shape allows (every case here: head dims multiples of 8), then the CUDA-core
+    // reference kernel, each against the f64 reference.
+    for kernels in [AttentionKernels::Fast, AttentionKernels::Reference] {
+        g.kernels.set_attention(kernels);
+        for c in &cases {
+            decode_case::<half::bf16>(&g, c, 0);
+            decode_case::<half::f16>(&g, c, 0);
+        }
+        // Scratch sized for 3000 tokens used by steps that need fewer partitions.
+        for cached in [vec![3, 200], vec![700, 20]] {
+            let c = AttnCase { heads: 8, kv_heads: 2, d: 64, cached, new: vec![1; 2] };
+            decode_case::<half::bf16>(&g, &c, 3000);
+        }
     }
 }
 
@@ -582,7 +599,15 @@ fn prefill_case<T: KernelFloat>(g: &Gpu, c: &AttnCase) {
         g.kernels.attention_prefill(&mut out, &q, &k_new, &v_new, &cache, &cu, &p).unwrap();
     }
     check(
-        &format!("prefill h{} kv{} d{} cached {:?} new {:?}", c.heads, c.kv_heads, c.d, c.cached, c.new),
+        &format!(
+            "prefill ({:?} kernels) h{} kv{} d{} cached {:?} new {:?}",
+            g.kernels.attention_kernels(),
+            c.heads,
+            c.kv_heads,
+            c.d,
+            c.cached,
+            c.new
+        ),
         &g.down(&out),
         &want,
     );
@@ -604,7 +629,10 @@ fn prefill_case<T: KernelFloat>(g: &Gpu, c: &AttnCase) {
 
 #[test]
 fn prefill_attention_matches_reference() {
-    let Some(g) = gpu("prefill_attention_matches_reference") else { return };
+    let Some(mut g) = gpu("prefill_attention_matches_reference") else { return };
+    if g.device.compute_capability() >= (8, 0) {
+        assert!(g.kernels.has_fast_attention().0, "the tensor-core prefill was not loaded on {}", g.device.name());
+    }
     let cases = [
         // Plain prompts of different lengths (varlen), MHA, partial query tiles (tile = 32 rows).
         AttnCase { heads: 4, kv_heads: 4, d: 64, cached: vec![0, 0, 0], new: vec![1, 33, 70] },
@@ -617,9 +645,14 @@ fn prefill_attention_matches_reference() {
         // Decode-like rows (1 new token) mixed with a long chunk, head_dim 96.
         AttnCase { heads: 6, kv_heads: 3, d: 96, cached: vec![300, 47, 0], new: vec![1, 1, 130] },
     ];
-    for c in &cases {
-        prefill_case::<half::bf16>(&g, c);
-        prefill_case::<half::f16>(&g, c);
+    // The tensor-core kernel where the shape allows (head_dim 64, 80, 96, 128; 256 falls back),
+    // then the CUDA-core reference kernel.
+    for kernels in [AttentionKernels::Fast, AttentionKernels::Reference] {
+        g.kernels.set_attention(kernels);
+        for c in &cases {
+            prefill_case::<half::bf16>(&g, c);
+            prefill_case::<half::f16>(&g, c);
+        }
     }
 }
 
@@ -752,12 +785,28 @@ fn tiny_calibration_runs_end_to_end() {
         allreduce: Vec::new(),
         sampling: Vec::new(),
     };
-    let options = RunOptions { timing: TimingOptions::quick(), ..RunOptions::default() };
-    let profile = calibrate(&mut backend, &grid, &options).unwrap();
-    println!("{:#?}", profile.rows);
-    assert_eq!(profile.rows.len(), 3, "{:?}", profile.provenance.run);
-    for row in &profile.rows {
-        assert!(row.measurement.median_ns > 0.0 && row.measurement.median_ns < 1e9, "{row:?}");
-        assert!(row.utilisation.is_some_and(|u| u > 0.0 && u < 1.5), "{row:?}");
+    // A layer's elementwise kernels at Llama-3.2-1B's shapes: 5 kernels at 4 token counts, each
+    // between a launch floor and a millisecond.
+    let model = servesim::scenario::ModelSpec::preset("Llama-3.2-1B").unwrap();
+    let elementwise = backend.elementwise(std::slice::from_ref(&model), 1).unwrap();
+    println!("{elementwise:?}");
+    assert_eq!(elementwise.len(), 5 * 4);
+    assert!(elementwise.iter().all(|e| e.ns > 100.0 && e.ns < 1e6), "{elementwise:?}");
+    // Both timing methods: one launch after an L2 flush, and replays in a CUDA graph.
+    assert_eq!(backend.timing_methods(), vec![TimingMethod::Graph, TimingMethod::Flush]);
+    for method in [TimingMethod::Flush, TimingMethod::Graph] {
+        let options = RunOptions { timing: TimingOptions::quick().with_method(method), ..RunOptions::default() };
+        let profile = calibrate(&mut backend, &grid, &options).unwrap();
+        println!("{method:?}: {:#?}", profile.rows);
+        assert_eq!(profile.rows.len(), 3, "{:?}", profile.provenance.run);
+        assert_eq!(profile.provenance.timing.method, method.name());
+        for row in &profile.rows {
+            assert!(row.measurement.median_ns > 0.0 && row.measurement.median_ns < 1e9, "{row:?}");
+            assert!(row.utilisation.is_some_and(|u| u > 0.0 && u < 1.5), "{row:?}");
+        }
+        // The launch floor: a few microseconds a launch, less in a graph than from the host.
+        let floor = profile.provenance.run.launch_floor.clone().expect("a GPU times its launch floor");
+        println!("{floor:?}");
+        assert!(floor.graph_ns > 0.0 && floor.eager_ns > 0.0 && floor.eager_ns < 100_000.0, "{floor:?}");
     }
 }

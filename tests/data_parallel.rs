@@ -13,7 +13,7 @@ use servesim::run::{run_scenario, scenario_cost};
 use servesim::scenario::model::MoeSpec;
 use servesim::scenario::{Policy, Router, Scenario, ScenarioError};
 use servesim::sched::{Batch, SchedulerConfig, SeqWork};
-use servesim::sim::{DataParallelSim, SimConfig, simulate};
+use servesim::sim::{DataParallelSim, SimConfig, simulate, simulate_per_sequence};
 use servesim::workload::{RequestSpec, SharedPrefix};
 
 /// DeepSeek-V3 in fp8 on eight H200s, `ENGINE` in [engine], priced by the roofline.
@@ -215,10 +215,34 @@ fn ranks_in_lockstep_step_together() {
     };
     assert!(together(true));
     assert!(!together(false), "independent ranks overlap: the check can fail");
-    // Deterministic: the same run twice.
+    // Deterministic: the same run twice, and the decode cohort's fast path is the per-sequence
+    // reference's, with a step's price depending on every rank's batch.
     let a = simulate(&requests, &ranks(2, true, 0), &TenMs);
     let b = simulate(&requests, &ranks(2, true, 0), &TenMs);
     assert_eq!(format!("{:?}", a.records), format!("{:?}", b.records));
+    let many: Vec<RequestSpec> = (0..60).map(|i| request(i * 7_000_000, 30 + (i as u32 * 37) % 400, 5 + (i as u32 * 13) % 90)).collect();
+    for n in [2, 3, 4] {
+        let fast = simulate(&many, &ranks(n, true, 0), &TokensAcrossRanks);
+        let reference = simulate_per_sequence(&many, &ranks(n, true, 0), &TokensAcrossRanks);
+        assert_eq!(format!("{:?}", fast.records), format!("{:?}", reference.records), "{n} ranks");
+        assert_eq!(fast.timeline, reference.timeline, "{n} ranks");
+    }
+}
+
+/// 1 ms a step, plus 100 µs per token of every rank's batch: ranks that share a layer.
+struct TokensAcrossRanks;
+
+impl CostModel for TokensAcrossRanks {
+    fn predict(&self, batch: &Batch) -> StepCost {
+        self.predict_ranks(&[batch])
+    }
+    fn predict_ranks(&self, ranks: &[&Batch]) -> StepCost {
+        let tokens: u64 = ranks.iter().map(|b| u64::from(b.tokens())).sum();
+        StepCost { total_ns: 1_000_000 + 100_000 * tokens, gemm_ns: 100_000 * tokens, overhead_ns: 1_000_000, ..StepCost::default() }
+    }
+    fn source(&self) -> &'static str {
+        "tokens across ranks"
+    }
 }
 
 #[test]

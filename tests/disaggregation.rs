@@ -43,6 +43,7 @@ fn scheduler(num_gpu_blocks: u32) -> SchedulerConfig {
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     }
 }
 

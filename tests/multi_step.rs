@@ -52,6 +52,7 @@ fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
             stream_window_steps: false,
             speculative: None,
             tgi: None,
+            sglang: None,
         },
         policy: Policy::VllmV0,
         replicas: 1,
@@ -277,6 +278,7 @@ fn engine(num_scheduler_steps: u32, eos: Option<u32>) -> EngineHandle {
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     };
     EngineHandle::start(Echo { eos, step_delay: Duration::from_millis(10) }, config, Policy::Servesim, 64, 200)
 }

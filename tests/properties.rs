@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
-use servesim::sched::{Batch, SchedulerConfig, TgiConfig};
+use servesim::sched::{Batch, SchedulePolicy, SchedulerConfig, SglangConfig, TgiConfig};
 use servesim::sim::{SimConfig, SimOutput, simulate, simulate_per_sequence};
 use servesim::workload::{RequestSpec, SharedPrefix};
 
@@ -84,7 +84,56 @@ fn shared(arrival_ns: u64, input_tokens: u32) -> SharedPrefix {
 }
 
 fn config_strategy() -> impl Strategy<Value = SimConfig> {
-    prop_oneof![vllm_config_strategy(), tgi_config_strategy()]
+    prop_oneof![vllm_config_strategy(), tgi_config_strategy(), sglang_config_strategy()]
+}
+
+/// SGLang 0.4.9 with pages of 1 or 16 tokens, pools small enough to retract, fcfs or lpm, the
+/// radix cache on or off, chunked or whole prefills, and its routers.
+fn sglang_config_strategy() -> impl Strategy<Value = SimConfig> {
+    (
+        4u32..200, // pool, in blocks of 16 tokens
+        prop_oneof![Just(1u32), Just(16u32)],
+        1u32..40, // max_running_requests
+        prop::option::of(prop_oneof![Just(64u32), Just(256u32), Just(1024u32)]),
+        1u32..4,
+        prop_oneof![Just(Router::RoundRobin), Just(Router::CacheAware)],
+        prop::option::of(1u32..10),
+        any::<bool>(), // radix cache
+        any::<bool>(), // lpm
+        prop_oneof![Just(0.3f64), Just(1.0f64), Just(1.5f64)],
+        frontend_overhead_strategy(),
+    )
+        .prop_map(|(blocks, page, max_running, chunk, replicas, router, max_concurrency, radix, lpm, conservativeness, frontend_overhead_ns)| SimConfig {
+            scheduler: SchedulerConfig {
+                max_num_batched_tokens: chunk.unwrap_or(16384 + 400),
+                max_num_seqs: max_running,
+                enable_chunked_prefill: chunk.is_some(),
+                block_size: page,
+                num_gpu_blocks: blocks * 16 / page,
+                kv_blocks_per_seq: 0,
+                watermark: 0.0,
+                enable_prefix_caching: radix,
+                num_scheduler_steps: 1,
+                stream_window_steps: false,
+                speculative: None,
+                tgi: None,
+                sglang: Some(SglangConfig {
+                    schedule_policy: if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs },
+                    chunked_prefill_size: chunk,
+                    max_prefill_tokens: 16384,
+                    schedule_conservativeness: conservativeness,
+                    cuda_graph_bs: vec![1, 2, 4, 8, 16],
+                    disable_overlap_schedule: false,
+                }),
+            },
+            policy: Policy::Sglang,
+            replicas,
+            router,
+            max_concurrency,
+            frontend_overhead_ns,
+            frontend_per_token_ns: 0,
+            timeline: true,
+        })
 }
 
 fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
@@ -120,6 +169,7 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
                     stream_window_steps: false,
                     speculative: None,
                     tgi: None,
+                    sglang: None,
                 },
                 policy,
                 replicas,
@@ -183,6 +233,7 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                         stream_window_steps: false,
                         speculative: None,
                         tgi: Some(tgi),
+                        sglang: None,
                     },
                     policy: Policy::Tgi,
                     replicas,
@@ -211,7 +262,15 @@ proptest! {
             prop_assert!(r.end_ns >= r.send_ns);
             prop_assert_eq!(r.input_tokens, spec.input_tokens);
             if r.success {
-                prop_assert_eq!(r.output_tokens, spec.output_tokens, "tokens lost or invented");
+                // SGLang lowers max_new_tokens so that prompt and output fit its pool, less 2.
+                let expected = match config.policy {
+                    Policy::Sglang => {
+                        let pool = u64::from(config.scheduler.num_gpu_blocks) * u64::from(config.scheduler.block_size);
+                        u64::from(spec.output_tokens).min(pool.saturating_sub(2 + u64::from(spec.input_tokens)).max(1)) as u32
+                    }
+                    _ => spec.output_tokens,
+                };
+                prop_assert_eq!(r.output_tokens, expected, "tokens lost or invented");
                 let first = r.first_token_ns.expect("a successful request has a first token");
                 prop_assert!(first > r.send_ns && first <= r.end_ns);
             } else {
@@ -234,10 +293,11 @@ proptest! {
                 prop_assert!(pair[1].start_ns >= pair[0].start_ns + pair[0].cost.total_ns);
             }
             for s in &steps {
-                if config.policy == Policy::Tgi {
-                    // TGI's budget bounds prefill steps only, and never mixes them with decodes.
+                if config.policy == Policy::Tgi || config.policy == Policy::Sglang {
+                    // TGI's and SGLang's budgets bound prefill steps only, and neither mixes them
+                    // with decodes.
                     prop_assert!(s.prefill_tokens <= config.scheduler.max_num_batched_tokens);
-                    prop_assert!(s.prefill_tokens == 0 || s.decode_tokens == 0, "TGI mixed prefill and decode");
+                    prop_assert!(s.prefill_tokens == 0 || s.decode_tokens == 0, "{:?} mixed prefill and decode", config.policy);
                 } else {
                     prop_assert!(s.prefill_tokens + s.decode_tokens <= config.scheduler.max_num_batched_tokens);
                 }
@@ -312,6 +372,7 @@ fn frontend_config(frontend_overhead_ns: u64) -> SimConfig {
             stream_window_steps: false,
             speculative: None,
             tgi: None,
+            sglang: None,
         },
         policy: Policy::VllmV1,
         replicas: 1,

@@ -50,6 +50,37 @@ fn bench_measures_the_served_model_and_sigterm_stops_it() {
     assert_eq!((prefill_total, decode_total), (60, 25), "{csv}");
 }
 
+/// `serve --policy sglang` runs SGLang 0.4.9's scheduler (sched/sglang.rs) on the real tiny
+/// model: every token is served, with the radix cache on and off, and the prompts' shared
+/// tokens are found in the cache (the bench's random prompts share none, so a repeat finds its
+/// own: a second identical run hits all but the last token of each prompt).
+#[test]
+fn the_sglang_policy_serves_every_token_with_its_radix_cache_on_and_off() {
+    for cache in [false, true] {
+        let mut args = vec!["--random-weights", "tiny", "--threads", "1", "--max-num-seqs", "4", "--policy", "sglang", "--block-size", "1"];
+        if cache {
+            args.push("--enable-prefix-caching");
+        }
+        let (mut server, base) = spawn_serve(&args);
+        for round in 0..2 {
+            let bench = bench_random(&base, 7, 6, 3);
+            let text = stdout(&bench);
+            assert!(bench.status.success(), "cache {cache}, round {round}: {}", stderr(&bench));
+            assert!(text.contains("Total generated tokens:                  42        \n"), "cache {cache}: {text}");
+        }
+        let metrics = http_get(&base, "/metrics");
+        let hits = metric(&metrics, "servesim_prefix_cache_hits_total");
+        assert_eq!(hits.is_some(), cache, "{metrics}");
+        if let Some(hits) = hits {
+            // The second run's 6 prompts of 12 tokens each find 11 in the cache.
+            assert!(hits >= 66.0, "{metrics}");
+        }
+        assert!(sigterm_and_wait(&mut server, Duration::from_secs(60)).success());
+    }
+    let out = servesim(&["serve", "--random-weights", "tiny", "--port", "0", "--policy", "sglang", "--num-scheduler-steps", "4"]);
+    assert!(!out.status.success() && stderr(&out).contains("--num-scheduler-steps"), "{}", stderr(&out));
+}
+
 /// `serve --num-scheduler-steps` and `--num-speculative-tokens` reach the engine: a benchmark
 /// gets every token, and speculation's counters are on /metrics.
 #[test]

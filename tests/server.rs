@@ -58,6 +58,7 @@ fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     }
 }
 

@@ -60,6 +60,7 @@ async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_d
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     };
     let engine = EngineHandle::start(SlowExecutor { step_delay }, config, Policy::VllmV1, max_waiting, 1024).with_model_name("slow");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

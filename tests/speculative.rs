@@ -48,6 +48,7 @@ fn v1(k: u32, rates: Vec<f64>) -> SimConfig {
             stream_window_steps: false,
             speculative: Some(SpeculativeConfig { num_speculative_tokens: k, acceptance: Acceptance::Drawn { rates, seed: 1 } }),
             tgi: None,
+            sglang: None,
         },
         policy: Policy::VllmV1,
         replicas: 1,
@@ -232,6 +233,7 @@ fn engine_config() -> SchedulerConfig {
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     }
 }
 

@@ -6,15 +6,23 @@
 # PATH/TO/public-measurements is a copy of the measurement collection whose MANIFEST.tsv names
 # each file's repository and commit (here: ai-dynamo/aiconfigurator @095f58a, Apache-2.0).
 # servesim runs through cargo, so the release binary is found wherever cargo builds it.
+#
+# One profile per GPU and engine: vLLM's on H100, H200, B200 and A100, SGLang's on H100, H200
+# and B200 (aiconfigurator publishes no SGLang MLA or DSA tables for A100). Where the GPU's
+# folder holds whole-module tables (MLA, DSA, fused MoE, Gated DeltaNet) for the engine's
+# version, the import writes them beside the profile (`*.families.csv.zst` and its provenance).
 set -eu
 cd "$(dirname "$0")/../.."
 data="$1/ai-dynamo-aiconfigurator/aic-core/src/aiconfigurator_core/systems/data"
 servesim() { cargo run --release --quiet -- "$@"; }
 for gpu in h100_sxm h200_sxm b200_sxm a100_sxm; do
-    version=$(ls "$data/$gpu/gemm/vllm" | sort -V | tail -n 1)
-    name=$(echo "$gpu" | sed 's/_sxm/-sxm/; s/a100-sxm/a100-80g-sxm/')
-    servesim calibrate import --from aiconfigurator "$data/$gpu" --engine vllm \
-        --out "calibration/public/$name--vllm-$version.csv.zst"
+    for engine in vllm sglang; do
+        if [ "$engine" = sglang ] && [ "$gpu" = a100_sxm ]; then continue; fi
+        version=$(ls "$data/$gpu/gemm/$engine" | sort -V | tail -n 1)
+        name=$(echo "$gpu" | sed 's/_sxm/-sxm/; s/a100-sxm/a100-80g-sxm/')
+        servesim calibrate import --from aiconfigurator "$data/$gpu" --engine "$engine" \
+            --out "calibration/public/$name--$engine-$version.csv.zst"
+    done
 done
 # Each profile's packed index (`*.index`, what a run loads) is rebuilt from its new CSV.
 SERVESIM_BLESS=1 cargo test --lib --quiet bundled

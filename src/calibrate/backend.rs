@@ -199,6 +199,60 @@ pub struct Peak {
     pub memory_bytes_per_s: f64,
 }
 
+/// How each timed repeat of a shape runs; the profile's provenance names it (`timing.method`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimingMethod {
+    /// One launch (or one call on a CPU) after a cache flush, so weights and KV come from memory.
+    /// The method of every profile made before issue 37, kept as the default of
+    /// `calibrate --device cpu`.
+    #[default]
+    Flush,
+    /// The op replayed `replays` times back to back (in one CUDA graph on a GPU), the repeat's
+    /// time divided by `replays`: no launch gaps, and operands that fit in L2 stay there from one
+    /// replay to the next, as an engine's captured decode step finds the small weights it just
+    /// read and as aiconfigurator times its ops (a CUDA graph of repeated launches).
+    Graph,
+}
+
+impl TimingMethod {
+    pub const ALL: [TimingMethod; 2] = [TimingMethod::Flush, TimingMethod::Graph];
+
+    /// Its name in a profile's provenance and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimingMethod::Flush => "flush",
+            TimingMethod::Graph => "graph",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TimingMethod> {
+        TimingMethod::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// The cheapest a kernel launch can be on a GPU: an empty-work kernel timed back to back, launched
+/// one by one from the host and replayed in a CUDA graph. A step of many small kernels costs at
+/// least its launches times this, whatever their work.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchFloor {
+    /// The kernel timed.
+    pub kernel: String,
+    /// Per launch, eager (host launches in a row) and in a graph.
+    pub eager_ns: f64,
+    pub graph_ns: f64,
+}
+
+/// One elementwise kernel of a decoder layer (norms, rotary, the KV-cache write, SiLU·mul) timed
+/// at one model's shapes and a token count, by the graph method: what the cost model's roofline
+/// prices in nanoseconds and a GPU runs in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ElementwiseTiming {
+    pub model: String,
+    pub kernel: String,
+    pub tokens: u32,
+    pub ns: f64,
+}
+
 /// One prepared kernel invocation: inputs allocated and filled, ready to run repeatedly.
 pub trait PreparedOp {
     /// Runs the op once; returns its duration in nanoseconds as the backend measures it (CUDA
@@ -209,12 +263,44 @@ pub trait PreparedOp {
     fn flush_cache(&mut self) -> Result<(), DeviceError> {
         Ok(())
     }
+    /// Runs the op `replays` times back to back and returns the mean duration of one run, in
+    /// nanoseconds ([`TimingMethod::Graph`]). The CUDA
+    /// backend captures the runs in one CUDA graph and times its replay with events; by default
+    /// the runs are [`PreparedOp::run_once`] in a row, without flushing.
+    fn run_replayed(&mut self, replays: u32) -> Result<f64, DeviceError> {
+        let replays = replays.max(1);
+        let mut total = 0.0;
+        for _ in 0..replays {
+            total += self.run_once()?;
+        }
+        Ok(total / f64::from(replays))
+    }
 }
 
 /// A device whose kernels can be calibrated.
 pub trait Backend {
     fn device_info(&self) -> DeviceInfo;
     fn peak(&self) -> Peak;
+    /// The timing methods this backend runs as they are meant ([`TimingMethod`]); the first is its
+    /// default. Only the flush
+    /// method by default: replaying calls back to back on a CPU is not what an engine's step does.
+    fn timing_methods(&self) -> Vec<TimingMethod> {
+        vec![TimingMethod::Flush]
+    }
+    /// The elementwise kernels of each of `models`' layers at `tp` ([`ElementwiseTiming`]), where
+    /// the backend has them apart from its GEMMs and attention; none by default (the CPU engine's
+    /// are timed inside its step trace).
+    fn elementwise(
+        &mut self,
+        _models: &[crate::scenario::ModelSpec],
+        _tp: u32,
+    ) -> Result<Vec<ElementwiseTiming>, DeviceError> {
+        Ok(Vec::new())
+    }
+    /// The per-launch floor ([`LaunchFloor`]), where the backend launches kernels.
+    fn launch_floor(&mut self) -> Result<Option<LaunchFloor>, DeviceError> {
+        Ok(None)
+    }
     /// Whether GEMMs (and attention) in `dtype` can run here.
     fn supports(&self, dtype: Dtype) -> bool;
     /// (kernel name, hash of its source) for every kernel the backend runs, for provenance.

@@ -5,12 +5,47 @@
 
 use std::sync::OnceLock;
 
+use super::families::Families;
 use super::profile::{Profile, ProfileFacts, ProfileIndex, Provenance, pack, parse_csv, parse_provenance};
 use crate::scenario::GpuSpec;
+
+/// The engine whose kernels a bundled profile timed: the same GPU has one profile per engine,
+/// since each engine picks its own kernels (its GEMM backend, attention, MoE and MLA kernels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EngineFamily {
+    Vllm,
+    Sglang,
+}
+
+impl EngineFamily {
+    /// As profiles' provenance names engines.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineFamily::Vllm => "vllm",
+            EngineFamily::Sglang => "sglang",
+        }
+    }
+
+    /// The family of a scheduler policy's engine (`engine.policy`): SGLang's policies are
+    /// named `sglang…`; every other policy servesim models runs vLLM-class kernels (TGI's
+    /// cuBLAS GEMMs and FlashAttention-class attention are priced with vLLM's, with a note).
+    pub fn of_policy(policy: &str) -> EngineFamily {
+        if policy.starts_with("sglang") { EngineFamily::Sglang } else { EngineFamily::Vllm }
+    }
+
+    pub fn parse(name: &str) -> Option<EngineFamily> {
+        match name.to_ascii_lowercase().as_str() {
+            "vllm" => Some(EngineFamily::Vllm),
+            "sglang" => Some(EngineFamily::Sglang),
+            _ => None,
+        }
+    }
+}
 
 /// One bundled profile's files: the hardware preset it was measured on, its file name, its CSV,
 /// its provenance and its packed index (see [`pack`]).
 struct Files {
+    engine: EngineFamily,
     gpu: &'static str,
     name: &'static str,
     csv_zst: &'static [u8],
@@ -19,8 +54,9 @@ struct Files {
 }
 
 macro_rules! bundled {
-    ($gpu:literal, $name:literal) => {
+    ($engine:expr, $gpu:literal, $name:literal) => {
         Files {
+            engine: $engine,
             gpu: $gpu,
             name: $name,
             csv_zst: include_bytes!(concat!("../../calibration/public/", $name, ".csv.zst")),
@@ -30,14 +66,55 @@ macro_rules! bundled {
     };
 }
 
-const BUNDLED: [Files; 4] = [
-    bundled!("H100-SXM", "h100-sxm--vllm-0.24.0"),
-    bundled!("H200", "h200-sxm--vllm-0.24.0"),
-    bundled!("B200", "b200-sxm--vllm-0.24.0"),
-    bundled!("A100-80G-SXM", "a100-80g-sxm--vllm-0.14.0"),
+const BUNDLED: [Files; 6] = [
+    bundled!(EngineFamily::Vllm, "H100-SXM", "h100-sxm--vllm-0.24.0"),
+    bundled!(EngineFamily::Vllm, "H200", "h200-sxm--vllm-0.24.0"),
+    bundled!(EngineFamily::Vllm, "B200", "b200-sxm--vllm-0.24.0"),
+    bundled!(EngineFamily::Vllm, "A100-80G-SXM", "a100-80g-sxm--vllm-0.14.0"),
+    // SGLang 0.5.14's kernels. Its H100 tables are not bundled: their all-reduce at 1 KiB on 8
+    // GPUs (38 µs between 3.3 and 3.5 µs) fails the import's physics check.
+    bundled!(EngineFamily::Sglang, "H200", "h200-sxm--sglang-0.5.14"),
+    bundled!(EngineFamily::Sglang, "B200", "b200-sxm--sglang-0.5.14"),
 ];
 
-static LOADED: [OnceLock<Bundled>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+static LOADED: [OnceLock<Bundled>; BUNDLED.len()] = [const { OnceLock::new() }; BUNDLED.len()];
+
+/// The whole-module rows beside a bundled profile (`<name>.families.csv.zst`, see
+/// [`super::families`]): by the profile's name, and its provenance.
+struct FamilyFiles {
+    name: &'static str,
+    csv_zst: &'static [u8],
+    provenance: &'static str,
+}
+
+macro_rules! families {
+    ($name:literal) => {
+        FamilyFiles {
+            name: $name,
+            csv_zst: include_bytes!(concat!("../../calibration/public/", $name, ".families.csv.zst")),
+            provenance: include_str!(concat!("../../calibration/public/", $name, ".families.provenance.toml")),
+        }
+    };
+}
+
+const FAMILY_FILES: [FamilyFiles; 5] = [
+    families!("h100-sxm--vllm-0.24.0"),
+    families!("h200-sxm--vllm-0.24.0"),
+    families!("b200-sxm--vllm-0.24.0"),
+    families!("h200-sxm--sglang-0.5.14"),
+    families!("b200-sxm--sglang-0.5.14"),
+];
+
+/// A bundled families file, parsed (on first use by a model that needs it: tens of thousands
+/// of rows, read only then, so other runs still load in milliseconds).
+fn parse_families(files: &FamilyFiles) -> Families {
+    let bytes = zstd::decode_all(files.csv_zst).expect("bundled families file decompresses");
+    let text = String::from_utf8(bytes).expect("bundled families file is UTF-8");
+    let path = std::path::Path::new(files.name);
+    let rows = super::families::parse_csv(&text, path).expect("bundled families file parses");
+    let provenance = toml::from_str(files.provenance).expect("bundled families provenance parses");
+    Families { rows, provenance }
+}
 
 /// A bundled profile, loaded: what pricing reads (its provenance, its facts and its index, whose
 /// curves are built when first read), and its rows, parsed from the CSV only when asked for.
@@ -49,11 +126,19 @@ pub struct Bundled {
     pub provenance: Provenance,
     pub facts: ProfileFacts,
     pub index: ProfileIndex,
+    /// The engine whose kernels it timed.
+    pub engine: EngineFamily,
     csv_zst: &'static [u8],
     profile: OnceLock<Profile>,
+    families: OnceLock<Option<Families>>,
 }
 
 impl Bundled {
+    /// Its whole-module rows (MLA, DSA, fused MoE, Gated DeltaNet), where it has them.
+    pub fn families(&self) -> Option<&Families> {
+        self.families.get_or_init(|| FAMILY_FILES.iter().find(|f| f.name == self.name).map(parse_families)).as_ref()
+    }
+
     /// The whole profile, rows and all (parsed from its CSV on first use: about 0.1 s).
     pub fn profile(&self) -> &Profile {
         self.profile.get_or_init(|| parse_rows(self.name, self.csv_zst, self.provenance.clone()))
@@ -71,7 +156,24 @@ fn parse_rows(name: &str, csv_zst: &[u8], provenance: Provenance) -> Profile {
 /// The bundled profile measured on `gpu`'s preset; `None` for a GPU without one (MI300X, L40S,
 /// a custom GPU).
 pub fn for_gpu(gpu: &GpuSpec) -> Option<&'static Bundled> {
-    BUNDLED.iter().position(|b| b.gpu == gpu.name).map(load)
+    bundled_profile_for(gpu, EngineFamily::Vllm)
+}
+
+/// The bundled profile of `engine`'s kernels measured on `gpu`'s preset; `None` where none is
+/// bundled (SGLang's are for H100, H200 and B200).
+pub fn bundled_profile_for(gpu: &GpuSpec, engine: EngineFamily) -> Option<&'static Bundled> {
+    BUNDLED.iter().position(|b| b.gpu == gpu.name && b.engine == engine).map(load)
+}
+
+/// The bundled profile `cost.profile = "auto"` (or `"bundled"`) picks: `gpu`'s for the family of
+/// the scenario's `engine.policy`, else `gpu`'s vLLM profile.
+pub fn for_policy(gpu: &GpuSpec, policy: &str) -> Option<&'static Bundled> {
+    bundled_profile_for(gpu, EngineFamily::of_policy(policy)).or_else(|| for_gpu(gpu))
+}
+
+/// The bundled profile named `name` (its file name without `.csv.zst`).
+pub fn by_name(name: &str) -> Option<&'static Bundled> {
+    BUNDLED.iter().position(|b| b.name == name).map(load)
 }
 
 /// For a GPU without a bundled profile, the bundled GPU nearest to it by datasheet: the least
@@ -85,7 +187,10 @@ pub fn nearest(gpu: &GpuSpec) -> Option<&'static Bundled> {
         flops.hypot(bandwidth)
     };
     let usable = gpu.peak_flops_16bit > 0.0 && gpu.memory_bandwidth_bytes_per_s > 0.0;
-    let i = (0..BUNDLED.len()).filter(|_| usable).min_by(|&a, &b| distance(&BUNDLED[a]).total_cmp(&distance(&BUNDLED[b])))?;
+    // vLLM's kernels carry over: the engines servesim's policies model ran them.
+    let i = (0..BUNDLED.len())
+        .filter(|&i| usable && BUNDLED[i].engine == EngineFamily::Vllm)
+        .min_by(|&a, &b| distance(&BUNDLED[a]).total_cmp(&distance(&BUNDLED[b])))?;
     Some(load(i))
 }
 
@@ -97,13 +202,23 @@ fn load(i: usize) -> &'static Bundled {
         // failing to read them is a broken build, not bad input.
         let provenance = parse_provenance(b.provenance, std::path::Path::new(b.name)).expect("bundled provenance parses");
         let (index, facts) = pack::read(b.index).unwrap_or_else(|e| panic!("bundled {}.index: {e}", b.name));
-        Bundled { name: b.name, gpu: b.gpu, provenance, facts, index, csv_zst: b.csv_zst, profile: OnceLock::new() }
+        Bundled {
+            name: b.name,
+            gpu: b.gpu,
+            provenance,
+            facts,
+            index,
+            engine: b.engine,
+            csv_zst: b.csv_zst,
+            profile: OnceLock::new(),
+            families: OnceLock::new(),
+        }
     })
 }
 
 /// The GPU presets that have a bundled profile.
 pub fn gpus() -> Vec<&'static str> {
-    BUNDLED.iter().map(|b| b.gpu).collect()
+    BUNDLED.iter().filter(|b| b.engine == EngineFamily::Vllm).map(|b| b.gpu).collect()
 }
 
 #[cfg(test)]

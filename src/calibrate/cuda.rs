@@ -4,8 +4,10 @@
 //! ```text
 //!  prepare_*  allocate operands, fill them on the device (fill.cu), plan the GEMM / build the
 //!             paged cache and block tables            ─► PreparedOp
-//!  run_once   event ─► launch(es) ─► event; elapsed time between the two events
-//!  flush      memset of a buffer 2 × L2 (at least 64 MiB) between repeats
+//!  run_once       event ─► launch(es) ─► event; elapsed time between the two events
+//!  flush          memset of a buffer 2 × L2 (at least 64 MiB) between repeats (flush method)
+//!  run_replayed   the launch(es) R times captured once in a CUDA graph; event ─► graph launch
+//!                 ─► event, ÷ R (graph method: no flush, operands that fit stay in L2)
 //! ```
 //!
 //! What an attention shape times is what the engine's attention step runs per layer: writing the
@@ -19,21 +21,23 @@
 
 use std::collections::BTreeMap;
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
 use super::backend::{
-    AllReduceShape, AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, GemmShape, Peak,
-    PreparedOp,
+    AllReduceShape, AttentionPhase, AttentionShape, Backend, DeviceError, DeviceInfo, ElementwiseTiming, GemmShape,
+    LaunchFloor, Peak, PreparedOp,
 };
+use super::timing::TimingMethod;
 use crate::engine::cuda::compile::{kernel_hashes, nvrtc_version};
 use crate::engine::cuda::device::{CudaDevice, check_cublaslt, check_nvrtc, device_count, driver_error, nccl_present};
 use crate::engine::cuda::gemm::{CublasLt, GemmDtype, GemmPlan};
 use crate::engine::cuda::kernels::{
-    CudaKernels, DecodeParams, DecodeWorkspace, KernelFloat, PagedKvCache, PrefillParams,
+    At, CudaKernels, DecodeParams, DecodeWorkspace, KernelFloat, MAX_HEAD_DIM, PagedKvCache, PrefillParams, RotaryParams,
+    rotary_cos_sin_cache,
 };
-use crate::scenario::GpuSpec;
 use crate::scenario::model::Dtype;
+use crate::scenario::{GpuSpec, ModelSpec};
 
 /// Tokens per KV-cache block in calibration (vLLM's default on CUDA).
 pub use super::backend::CALIBRATION_BLOCK_SIZE;
@@ -209,6 +213,35 @@ impl CudaBackend {
         Ok(f64::from(ms) * 1e6)
     }
 
+    /// `launch` called `replays` times, captured into one CUDA graph on the device's stream and
+    /// uploaded. The capture always ends, so a failed launch leaves the stream usable.
+    fn capture(&self, replays: u32, mut launch: impl FnMut() -> Result<(), DeviceError>) -> Result<CudaGraph, DeviceError> {
+        let stream = self.stream();
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| driver_error("cuStreamBeginCapture", e))?;
+        let mut launched = Ok(());
+        for _ in 0..replays.max(1) {
+            launched = launch();
+            if launched.is_err() {
+                break;
+            }
+        }
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        let graph = graph
+            .map_err(|e| driver_error("cuStreamEndCapture / cuGraphInstantiate", e))?
+            .ok_or_else(|| DeviceError::Failed("the captured CUDA graph is empty".into()))?;
+        graph.upload().map_err(|e| driver_error("cuGraphUpload", e))?;
+        Ok(graph)
+    }
+
+    /// Nanoseconds per replay of a graph of `replays` launches.
+    fn time_graph(&self, graph: &CudaGraph, replays: u32) -> Result<f64, DeviceError> {
+        let ns = self.time(|| graph.launch().map_err(|e| driver_error("cuGraphLaunch", e)))?;
+        Ok(ns / f64::from(replays.max(1)))
+    }
+
     fn flush_l2(&self) -> Result<(), DeviceError> {
         let stream = self.stream();
         self.device.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
@@ -308,7 +341,7 @@ impl CudaBackend {
         };
         let y = self.alloc::<T>(m * n)?;
         self.device.synchronize()?;
-        Ok(Box::new(GemmOp::<T> { backend: self, plan, x, w, y }))
+        Ok(Box::new(GemmOp::<T> { backend: self, plan, x, w, y, graph: None }))
     }
 
     fn prepare_attention_typed<T: KernelFloat>(
@@ -341,7 +374,7 @@ impl CudaBackend {
         let slot_mapping = self.upload(&layout.slot_mapping)?;
         let workspace = match shape.phase {
             AttentionPhase::Decode => {
-                Some(self.kernels.decode_workspace(layout.num_seqs, h, d, layout.max_kernel_context)?)
+                Some(self.kernels.decode_workspace(layout.num_seqs, h, kv, d, layout.max_kernel_context)?)
             }
             _ => None,
         };
@@ -364,6 +397,7 @@ impl CudaBackend {
             cu_seqlens,
             slot_mapping,
             workspace,
+            graph: None,
         }))
     }
 }
@@ -484,6 +518,8 @@ struct GemmOp<'a, T> {
     x: GemmOperand<T>,
     w: GemmOperand<T>,
     y: CudaSlice<T>,
+    /// The graph of the last replay count asked for (the graph method).
+    graph: Option<(u32, CudaGraph)>,
 }
 
 impl<T: KernelFloat> PreparedOp for GemmOp<'_, T> {
@@ -498,6 +534,21 @@ impl<T: KernelFloat> PreparedOp for GemmOp<'_, T> {
 
     fn flush_cache(&mut self) -> Result<(), DeviceError> {
         self.backend.flush_l2()
+    }
+
+    fn run_replayed(&mut self, replays: u32) -> Result<f64, DeviceError> {
+        let b = self.backend;
+        if self.graph.as_ref().is_none_or(|(n, _)| *n != replays) {
+            let stream = b.stream();
+            let (x, w) = (self.x.ptr(stream), self.w.ptr(stream));
+            let y = self.y.device_ptr(stream).0;
+            let plan = &self.plan;
+            // SAFETY: as in run_once; the graph is replayed only while self (the operands) lives.
+            let graph = b.capture(replays, || unsafe { b.blas.matmul_raw(plan, x, w, y) })?;
+            self.graph = Some((replays, graph));
+        }
+        let (n, graph) = self.graph.as_ref().expect("captured above");
+        b.time_graph(graph, *n)
     }
 }
 
@@ -519,6 +570,7 @@ struct AttentionOp<'a, T> {
     cu_seqlens: CudaSlice<i32>,
     slot_mapping: CudaSlice<i32>,
     workspace: Option<DecodeWorkspace>,
+    graph: Option<(u32, CudaGraph)>,
 }
 
 impl<T: KernelFloat> AttentionOp<'_, T> {
@@ -596,6 +648,18 @@ impl<T: KernelFloat> PreparedOp for AttentionOp<'_, T> {
     fn flush_cache(&mut self) -> Result<(), DeviceError> {
         self.backend.flush_l2()
     }
+
+    fn run_replayed(&mut self, replays: u32) -> Result<f64, DeviceError> {
+        let backend = self.backend;
+        if self.graph.as_ref().is_none_or(|(n, _)| *n != replays) {
+            self.graph = None;
+            // Each replay writes the same slots and reads the same cache: idempotent.
+            let graph = backend.capture(replays, || self.launch())?;
+            self.graph = Some((replays, graph));
+        }
+        let (n, graph) = self.graph.as_ref().expect("captured above");
+        backend.time_graph(graph, *n)
+    }
 }
 
 struct AllReduceOp<'a> {
@@ -642,6 +706,102 @@ impl Backend for CudaBackend {
 
     fn peak(&self) -> Peak {
         self.peak
+    }
+
+    /// Graph replay first: what an engine's captured decode step does, and what the bundled
+    /// (aiconfigurator) profiles timed.
+    fn timing_methods(&self) -> Vec<TimingMethod> {
+        vec![TimingMethod::Graph, TimingMethod::Flush]
+    }
+
+    /// A one-element fill (the smallest kernel servesim has) launched 200 times: from the host
+    /// one by one, and replayed in a graph.
+    fn launch_floor(&mut self) -> Result<Option<LaunchFloor>, DeviceError> {
+        const LAUNCHES: u32 = 200;
+        let mut one = self.alloc::<half::bf16>(1)?;
+        let kernels = &self.kernels;
+        for _ in 0..10 {
+            kernels.fill_uniform(&mut one, 1, 1.0)?;
+        }
+        let eager_ns = self.time(|| (0..LAUNCHES).try_for_each(|_| kernels.fill_uniform(&mut one, 1, 1.0)))? / f64::from(LAUNCHES);
+        let graph = self.capture(LAUNCHES, || kernels.fill_uniform(&mut one, 1, 1.0))?;
+        self.time_graph(&graph, LAUNCHES)?; // the first replay sets the graph up
+        let graph_ns = self.time_graph(&graph, LAUNCHES)?;
+        drop(graph);
+        Ok(Some(LaunchFloor { kernel: format!("fill_uniform_{}", <half::bf16 as KernelFloat>::SUFFIX), eager_ns, graph_ns }))
+    }
+
+    /// A layer's elementwise kernels (bf16) at 1, 16, 256 and 4,096 tokens of each model's shapes,
+    /// each launch replayed 20 times in a CUDA graph, per launch.
+    fn elementwise(&mut self, models: &[ModelSpec], tp: u32) -> Result<Vec<ElementwiseTiming>, DeviceError> {
+        const TOKENS: [usize; 4] = [1, 16, 256, 4096];
+        const REPLAYS: u32 = 20;
+        let t_max = TOKENS[TOKENS.len() - 1];
+        let mut timings = Vec::new();
+        for model in models {
+            let shard = model.shard(tp);
+            let d = model.head_dim as usize;
+            let (h, heads, kv, f) = (model.hidden_size as usize, shard.heads as usize, shard.kv_heads as usize, shard.ffn as usize);
+            // No dense MLP (a mixture of experts without shared ones) or a head the kernels do
+            // not take: nothing comparable to time.
+            if h == 0 || heads == 0 || kv == 0 || f == 0 || d == 0 || !d.is_multiple_of(2) || d > MAX_HEAD_DIM {
+                continue;
+            }
+            let (qd, kvd) = (heads * d, kv * d);
+            let cols = qd + 2 * kvd;
+            let elems = 3 * t_max * h + h + t_max * cols + 3 * t_max * f + 2 * t_max * kvd;
+            match self.ensure_fits((2 * elems + 4 * t_max * d + 8 * t_max) as u64, &format!("{}'s elementwise kernels", model.name)) {
+                Err(DeviceError::Unsupported(_)) => continue,
+                other => other?,
+            }
+            let seed = self.next_seed();
+            let mut x = self.alloc::<half::bf16>(t_max * h)?;
+            let mut residual = self.alloc::<half::bf16>(t_max * h)?;
+            let mut normed = self.alloc::<half::bf16>(t_max * h)?;
+            let mut weight = self.alloc::<half::bf16>(h)?;
+            let mut qkv = self.alloc::<half::bf16>(t_max * cols)?;
+            let mut gate_up = self.alloc::<half::bf16>(t_max * 2 * f)?;
+            let mut act = self.alloc::<half::bf16>(t_max * f)?;
+            let mut k_cache = self.alloc::<half::bf16>(t_max * kvd)?;
+            let mut v_cache = self.alloc::<half::bf16>(t_max * kvd)?;
+            for (i, buf) in [&mut x, &mut residual, &mut weight, &mut qkv, &mut gate_up].into_iter().enumerate() {
+                self.kernels.fill_uniform(buf, seed.wrapping_add(i as u32), 1.0)?;
+            }
+            let ramp: Vec<i32> = (0..t_max as i32).collect();
+            let positions = self.upload(&ramp)?;
+            let slots = self.upload(&ramp)?;
+            let cos_sin = self.upload(&rotary_cos_sin_cache(t_max, d, 10_000.0))?;
+            let kernels = &self.kernels;
+            let eps = 1e-5;
+            for &t in &TOKENS {
+                let mut timed = |kernel: &str, ns: f64| {
+                    timings.push(ElementwiseTiming { model: model.name.clone(), kernel: kernel.to_string(), tokens: t as u32, ns })
+                };
+                let g = self.capture(REPLAYS, || kernels.rmsnorm(&mut normed, &x, &weight, t, h, eps))?;
+                timed("rmsnorm", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.fused_add_rmsnorm(&mut x, &mut residual, &weight, t, h, eps))?;
+                timed("fused_add_rmsnorm", self.time_graph(&g, REPLAYS)?);
+                let rotary = RotaryParams {
+                    num_tokens: t,
+                    num_heads: heads,
+                    num_kv_heads: kv,
+                    head_dim: d,
+                    rot_dim: d,
+                    is_neox: true,
+                    q_stride: cols,
+                    k_stride: cols,
+                    max_position: t_max,
+                };
+                let (q, k, v) = (At::new(&qkv, 0), At::new(&qkv, qd), At::new(&qkv, qd + kvd));
+                let g = self.capture(REPLAYS, || kernels.rotary(q, k, &positions, &cos_sin, &rotary))?;
+                timed("rotary", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.reshape_and_cache(k, v, &mut k_cache, &mut v_cache, &slots, t, kv, d, cols))?;
+                timed("reshape_and_cache", self.time_graph(&g, REPLAYS)?);
+                let g = self.capture(REPLAYS, || kernels.silu_mul(&mut act, &gate_up, t, f))?;
+                timed("silu_mul", self.time_graph(&g, REPLAYS)?);
+            }
+        }
+        Ok(timings)
     }
 
     fn supports(&self, dtype: Dtype) -> bool {

@@ -3,14 +3,17 @@
 
 pub mod backend;
 pub mod bundled;
+pub mod compare;
 pub mod consistency;
 pub mod cpu;
 pub mod cuda;
+pub mod families;
 pub mod focus;
 pub mod grid;
 pub mod import;
 pub mod noise;
 pub mod profile;
 pub mod progress;
+pub mod refine;
 pub mod run;
 pub mod timing;

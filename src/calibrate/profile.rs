@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use super::backend::{AllReduceShape, AllToAllShape, AttentionPhase, AttentionShape, DeviceInfo, GemmShape, Peak, SamplingMethod, SamplingShape};
 use super::grid::{GridOptions, Shape, Work};
 use super::noise::ReferenceTimings;
-use super::timing::{Measurement, TimingOptions};
+use super::timing::{Measurement, TimingMethod, TimingOptions};
 use crate::scenario::model::Dtype;
 
 pub mod index;
@@ -51,7 +51,9 @@ pub mod leave_one_out;
 pub mod pack;
 
 pub use index::ProfileIndex;
-pub use leave_one_out::{LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
+pub use leave_one_out::{
+    LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out, leave_one_out_points,
+};
 
 /// The CSV header, in order.
 pub const COLUMNS: [&str; 22] = [
@@ -192,6 +194,17 @@ pub struct TimingProvenance {
     pub stable_window: u32,
     pub stable_rel: f64,
     pub flush_cache: bool,
+    /// How each repeat ran (`TimingMethod::name`): `flush` (one launch after a cache flush; every
+    /// profile from before the field) or `graph` (replayed `replays` times in a CUDA graph).
+    #[serde(default = "flush_method")]
+    pub method: String,
+    /// Runs per repeat of the graph method; absent for the flush method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replays: Option<u32>,
+}
+
+fn flush_method() -> String {
+    TimingMethod::Flush.name().to_string()
 }
 
 impl From<&TimingOptions> for TimingProvenance {
@@ -203,7 +216,9 @@ impl From<&TimingOptions> for TimingProvenance {
             max_time_ms: t.max_time.as_millis() as u64,
             stable_window: t.stable_window,
             stable_rel: t.stable_rel,
-            flush_cache: t.flush_cache,
+            flush_cache: t.flush_cache && t.method == TimingMethod::Flush,
+            method: t.method.name().to_string(),
+            replays: (t.method == TimingMethod::Graph).then_some(t.replays.max(1)),
         }
     }
 }
@@ -256,6 +271,51 @@ pub struct RunSummary {
     /// noisy ([`ReferenceTimings`]); absent when not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<ReferenceTimings>,
+    /// What refining the grid did (`calibrate::refine`), when the run refined it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refine: Option<RefineSummary>,
+    /// The GPU's per-launch floor, when the backend timed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_floor: Option<crate::calibrate::backend::LaunchFloor>,
+    /// The elementwise kernels of a layer at the grid's models' shapes, when the backend timed
+    /// them (recorded; the cost model still prices them by the roofline).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elementwise: Vec<crate::calibrate::backend::ElementwiseTiming>,
+}
+
+/// What refining a profile's grid did (`calibrate::refine`): shapes added where leave-one-out
+/// error was worst, until each kind's median met its target.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RefineSummary {
+    pub gemm_target: f64,
+    pub attention_target: f64,
+    /// Leave-one-out medians before and after; absent where a kind had too few points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_before: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_before: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_after: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_after: Option<f64>,
+    pub rounds: u32,
+    pub added: u64,
+    /// "targets met", "budget spent" (time or shapes), "round limit" or "no midpoint left".
+    pub stopped: String,
+    /// Leave-one-out error per op at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_op: Vec<OpLeaveOneOut>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+}
+
+/// One op's leave-one-out error: `GEMM QKV`, `attention decode`, ….
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpLeaveOneOut {
+    pub op: String,
+    pub points: usize,
+    pub median: f64,
+    pub p90: f64,
 }
 
 fn one_pass() -> u32 {
@@ -287,6 +347,9 @@ impl std::fmt::Display for RunSummary {
         }
         if self.focus_shapes > 0 {
             write!(f, "; the workload's {} shapes first, {} of them measured", self.focus_shapes, self.focus_measured)?;
+        }
+        if let Some(floor) = &self.launch_floor {
+            write!(f, "; launch floor {:.2} µs eager, {:.2} µs in a CUDA graph", floor.eager_ns * 1e-3, floor.graph_ns * 1e-3)?;
         }
         if !self.retimed.is_empty() {
             write!(f, "; inconsistent shapes re-timed: {}", self.retimed.len())?;
@@ -761,7 +824,7 @@ mod tests {
                 peak: peak().into(),
                 kernels: vec![KernelHash { name: "attention.cu".into(), hash: "abc123".into() }],
                 grid: (&options).into(),
-                timing: (&TimingOptions::default()).into(),
+                timing: (&TimingOptions::default().with_method(TimingMethod::Graph)).into(),
                 source: None,
                 run: RunSummary {
                     shapes_in_grid: 10,
@@ -780,6 +843,30 @@ mod tests {
                     retimed: vec!["gemm 3×2×3 fp32: its passes disagree (1.000 ms, 17.000 ms); median 9.000 ms → 1.100 ms".into()],
                     inconsistent: vec!["gemm 1×2×3 fp32: gemm 1×2×3 fp32 took 5.000 ms, 2.0× the 2.500 ms of gemm 3×2×3 fp32, which has more work".into()],
                     reference: Some(ReferenceTimings::judge("gemm 256×1024×1024 f32".into(), vec![5e6, 6e6], 0.1)),
+                    refine: Some(RefineSummary {
+                        gemm_target: 0.05,
+                        attention_target: 0.1,
+                        gemm_before: Some(0.2),
+                        attention_before: None,
+                        gemm_after: Some(0.04),
+                        attention_after: None,
+                        rounds: 3,
+                        added: 12,
+                        stopped: "targets met".into(),
+                        per_op: vec![OpLeaveOneOut { op: "GEMM QKV".into(), points: 7, median: 0.03, p90: 0.08 }],
+                        failed: vec![],
+                    }),
+                    launch_floor: Some(crate::calibrate::backend::LaunchFloor {
+                        kernel: "fill_uniform_bf16".into(),
+                        eager_ns: 2500.0,
+                        graph_ns: 1200.0,
+                    }),
+                    elementwise: vec![crate::calibrate::backend::ElementwiseTiming {
+                        model: "Llama-3.2-1B".into(),
+                        kernel: "rotary".into(),
+                        tokens: 16,
+                        ns: 2100.0,
+                    }],
                 },
             },
         }
@@ -800,13 +887,19 @@ mod tests {
         assert_eq!(
             back.provenance.run.to_string(),
             "measured 4 of 10 shapes; 1 unsupported, 5 skipped (budget spent), 0 failed, in 2 passes; cut short by the \
-             budget; the workload's 3 shapes first, 2 of them measured; inconsistent shapes re-timed: 1\n  re-timed: gemm \
+             budget; the workload's 3 shapes first, 2 of them measured; launch floor 2.50 µs eager, 1.20 µs in a CUDA \
+             graph; inconsistent shapes re-timed: 1\n  re-timed: gemm \
              3×2×3 fp32: its passes disagree (1.000 ms, 17.000 ms); median 9.000 ms → 1.100 ms\n  still inconsistent: gemm \
              1×2×3 fp32: gemm 1×2×3 fp32 took 5.000 ms, 2.0× the 2.500 ms of gemm 3×2×3 fp32, which has more work\n  \
              skipped: gemm 1×2×3 fp32: needs 9 GiB"
         );
-        // A provenance written before passes existed made one.
+        // The timing method is named, with its replays; a provenance from before methods existed
+        // timed with the flush method.
         let text = profile.provenance.to_toml_string();
+        assert!(text.contains("method = \"graph\"\n") && text.contains("replays = 20\n"), "{text}");
+        let flush: Provenance = toml::from_str(&text.replace("method = \"graph\"\n", "").replace("replays = 20\n", "")).unwrap();
+        assert_eq!((flush.timing.method.as_str(), flush.timing.replays), ("flush", None));
+        // A provenance written before passes existed made one.
         assert!(text.contains("passes = 2\n"), "{text}");
         let old: Provenance = toml::from_str(&text.replace("passes = 2\n", "")).unwrap();
         assert_eq!(old.run.passes, 1);

@@ -131,6 +131,24 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
         Ok(())
     };
     time_reference_now(backend, &progress)?;
+    let launch_floor = match backend.launch_floor() {
+        Ok(floor) => floor,
+        Err(e @ DeviceError::Unavailable(_)) => return Err(e),
+        Err(e) => {
+            progress.note(&format!("the launch floor could not be timed: {e}"));
+            None
+        }
+    };
+
+    let tp = grid.options.tensor_parallel.first().copied().unwrap_or(1);
+    let elementwise = match backend.elementwise(&grid.options.models, tp) {
+        Ok(timings) => timings,
+        Err(e @ DeviceError::Unavailable(_)) => return Err(e),
+        Err(e) => {
+            progress.note(&format!("the elementwise kernels could not be timed: {e}"));
+            Vec::new()
+        }
+    };
 
     // The host sampler's few shapes (a few milliseconds each) run first and are never cut: the
     // engine's twin prices every step's sampling from them, and a run cut before them would
@@ -202,6 +220,8 @@ pub fn calibrate_timed(backend: &mut dyn Backend, grid: &Grid, options: &RunOpti
             let kernel = describe(&Shape::Gemm(*shape));
             ReferenceTimings::judge(kernel, reference.iter().map(|r| r.1).collect(), NOISE_THRESHOLD)
         }),
+        launch_floor,
+        elementwise,
         ..RunSummary::default()
     };
     let mut rows = Vec::with_capacity(shapes.len());
@@ -302,7 +322,7 @@ pub fn time_shape(backend: &mut dyn Backend, grid: &Grid, shape: &Shape, timing:
 
 /// The repeats of one measurement of `shape`; `Ok(None)`: the backend cannot run this kind of
 /// shape at all.
-fn measure_shape(
+pub(super) fn measure_shape(
     backend: &mut dyn Backend,
     grid: &Grid,
     shape: &Shape,

@@ -1,7 +1,8 @@
 //! Timing policy: warm-up runs, then repeats until the median is stable or a cap is reached.
 //!
 //! ```text
-//!  warm-up × W ──► [flush cache ─► run once ─► record] × n ──► median, p10, p90, n
+//!  warm-up × W ──► [flush cache ─► run once ─► record] × n ──► median, p10, p90, n   (flush)
+//!                  [replay R times in one graph ─► record total / R] × n             (graph)
 //!                   stop when  n ≥ min_repeats and the running median moved less than
 //!                              stable_rel over each of the last stable_window repeats,
 //!                         or   n = max_repeats,
@@ -14,7 +15,17 @@
 
 use std::time::{Duration, Instant};
 
+pub use super::backend::TimingMethod;
 use super::backend::{DeviceError, PreparedOp};
+
+/// Replays per repeat of [`TimingMethod::Graph`], at most: enough that a microsecond kernel's
+/// graph launch overhead (a few µs, paid once per replay) is a few percent of the time divided.
+pub const GRAPH_REPLAYS: u32 = 20;
+
+/// Work one graph repeat aims at: an op that takes longer is replayed fewer times (down to once),
+/// since its launch gap is already negligible and repeats of a millisecond GEMM would spend the
+/// budget for nothing.
+pub const GRAPH_REPEAT_NS: f64 = 100_000.0;
 
 /// How one shape is measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,8 +43,11 @@ pub struct TimingOptions {
     /// `stable_rel` (relative).
     pub stable_window: u32,
     pub stable_rel: f64,
-    /// Call [`PreparedOp::flush_cache`] before every timed repeat.
+    /// Call [`PreparedOp::flush_cache`] before every timed repeat ([`TimingMethod::Flush`] only).
     pub flush_cache: bool,
+    pub method: TimingMethod,
+    /// Runs per repeat under [`TimingMethod::Graph`].
+    pub replays: u32,
 }
 
 impl Default for TimingOptions {
@@ -48,11 +62,18 @@ impl Default for TimingOptions {
             stable_window: 3,
             stable_rel: 0.01,
             flush_cache: true,
+            method: TimingMethod::Flush,
+            replays: GRAPH_REPLAYS,
         }
     }
 }
 
 impl TimingOptions {
+    /// The same policy with repeats timed by `method`.
+    pub fn with_method(self, method: TimingMethod) -> TimingOptions {
+        TimingOptions { method, ..self }
+    }
+
     /// For CPUs and quick runs: fewer repeats and at most 0.3 s per shape.
     pub fn quick() -> TimingOptions {
         TimingOptions {
@@ -63,6 +84,8 @@ impl TimingOptions {
             stable_window: 3,
             stable_rel: 0.01,
             flush_cache: true,
+            method: TimingMethod::Flush,
+            replays: GRAPH_REPLAYS,
         }
     }
 }
@@ -129,9 +152,18 @@ pub fn measure(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Measu
 pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<Vec<f64>, DeviceError> {
     let start = Instant::now();
     let out_of_time = || start.elapsed() >= options.max_time;
+    let mut options = *options;
+    if options.method == TimingMethod::Graph {
+        // One plain run sizes the replays (it warms up as well).
+        let once = op.run_once()?;
+        let fit = if once > 0.0 { (GRAPH_REPEAT_NS / once).ceil() } else { f64::INFINITY };
+        options.replays = options.replays.max(1).min(fit.min(f64::from(u32::MAX)) as u32).max(1);
+        options.warmup = options.warmup.saturating_sub(1);
+    }
+    let options = &options;
 
     for _ in 0..options.warmup {
-        op.run_once()?;
+        run_repeat(op, options)?;
         if out_of_time() {
             break;
         }
@@ -142,10 +174,10 @@ pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Resu
     let mut scratch: Vec<f64> = Vec::with_capacity(samples.capacity());
     let mut medians: Vec<f64> = Vec::new();
     loop {
-        if options.flush_cache {
+        if options.flush_cache && options.method == TimingMethod::Flush {
             op.flush_cache()?;
         }
-        let ns = op.run_once()?;
+        let ns = run_repeat(op, options)?;
         if !(ns.is_finite() && ns >= 0.0) {
             return Err(DeviceError::Failed(format!("backend reported a duration of {ns} ns")));
         }
@@ -164,6 +196,14 @@ pub fn measure_samples(op: &mut dyn PreparedOp, options: &TimingOptions) -> Resu
         }
     }
     Ok(samples)
+}
+
+/// One timed repeat of `op` by the method of `options`, nanoseconds per run.
+fn run_repeat(op: &mut dyn PreparedOp, options: &TimingOptions) -> Result<f64, DeviceError> {
+    match options.method {
+        TimingMethod::Flush => op.run_once(),
+        TimingMethod::Graph => op.run_replayed(options.replays.max(1)),
+    }
 }
 
 /// Whether each of the last `window` changes of the running median was below `rel` (relative).
@@ -261,6 +301,29 @@ mod tests {
         assert_eq!(percentile_sorted(&v, 50.0), 2.5);
         assert!((percentile_sorted(&v, 10.0) - 1.3).abs() < 1e-12);
         assert!((percentile_sorted(&v, 90.0) - 3.7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_graph_method_replays_without_flushing() {
+        let mut op = Scripted { times: vec![1000.0], runs: 0, flushes: 0 };
+        let options = TimingOptions { max_time: Duration::from_secs(60), ..TimingOptions::default() }.with_method(TimingMethod::Graph);
+        let m = measure(&mut op, &options).unwrap();
+        // The same repeats as the flush method, each GRAPH_REPLAYS runs long, none flushed, after
+        // one plain run that sized them (a 1 µs op is replayed the most, 20 times); the default
+        // replay reports the mean run.
+        assert_eq!(m.repeats, 7 + 3);
+        assert_eq!(op.runs, 1 + (2 + 10) * GRAPH_REPLAYS as usize);
+        assert_eq!(op.flushes, 0);
+        assert_eq!(m.median_ns, 1000.0);
+        // A 1 ms op fills a repeat alone: replayed once.
+        let mut slow = Scripted { times: vec![1e6], runs: 0, flushes: 0 };
+        measure(&mut slow, &options).unwrap();
+        assert_eq!(slow.runs, 1 + 2 + 10);
+        for method in TimingMethod::ALL {
+            assert_eq!(TimingMethod::parse(method.name()), Some(method));
+        }
+        assert_eq!(TimingMethod::parse("events"), None);
+        assert_eq!(TimingOptions::default().method, TimingMethod::Flush);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use crate::calibrate::cpu::{CpuBackend, PASSES_DEFAULT};
 use crate::calibrate::cuda::CudaBackend;
 use crate::calibrate::grid::{Grid, GridOptions, GridScale, OpKind};
 use crate::calibrate::noise::ReferenceTimings;
+use crate::calibrate::refine::{RefineOptions, refine, report as refine_report};
 use crate::calibrate::run::{RunOptions, calibrate, leave_one_out_summary};
-use crate::calibrate::timing::TimingOptions;
+use crate::calibrate::timing::{TimingMethod, TimingOptions};
 use crate::cost::calibrated::{LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, leave_one_gemm_shape_out, leave_one_out};
 use crate::scenario::{Dtype, ModelSpec};
 
@@ -59,6 +60,16 @@ pub struct CalibrateArgs {
     /// (default: 3 on a CPU, whose kernels' times move over seconds; 1 on a GPU).
     #[arg(long, value_name = "N")]
     pub passes: Option<u32>,
+    /// How each repeat is timed: `graph` (the op replayed in a CUDA graph with operands warm in
+    /// L2, as engines run their decode steps and aiconfigurator times; the default on a GPU) or
+    /// `flush` (one launch after an L2 flush; the only method on a CPU).
+    #[arg(long, value_name = "METHOD")]
+    pub timing_method: Option<String>,
+    /// After the grid, add shapes where leave-one-out error is largest until its median is at
+    /// most GEMM% for GEMMs and ATTENTION% for attention (or the budget is spent; --max-shapes
+    /// also caps the shapes added), then print the error per op, e.g. `5,10`.
+    #[arg(long, value_name = "GEMM,ATTENTION")]
+    pub loo_target: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,6 +137,12 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     }
     let profile = &imported.profile;
     profile.write(&args.out).map_err(|e| Error::Output { path: args.out.clone(), source: std::io::Error::other(e.to_string()) })?;
+    if let Some(families) = &imported.families {
+        let path = crate::calibrate::families::families_path(&args.out);
+        families.write(&path).map_err(|source| Error::Output { path: path.clone(), source })?;
+        let counts = families.counts().into_iter().map(|(op, n)| format!("{op} {n}")).collect::<Vec<_>>().join(", ");
+        eprintln!("imported whole-module rows ({counts}); wrote {}", path.display());
+    }
     let loo = leave_one_out(profile);
     let (median, p90) = LeaveOneOut::summary(&loo.all());
     // Only a GEMM grid (aiconfigurator's) has interior (n, k) to leave out; a model's own
@@ -202,6 +219,9 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
             .collect::<Result<_, _>>()?;
     }
 
+    let loo_target = args.loo_target.as_deref().map(parse_loo_target).transpose()?;
+    // A name no backend knows is refused before the backend measures anything.
+    select_timing_method(args.timing_method.as_deref(), &TimingMethod::ALL, &args.device)?;
     let mut backend: Box<dyn Backend> = match gpu {
         None => {
             let threads = flags::threads(args.threads)?;
@@ -216,20 +236,34 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         Some(ordinal) => Box::new(CudaBackend::new(ordinal).map_err(|e| usage("--device", &args.device, e.to_string()))?),
     };
     options.extra_m = backend.gemm_m_breakpoints();
+    let method = select_timing_method(args.timing_method.as_deref(), &backend.timing_methods(), &args.device)?;
     let grid = Grid::new(options);
+    let timing = (if on_gpu { TimingOptions::default() } else { TimingOptions::quick() }).with_method(method);
+    let budget = args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0));
     let run_options = RunOptions {
-        budget: args.budget_minutes.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
+        budget,
         shapes_max: args.max_shapes,
         progress: true,
-        timing: if on_gpu { TimingOptions::default() } else { TimingOptions::quick() },
+        timing,
         passes: args.passes.unwrap_or(if on_gpu { 1 } else { PASSES_DEFAULT }),
         noise_check: true,
         focus: None,
         retimes_max: crate::calibrate::consistency::RETIMES_DEFAULT,
     };
-    eprintln!("{}", plan(&grid, &args.device, &scale_name, run_options.passes));
-    let profile = calibrate(backend.as_mut(), &grid, &run_options)
+    eprintln!("{}, timed by the {} method", plan(&grid, &args.device, &scale_name, run_options.passes), method.name());
+    let started = std::time::Instant::now();
+    let mut profile = calibrate(backend.as_mut(), &grid, &run_options)
         .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+    if let Some((gemm_target, attention_target)) = loo_target {
+        let options =
+            RefineOptions { gemm_target, attention_target, budget, timing, added_max: args.max_shapes, ..RefineOptions::default() };
+        let summary = refine(backend.as_mut(), &grid, &mut profile, &options, &|| started.elapsed())
+            .map_err(|e| usage("--device", &args.device, e.to_string()))?;
+        eprintln!("{}", refine_report(&summary));
+    }
+    if on_gpu {
+        eprintln!("{}", crate::calibrate::compare::against_bundled(&profile));
+    }
     profile.write(&out).map_err(|e| Error::Output {
         path: out.clone(),
         source: std::io::Error::other(e.to_string()),
@@ -248,11 +282,62 @@ pub(super) fn run(args: CalibrateArgs) -> Result<(), Error> {
         );
     }
     eprintln!("{}", leave_one_out_summary(&profile));
+    for line in elementwise_summary(&run.elementwise) {
+        eprintln!("{line}");
+    }
     if let Some(warning) = run.reference.as_ref().and_then(ReferenceTimings::warning) {
         eprintln!("\n{warning}\n");
     }
     eprintln!("wrote {}", out.display());
     Ok(())
+}
+
+/// `--timing-method`: the one asked for, which the backend must run, else the backend's first.
+pub(crate) fn select_timing_method(asked: Option<&str>, offered: &[TimingMethod], device: &str) -> Result<TimingMethod, Error> {
+    let default = offered.first().copied().unwrap_or_default();
+    let Some(name) = asked else { return Ok(default) };
+    let names = || TimingMethod::ALL.map(TimingMethod::name).join(", ");
+    let method = TimingMethod::parse(name).ok_or_else(|| usage("--timing-method", name, format!("expected one of {}", names())))?;
+    if !offered.contains(&method) {
+        let runs = offered.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ");
+        return Err(usage(
+            "--timing-method",
+            name,
+            format!("--device {device} times with {runs} only (graph replays CUDA graphs: a GPU's method)"),
+        ));
+    }
+    Ok(method)
+}
+
+/// One line per model: a decoder layer's elementwise kernels (two residual-add norms, rotary,
+/// the cache write, SiLU·mul) per token count, as the run timed them.
+fn elementwise_summary(timings: &[crate::calibrate::backend::ElementwiseTiming]) -> Vec<String> {
+    let mut by_model: std::collections::BTreeMap<&str, std::collections::BTreeMap<u32, f64>> = Default::default();
+    for t in timings {
+        let per_layer = match t.kernel.as_str() {
+            "fused_add_rmsnorm" => 2.0,
+            "rotary" | "reshape_and_cache" | "silu_mul" => 1.0,
+            _ => 0.0,
+        };
+        *by_model.entry(&t.model).or_default().entry(t.tokens).or_default() += per_layer * t.ns;
+    }
+    by_model
+        .into_iter()
+        .map(|(model, sums)| {
+            let parts: Vec<String> = sums.iter().map(|(tokens, ns)| format!("{tokens} tokens {:.1} µs", ns * 1e-3)).collect();
+            format!("elementwise kernels of one {model} layer (2 norms, rotary, cache write, SiLU; graph replay): {}", parts.join(", "))
+        })
+        .collect()
+}
+
+/// `--loo-target GEMM,ATTENTION` in percent, as fractions.
+fn parse_loo_target(text: &str) -> Result<(f64, f64), Error> {
+    let bad = || usage("--loo-target", text, "expected two percentages, GEMM,ATTENTION (e.g. 5,10), each above 0");
+    let parts: Vec<f64> = text.split(',').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+    match parts.as_slice() {
+        [g, a] if g.is_finite() && a.is_finite() && *g > 0.0 && *a > 0.0 => Ok((g / 100.0, a / 100.0)),
+        _ => Err(bad()),
+    }
 }
 
 /// What the run will measure, before it starts: shapes by op kind, models, TP degrees, passes.
@@ -274,4 +359,46 @@ fn plan(grid: &Grid, device: &str, scale_name: &str, passes: u32) -> String {
         tp.join("/"),
         if passes == 1 { "" } else { "es" }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timing_method_is_the_backends_first_unless_asked_and_must_be_one_it_runs() {
+        let gpu = [TimingMethod::Graph, TimingMethod::Flush];
+        let cpu = [TimingMethod::Flush];
+        assert_eq!(select_timing_method(None, &gpu, "cuda:0").unwrap(), TimingMethod::Graph);
+        assert_eq!(select_timing_method(None, &cpu, "cpu").unwrap(), TimingMethod::Flush);
+        assert_eq!(select_timing_method(Some("flush"), &gpu, "cuda:0").unwrap(), TimingMethod::Flush);
+        let e = select_timing_method(Some("graph"), &cpu, "cpu").unwrap_err().to_string();
+        assert!(e.contains("--timing-method") && e.contains("graph") && e.contains("--device cpu times with flush only"), "{e}");
+        let e = select_timing_method(Some("events"), &gpu, "cuda:0").unwrap_err().to_string();
+        assert!(e.contains("events") && e.contains("flush, graph"), "{e}");
+    }
+
+    #[test]
+    fn a_layers_elementwise_time_counts_its_two_norms() {
+        use crate::calibrate::backend::ElementwiseTiming;
+        let t = |kernel: &str, tokens, ns| ElementwiseTiming { model: "M".into(), kernel: kernel.into(), tokens, ns };
+        let lines = elementwise_summary(&[
+            t("rmsnorm", 1, 9_000.0),
+            t("fused_add_rmsnorm", 1, 2_000.0),
+            t("rotary", 1, 1_000.0),
+            t("reshape_and_cache", 1, 1_500.0),
+            t("silu_mul", 1, 500.0),
+            t("silu_mul", 16, 700.0),
+        ]);
+        assert_eq!(lines, ["elementwise kernels of one M layer (2 norms, rotary, cache write, SiLU; graph replay): 1 tokens 7.0 µs, 16 tokens 0.7 µs"]);
+    }
+
+    #[test]
+    fn loo_targets_are_two_positive_percentages() {
+        assert_eq!(parse_loo_target("5,10").unwrap(), (0.05, 0.1));
+        assert_eq!(parse_loo_target(" 2.5 , 8 ").unwrap(), (0.025, 0.08));
+        for bad in ["5", "5,10,1", "0,10", "-1,5", "a,b", "inf,5"] {
+            assert!(parse_loo_target(bad).unwrap_err().to_string().contains("--loo-target"), "{bad}");
+        }
+    }
 }

@@ -4,6 +4,7 @@ use clap::Args;
 
 use crate::Error;
 use crate::engine::server::{EngineKnobs, NgramLookup};
+use crate::scenario::Policy;
 
 /// The scheduler knobs of servesim's engine, shared by `serve` and `validate --engine`.
 #[derive(Debug, Args)]
@@ -39,6 +40,12 @@ pub struct EngineKnobsArgs {
     /// The longest suffix n-gram speculation tries first.
     #[arg(long, default_value_t = 4)]
     pub prompt_lookup_max: u32,
+    /// The scheduler: `servesim` (vLLM V1's scheduling) or `sglang` (SGLang 0.4.9's: prefill or
+    /// decode batches, its conservative admission, retraction and radix cache; the knobs above
+    /// stand for its `--max-running-requests`, `--chunked-prefill-size`, `--page-size` and
+    /// `--max-total-tokens`, and `--enable-prefix-caching` for its radix cache).
+    #[arg(long, default_value = "servesim", value_parser = ["servesim", "sglang"])]
+    pub policy: String,
 }
 
 impl EngineKnobsArgs {
@@ -56,6 +63,7 @@ impl EngineKnobsArgs {
                 min_n: self.prompt_lookup_min,
                 max_n: self.prompt_lookup_max,
             }),
+            policy: if self.policy == "sglang" { Policy::Sglang } else { Policy::Servesim },
         };
         knobs.check()?;
         Ok(knobs)

@@ -197,7 +197,8 @@ pub(super) fn run(args: ServeArgs) -> Result<(), Error> {
             .with_tokenizer(std::sync::Arc::new(tokenizer))
             .with_ignore_eos(args.ignore_eos)
             .with_trace(args.timeline.is_some());
-        eprintln!("serving {name} on http://{bound} (servesim policy: vLLM V1 scheduling, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
+        let scheduling = if knobs.policy == crate::scenario::Policy::Sglang { "sglang policy: SGLang 0.4.9 scheduling" } else { "servesim policy: vLLM V1 scheduling" };
+        eprintln!("serving {name} on http://{bound} ({scheduling}, eager; context {context_len} tokens, tokenizer {})", engine.tokenizer().origin());
         // SIGTERM or Ctrl-C: stop accepting and let in-flight requests finish.
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

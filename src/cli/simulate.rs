@@ -268,6 +268,23 @@ pub(super) fn sglang_dataset(dataset: &Dataset, report: &mut SglangReport) {
 /// What is simulated, on stderr: the deployment; with pools, a line per pool with its cost model.
 fn print_header(scenario: &Scenario, runs: &[crate::run::PoolRun]) {
     let e = &scenario.engine;
+    if let Some(dp) = e.data_parallel {
+        eprintln!(
+            "{}: {} on {} × {} (TP {} × {} data-parallel ranks{}, {} replica(s)), {}, {} KV blocks of {} tokens per rank",
+            scenario.name,
+            scenario.model.name,
+            scenario.hardware.count,
+            scenario.hardware.gpu.name,
+            e.tensor_parallel,
+            dp.ranks,
+            if dp.lockstep { format!(" in lockstep, {}", dp.all2all.name()) } else { String::new() },
+            e.replicas,
+            e.policy.name(),
+            e.num_gpu_blocks,
+            e.block_size
+        );
+        return;
+    }
     if scenario.pools.is_empty() {
         eprintln!(
             "{}: {} on {} × {} (TP {}, {} replica(s)), {}, {} KV blocks of {} tokens per replica",

@@ -75,6 +75,11 @@ impl DsaIndexer {
         }
     }
 
+    /// This indexer at no cost (its time priced elsewhere); its counts are unchanged.
+    pub(crate) fn free(self) -> DsaIndexer {
+        DsaIndexer { s_per_key: 0.0, s_per_kv_token: 0.0, s_per_score: 0.0, s_per_query: 0.0, ..self }
+    }
+
     /// The step's counts, sequence by sequence: query `p` (0-based position) of a sequence sees
     /// `p + 1` keys and MLA attends to `min(p + 1, index_topk)` of them.
     pub(crate) fn counts(&self, batch: &Batch) -> DsaCounts {

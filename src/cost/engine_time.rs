@@ -43,12 +43,27 @@ pub fn without_engine_time(params: &CostParams) -> CostParams {
     }
 }
 
+impl EngineTimeOverlay<'_> {
+    /// `gpu`'s price with `cpu_ns` of engine time laid over it.
+    fn with_cpu(&self, gpu: StepCost, cpu_ns: u64) -> StepCost {
+        debug_assert_eq!(gpu.overhead_ns, 0, "the kernel model must price no engine time");
+        overlap_cpu(StepCost { total_ns: gpu.total_ns + cpu_ns, overhead_ns: cpu_ns, ..gpu }, self.cpu.cpu_overlap())
+    }
+}
+
 impl CostModel for EngineTimeOverlay<'_> {
     fn predict(&self, batch: &Batch) -> StepCost {
-        let gpu = self.gpu.predict(batch);
-        debug_assert_eq!(gpu.overhead_ns, 0, "the kernel model must price no engine time");
-        let cpu_ns = self.cpu.cpu_overhead_ns(batch);
-        overlap_cpu(StepCost { total_ns: gpu.total_ns + cpu_ns, overhead_ns: cpu_ns, ..gpu }, self.cpu.cpu_overlap())
+        self.with_cpu(self.gpu.predict(batch), self.cpu.cpu_overhead_ns(batch))
+    }
+
+    /// Data-parallel ranks step together: the slowest rank's CPU time over the ranks' GPU time.
+    fn predict_ranks(&self, ranks: &[&Batch]) -> StepCost {
+        let cpu_ns = ranks.iter().filter(|b| !b.is_empty()).map(|b| self.cpu.cpu_overhead_ns(b)).max().unwrap_or(0);
+        self.with_cpu(self.gpu.predict_ranks(ranks), cpu_ns)
+    }
+
+    fn routed_experts_s(&self, rows: f64) -> f64 {
+        self.gpu.routed_experts_s(rows)
     }
 
     fn source(&self) -> &'static str {

@@ -96,6 +96,13 @@ impl HybridAttention {
         })
     }
 
+    /// Prices the linear layers' kernels at zero (their time priced elsewhere).
+    pub(crate) fn without_linear_core(&mut self) {
+        if let Some(linear) = &mut self.linear {
+            (linear.compute_s_per_token, linear.state_s_per_seq, linear.memory_s_per_token) = (0.0, 0.0, 0.0);
+        }
+    }
+
     /// The step's attention in every layer, seconds: the full layers at `full_layer_s` each (the
     /// roofline's price of one full layer for this batch), the others from the batch.
     pub(crate) fn time_s(&self, batch: &Batch, full_layer_s: f64) -> f64 {

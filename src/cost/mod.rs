@@ -11,6 +11,7 @@ pub mod calibrated;
 pub mod data_parallel;
 mod dsa;
 pub mod engine_time;
+pub mod family;
 mod hybrid;
 mod memo;
 pub mod mla;
@@ -25,6 +26,8 @@ pub mod weight_only;
 
 #[cfg(test)]
 mod tests_dsa;
+#[cfg(test)]
+mod tests_family;
 #[cfg(test)]
 mod tests_mla;
 #[cfg(test)]

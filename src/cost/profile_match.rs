@@ -28,6 +28,7 @@ fn engine_of(policy: Policy) -> &'static str {
         Policy::VllmV0 | Policy::VllmV1 => "vllm",
         Policy::Tgi => "tgi",
         Policy::Servesim => "servesim",
+        Policy::Sglang => "sglang",
     }
 }
 

@@ -716,6 +716,50 @@ impl Roofline {
     }
 }
 
+/// Parts of a step that another source prices (measured whole-module rows, [`super::family`]):
+/// the roofline prices them at zero, so that the other source's times can be added in their
+/// place. Set once, when the model is built; pricing is unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PricedElsewhere {
+    /// MLA's whole attention module: its projections (q_a and kv_a, q_b, kv_b, o_proj), the
+    /// attention, and DeepSeek sparse attention's indexer with its projections.
+    pub latent_attention: bool,
+    /// A mixture of experts' routed experts (the router stays).
+    pub routed_experts: bool,
+    /// Linear-attention layers' kernels (their projections stay).
+    pub linear_attention_core: bool,
+}
+
+impl Roofline {
+    /// This roofline with `parts` priced at zero (see [`PricedElsewhere`]).
+    pub(crate) fn without(mut self, parts: PricedElsewhere) -> Roofline {
+        let free = GemmOp { flop_s_per_row: 0.0, weight_s: 0.0, activation_s_per_row: 0.0 };
+        if parts.latent_attention
+            && let Some(mla) = &mut self.mla
+        {
+            (mla.down, mla.q_up, mla.kv_up) = (free, free, free);
+            (mla.attention_s_per_flop, mla.prefix_attention_s_per_flop, mla.s_per_byte) = (0.0, 0.0, 0.0);
+            if let Some((indexer, projections)) = &mut mla.indexer {
+                *indexer = indexer.free();
+                *projections = [free, free];
+            }
+            // An MLA model's output projection is MLA's o_proj.
+            self.layer_gemms[1] = free;
+        }
+        if parts.routed_experts
+            && let Some(moe) = &mut self.moe
+        {
+            (moe.gate_up, moe.down) = (free, free);
+        }
+        if parts.linear_attention_core
+            && let Some(hybrid) = &mut self.hybrid
+        {
+            hybrid.without_linear_core();
+        }
+        self
+    }
+}
+
 impl Roofline {
     /// `[elementwise_ns, communication_ns, overhead_ns]`: what [`Roofline::predict_serial`]
     /// prices besides the GEMMs and attention, from the step's `tokens`, `sampled` rows and

@@ -21,7 +21,7 @@
 use crate::calibrate::profile::index::collective_time_s;
 use crate::calibrate::profile::interpolate::Curve;
 use crate::scenario::model::ModelSpec;
-use crate::scenario::parallel::{All2AllBackend, DataParallel};
+use crate::scenario::parallel::{All2AllBackend, DataParallel, GPUS_PER_NODE};
 use crate::scenario::{CostParams, GpuSpec};
 
 /// The DeepEP measurements, as `scripts/deepep_table.py` writes them.
@@ -95,10 +95,16 @@ impl TokenExchange {
             Some(_) => format!("no DeepEP measurement on {} with {shape}", gpu.name),
             None => "no measurement of it is bundled".into(),
         };
-        let note = format!(
+        let mut note = format!(
             "data parallel: {}'s dispatch and combine priced by the link-bandwidth formula (roofline): {why}",
             backend.name()
         );
+        if gpus > GPUS_PER_NODE {
+            note += &format!(
+                "; all {gpus} GPUs are taken to share {}'s GPU-to-GPU link, where past {GPUS_PER_NODE} a deployment spans nodes and crosses their network",
+                gpu.name
+            );
+        }
         let price = Price::Formula {
             s_per_token: tokens_per_gpu_per_rank_token * (dispatch_bytes + combine_bytes) / link,
             latency_s: EXCHANGES_PER_LAYER * params.collective_latency_us * S_PER_US,
@@ -142,4 +148,30 @@ fn measured_curves(gpu: &str, kernels: &str, hidden: u32, experts: u32, top_k: u
         combine.push((x, (combine_us * S_PER_US).ln()));
     }
     Some((Curve::new(dispatch)?, Curve::new(combine)?, table))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DeepSeek-V3's low-latency rows on the H200 (calibration/deepep/deepep.csv): the measured
+    /// point itself, log-log between two, held below the first, linear above the last.
+    #[test]
+    fn measured_rows_are_interpolated_log_log() {
+        let (dispatch, combine, gpu) = measured_curves("H200", "low_latency", 7168, 256, 8).expect("DeepSeek-V3's shape");
+        assert_eq!(gpu, "H200");
+        let us = |curve: &Curve, tokens: f64| collective_time_s(curve, tokens) / S_PER_US;
+        assert!((us(&dispatch, 64.0) - 22.994).abs() < 1e-9 && (us(&combine, 64.0) - 38.757).abs() < 1e-9);
+        // Half-way between 64 and 128 tokens in ln: the geometric mean of the two times.
+        let between = us(&dispatch, (64.0f64 * 128.0).sqrt());
+        assert!((between - (22.994f64 * 35.119).sqrt()).abs() < 1e-9, "{between}");
+        assert!((us(&dispatch, 0.5) - 11.905).abs() < 1e-9);
+        assert!((us(&combine, 2048.0) - 2.0 * 480.969).abs() < 1e-6);
+        // High-throughput rows are vLLM's 20 SMs' (26.990 µs at one token, not 4 SMs' 26.068).
+        let (dispatch, _, _) = measured_curves("h200-sxm", "high_throughput", 7168, 256, 8).unwrap();
+        assert!((us(&dispatch, 1.0) - 26.990).abs() < 1e-9);
+        // No table for an A100, nor for a shape nobody measured.
+        assert!(measured_curves("A100-80G-SXM", "low_latency", 7168, 256, 8).is_none());
+        assert!(measured_curves("H200", "low_latency", 7168, 257, 8).is_none());
+    }
 }

@@ -270,6 +270,10 @@ pub fn plan_json(plan: &Plan, evaluations: &[Evaluation], ranked: &[(&Candidate,
                 "tensor_parallel": c.tensor_parallel,
             });
             let obj = value.as_object_mut().expect("an object");
+            // Only where searched, so that a plan without it writes what it always wrote.
+            if let Some(ranks) = c.data_parallel {
+                obj.insert("data_parallel".into(), json!(ranks));
+            }
             match &e.outcome {
                 Outcome::Infeasible(reason) => {
                     obj.insert("status".into(), json!("infeasible"));

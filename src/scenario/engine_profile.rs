@@ -152,7 +152,7 @@ impl EngineProfile {
 }
 
 /// The bundled profiles' files, by name.
-const BUNDLED: [(&str, &str); 7] = [
+const BUNDLED: [(&str, &str); 8] = [
     ("vllm-0.5", include_str!("../../calibration/engine/vllm-0.5.toml")),
     ("vllm-0.6", include_str!("../../calibration/engine/vllm-0.6.toml")),
     ("vllm-0.6.3", include_str!("../../calibration/engine/vllm-0.6.3.toml")),
@@ -160,6 +160,7 @@ const BUNDLED: [(&str, &str); 7] = [
     ("vllm-v1-0.9", include_str!("../../calibration/engine/vllm-v1-0.9.toml")),
     ("vllm-v1-0.19", include_str!("../../calibration/engine/vllm-v1-0.19.toml")),
     ("tgi-2.3", include_str!("../../calibration/engine/tgi-2.3.toml")),
+    ("sglang-0.4", include_str!("../../calibration/engine/sglang-0.4.toml")),
 ];
 
 /// Every bundled profile, parsed.
@@ -270,7 +271,8 @@ pub fn parse(name: &str, text: &str) -> Result<EngineProfile, String> {
         "vllm-v0" => Policy::VllmV0,
         "vllm-v1" => Policy::VllmV1,
         "tgi" => Policy::Tgi,
-        other => return Err(format!("profile.policy = {other:?}: known: vllm-v0, vllm-v1, tgi")),
+        "sglang" => Policy::Sglang,
+        other => return Err(format!("profile.policy = {other:?}: known: vllm-v0, vllm-v1, tgi, sglang")),
     };
     let min_version = version("min_version", &raw.profile.min_version)?;
     let below_version = raw.profile.below_version.as_deref().map(|b| version("below_version", b)).transpose()?;
@@ -413,7 +415,7 @@ enable_prefix_caching = true
 "#;
         assert!(parse("x", good).is_ok());
         let cases = [
-            (good.replace("policy = \"vllm-v1\"", "policy = \"sglang\""), "profile.policy"),
+            (good.replace("policy = \"vllm-v1\"", "policy = \"trtllm\""), "profile.policy"),
             (good.replacen("[engine_time]", "[engine_time]\ngemm_efficiency = { value = 0.5, source = \"x\" }", 1), "engine_time.gemm_efficiency"),
             (good.replace("cpu_overlap = { value = 0.0,", "cpu_overlap = { value = 1.5,"), "engine_time.cpu_overlap.value = 1.5"),
             (good.replace("cpu_overlap = { value = 0.0, source = \"a test\" }", "cpu_overlap = { value = 0.5 }"), "engine_time.cpu_overlap.source"),

@@ -25,7 +25,7 @@ pub use resolve::{LINK_PRESETS, MAX_OVERHEAD_US};
 pub use hardware::{GpuSpec, Hardware};
 pub use model::{Dtype, ModelSpec};
 pub use trace::TraceRow;
-pub use crate::sched::{Policy, TgiConfig};
+pub use crate::sched::{Policy, SglangConfig, TgiConfig};
 
 /// A validated scenario. Every field is in force; nothing is left to defaults downstream.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,6 +171,9 @@ pub enum Router {
     /// Send to the replica whose prefix cache holds the longest prefix of the prompt, unless its
     /// load is too far above the least loaded's (`sim::cluster`, docs/prefix-caching.md).
     PrefixAware,
+    /// SGLang's router (sgl-router) `cache_aware` policy: an approximate radix tree of the
+    /// prompts sent to each replica, balanced by load (`sim::sgl_router`, docs/sglang.md).
+    CacheAware,
 }
 
 impl Router {
@@ -180,6 +183,7 @@ impl Router {
             Router::LeastOutstanding => "least-outstanding",
             Router::WeightedLeastOutstanding => "weighted-least-outstanding",
             Router::PrefixAware => "prefix-aware",
+            Router::CacheAware => "cache-aware",
         }
     }
 }
@@ -223,6 +227,8 @@ pub struct EngineConfig {
     /// TGI's limits (`Some` exactly for policy `tgi`); `max_batch_total_tokens` is
     /// `num_gpu_blocks × block_size` unless the scenario pins it.
     pub tgi: Option<TgiConfig>,
+    /// SGLang's knobs (`Some` exactly for policy `sglang`): docs/sglang.md.
+    pub sglang: Option<SglangConfig>,
     /// The engine profile of the modelled release (`None` for servesim's own engine): its
     /// engine-time values are the cost parameters' defaults, and its defaults are the knobs'.
     pub profile: Option<engine_profile::EngineProfile>,

@@ -14,6 +14,10 @@
 //! nothing to do runs a dummy batch (vLLM's `DPEngineCoreProc`). A model without experts has no
 //! layer to share, and its ranks run as independent engines behind the same balancer.
 
+/// GPUs of one node (an HGX board's NVLink domain, the largest servesim's GPU presets describe):
+/// data-parallel ranks beyond it span nodes.
+pub const GPUS_PER_NODE: u32 = 8;
+
 /// vLLM's `--all2all-backend`: how a token reaches the GPUs of its experts and comes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum All2AllBackend {

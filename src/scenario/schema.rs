@@ -210,6 +210,39 @@ pub struct RawEngine {
     pub waiting_served_ratio: Option<f64>,
     pub max_waiting_tokens: Option<u32>,
     pub max_concurrent_requests: Option<u32>,
+    /// `[engine.sglang]`: SGLang 0.4.9's server flags under their own names (policy "sglang"
+    /// only; docs/sglang.md).
+    pub sglang: Option<RawSglang>,
+}
+
+/// `[engine.sglang]`: SGLang's `server_args.py` flags, `--` and dashes dropped. Any other key is
+/// refused by name.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSglang {
+    /// "fcfs" (default) or "lpm".
+    pub schedule_policy: Option<String>,
+    /// Tokens of one request per prefill batch; -1 turns chunking off. Default by GPU memory.
+    pub chunked_prefill_size: Option<i64>,
+    /// New tokens of one prefill batch (16384).
+    pub max_prefill_tokens: Option<u32>,
+    /// Default: the KV pool's tokens / 2, at most the request pool's size.
+    pub max_running_requests: Option<u32>,
+    /// Caps the KV pool, in tokens.
+    pub max_total_tokens: Option<u32>,
+    /// Share of GPU memory for weights and the KV pool. Default by GPU memory and TP.
+    pub mem_fraction_static: Option<f64>,
+    /// Scales the initial new_token_ratio (1.0).
+    pub schedule_conservativeness: Option<f64>,
+    /// Tokens per KV page (1).
+    pub page_size: Option<u32>,
+    pub disable_radix_cache: Option<bool>,
+    /// Largest CUDA-graph batch. Default by GPU memory.
+    pub cuda_graph_max_bs: Option<u32>,
+    pub disable_cuda_graph: Option<bool>,
+    pub disable_overlap_schedule: Option<bool>,
+    /// The model's context length, overridden.
+    pub context_length: Option<u32>,
 }
 
 /// `engine.version` as written: a string, or a number to be refused with a reason.

@@ -33,12 +33,44 @@ pub struct SchedulerConfig {
     pub speculative: Option<SpeculativeConfig>,
     /// TGI's limits: `Some` exactly when the policy is TGI's.
     pub tgi: Option<TgiConfig>,
+    /// SGLang's knobs: `Some` exactly when the policy is SGLang's. Its `max_running_requests` is
+    /// `max_num_seqs`, its `page_size` is `block_size`, its token pool is `num_gpu_blocks` pages,
+    /// and its radix cache is on when `enable_prefix_caching` is (`--disable-radix-cache` off).
+    pub sglang: Option<SglangConfig>,
 }
 
 impl SchedulerConfig {
     pub fn watermark_blocks(&self) -> u32 {
         (self.watermark * self.num_gpu_blocks as f64).floor() as u32
     }
+}
+
+/// SGLang's waiting-queue order (`--schedule-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedulePolicy {
+    /// First come, first served (SGLang's default).
+    Fcfs,
+    /// Longest prefix match in the radix cache first; FCFS when more than 128 wait, or without
+    /// the radix cache.
+    Lpm,
+}
+
+/// SGLang 0.4.9's scheduler knobs, resolved (`server_args.py` flags, under their names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SglangConfig {
+    pub schedule_policy: SchedulePolicy,
+    /// `--chunked-prefill-size`: prompt tokens of one request per prefill batch; `None`
+    /// (the flag's -1) prefills prompts whole.
+    pub chunked_prefill_size: Option<u32>,
+    /// `--max-prefill-tokens` (16384): new tokens of one prefill batch, past its first request.
+    pub max_prefill_tokens: u32,
+    /// `--schedule-conservativeness` (1.0): scales the initial `new_token_ratio`.
+    pub schedule_conservativeness: f64,
+    /// The CUDA-graph batch sizes decodes are padded up to (`cuda_graph_runner.py`'s
+    /// `get_batch_sizes_to_capture`, cut at `--cuda-graph-max-bs`); empty: no graphs.
+    pub cuda_graph_bs: Vec<u32>,
+    /// `--disable-overlap-schedule`: the CPU's scheduling runs in series with the GPU.
+    pub disable_overlap_schedule: bool,
 }
 
 /// TGI's limits, resolved (launcher and router flags, and what warm-up measured).

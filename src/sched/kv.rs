@@ -454,6 +454,38 @@ impl KvCacheManager {
         }
     }
 
+    /// SGLang's radix cache (`sched::radix_state`): starts `seq`'s empty table with `pages` the
+    /// radix cache owns, which stay out of the pool's accounting (the cache counts them).
+    pub(super) fn adopt_pages(&mut self, seq: u32, pages: &[u32]) {
+        debug_assert!(self.counts.is_none() && self.prefix.is_none(), "the radix cache keeps block ids, no hashes");
+        let table = self.table_mut(seq);
+        debug_assert!(table.is_empty(), "adopted pages start a table");
+        table.extend_from_slice(pages);
+    }
+
+    /// The radix cache: page `index` of `seq`'s table becomes `page`, which the cache holds; the
+    /// page it replaces (the same content computed twice) goes back to the pool.
+    pub(super) fn replace_page(&mut self, seq: u32, index: usize, page: u32) {
+        let old = std::mem::replace(&mut self.tables[seq as usize][index], page);
+        if old != page {
+            self.pool.freed.push(old);
+        }
+    }
+
+    /// The radix cache: returns `seq`'s pages from `from` on to the pool and empties its table;
+    /// the first `from` pages belong to the cache, which keeps them.
+    pub(super) fn free_from(&mut self, seq: u32, from: usize) {
+        let Some(table) = self.tables.get_mut(seq as usize) else { return };
+        let mut own = table.split_off(from.min(table.len()));
+        table.clear();
+        self.pool.release(&mut own);
+    }
+
+    /// The radix cache evicted `pages`: back to the pool.
+    pub(super) fn release_pages(&mut self, pages: &mut Vec<u32>) {
+        self.pool.release(pages);
+    }
+
     /// Takes `seq`'s blocks out of its count; returns how many.
     #[inline]
     fn take_count(&mut self, seq: u32) -> u32 {

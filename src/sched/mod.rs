@@ -6,7 +6,8 @@
 //!                        └──────── preempted (recompute) ───┘
 //! ```
 //!
-//! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`], and [`Servesim`] (servesim's own engine).
+//! Policies: [`VllmV1`], [`VllmV0`], [`Tgi`], [`Sglang`] (SGLang 0.4.9, with its radix cache in
+//! `radix.rs`), and [`Servesim`] (servesim's own engine).
 //!
 //! ```text
 //!   scheduler.rs ──► policy.rs, tgi.rs ──► state.rs ──► kv.rs, batch.rs, config.rs
@@ -33,22 +34,26 @@ pub mod kv;
 mod outcome;
 mod policy;
 pub mod prefix;
+pub mod radix;
+mod radix_state;
 mod runs;
 mod scheduler;
 mod select;
 mod seq;
 pub mod speculative;
 mod state;
+mod sglang;
 mod tgi;
 mod window;
 
 pub use batch::{Batch, CohortWork, MAX_CONTEXT_UNTRACKED, SeqWork};
 pub use kv::{BlockPool, KvCacheManager};
-pub use config::{SchedulerConfig, TgiConfig};
+pub use config::{SchedulePolicy, SchedulerConfig, SglangConfig, TgiConfig};
 pub use outcome::{Admission, Chunk, Finished, PrefixStats, Rejection, StepOutcome};
 pub use policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
 pub use scheduler::Scheduler;
 pub use select::Policy;
 pub use speculative::{Acceptance, SpecStats, SpeculativeConfig};
 pub use state::SchedulerState;
+pub use sglang::Sglang;
 pub use tgi::Tgi;

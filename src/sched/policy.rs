@@ -21,6 +21,11 @@ pub trait SchedulingPolicy {
     fn refuse(&self, _state: &SchedulerState, _prompt_tokens: u32, _max_tokens: u32) -> Option<Rejection> {
         None
     }
+    /// The `max_tokens` the engine runs a request with, once accepted: SGLang lowers it so that
+    /// prompt and output fit its pool (`handle_generate_request`). Default: as asked.
+    fn max_new_tokens(&self, _state: &SchedulerState, _prompt_tokens: u32, max_tokens: u32) -> u32 {
+        max_tokens
+    }
     /// Whether `max_num_batched_tokens` bounds decode tokens too (the scheduler's invariant
     /// check). TGI's token budget bounds only its prefill steps; its decodes run every running
     /// request. Default: the budget bounds every step.

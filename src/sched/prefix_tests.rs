@@ -21,6 +21,7 @@ pub(in crate::sched) fn config(num_gpu_blocks: u32, enable_prefix_caching: bool)
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     }
 }
 

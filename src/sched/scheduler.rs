@@ -68,8 +68,26 @@ impl Scheduler {
     /// shared blocks need ids, and what is left to cache is a preempted request's own blocks,
     /// which the counts follow.
     pub fn without_block_ids(mut self) -> Scheduler {
-        self.state.kv.keep_counts_only();
+        // SGLang's radix cache shares pages by id.
+        if self.state.radix.is_none() {
+            self.state.kv.keep_counts_only();
+        }
         self
+    }
+
+    /// Whether prompts are looked up in a cache of earlier ones (vLLM's block hashes, SGLang's
+    /// radix tree): then [`Scheduler::add_request_with_prefix`] wants their block hashes.
+    pub fn caches_prefixes(&self) -> bool {
+        self.state.caches_prefixes()
+    }
+
+    /// Tokens of a prompt hashed `hashes` (per block of [`SchedulerConfig::block_size`]) whose
+    /// KV this replica's cache holds, from the first: what the prefix-aware router compares.
+    pub fn cached_prefix_tokens(&self, hashes: &[BlockHash]) -> u32 {
+        match &self.state.radix {
+            Some(radix) => radix.peek_prefix(hashes) as u32 * self.state.config.block_size,
+            None => self.state.kv.cached_prefix_tokens(hashes),
+        }
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -153,6 +171,8 @@ impl Scheduler {
         if let Some(rejection) = self.policy.refuse(state, prompt_tokens, max_tokens) {
             return Admission::Rejected(rejection);
         }
+        let max_tokens = self.policy.max_new_tokens(state, prompt_tokens, max_tokens);
+        let output_tokens = output_tokens.min(max_tokens);
         let total_tokens = u64::from(prompt_tokens) + u64::from(max_tokens) - 1;
         if state.config.num_scheduler_steps > 1 && total_tokens > u64::from(state.config.max_num_batched_tokens) {
             let max_num_batched_tokens = state.config.max_num_batched_tokens;
@@ -262,6 +282,7 @@ impl Scheduler {
         }
         let mut any_finished = false;
         let holds = self.window.holds_tokens();
+        let radix_extend = state.radix.is_some() && self.batch.prefill_tokens > 0;
         let stream_window_steps = state.config.stream_window_steps;
         for work in &self.batch.seqs {
             let accepted = state.drafts_accepted(work);
@@ -271,8 +292,12 @@ impl Scheduler {
             seq.computed += work.new_tokens - (work.draft_tokens - accepted);
             seq.generated += accepted;
             debug_assert!(seq.computed <= seq.tokens_known());
-            if !state.prompt_hashes.is_empty() {
+            if !state.prompt_hashes.is_empty() && state.radix.is_none() {
                 state.cache_computed_blocks(work.seq, work.context_tokens);
+            }
+            // SGLang caches what an extend (prefill) batch computed, for later prompts to match.
+            if radix_extend {
+                state.radix_cache_unfinished(work.seq);
             }
             let seq = &mut state.seqs[work.seq as usize];
             if !work.samples_token {
@@ -404,7 +429,9 @@ impl Scheduler {
             blocks_cohort += grown;
         }
         state.kv.check_refcounts();
-        if state.kv.shares_blocks() {
+        if state.radix.is_some() {
+            state.check_radix();
+        } else if state.kv.shares_blocks() {
             // A shared block is in several tables: the refcounts tie the tables to the pool.
             assert_eq!(blocks_running + blocks_cohort - grown, state.kv.blocks_in_tables(), "a sequence not running holds KV blocks");
         } else {

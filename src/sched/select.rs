@@ -4,6 +4,7 @@
 
 use super::config::SchedulerConfig;
 use super::policy::{SchedulingPolicy, Servesim, VllmV0, VllmV1};
+use super::sglang::Sglang;
 use super::tgi::Tgi;
 
 /// Batching policy of the engine being modelled.
@@ -18,6 +19,9 @@ pub enum Policy {
     Tgi,
     /// servesim's own engine (`servesim serve`): vLLM V1's scheduling without graphs.
     Servesim,
+    /// SGLang 0.4.9: prefill or decode batches, its PrefillAdder's conservative admission,
+    /// retraction, and RadixAttention's token-level prefix cache (`sched::sglang`).
+    Sglang,
 }
 
 impl Policy {
@@ -27,6 +31,7 @@ impl Policy {
             Policy::VllmV0 => "vllm-v0",
             Policy::Tgi => "tgi",
             Policy::Servesim => "servesim",
+            Policy::Sglang => "sglang",
         }
     }
 
@@ -34,11 +39,13 @@ impl Policy {
     /// for it.
     pub fn build(self, config: &SchedulerConfig) -> Box<dyn SchedulingPolicy> {
         assert_eq!(self == Policy::Tgi, config.tgi.is_some(), "SchedulerConfig.tgi is set exactly for policy tgi");
+        assert_eq!(self == Policy::Sglang, config.sglang.is_some(), "SchedulerConfig.sglang is set exactly for policy sglang");
         match self {
             Policy::VllmV1 => Box::new(VllmV1),
             Policy::VllmV0 => Box::new(VllmV0),
             Policy::Tgi => Box::new(Tgi::new(config)),
             Policy::Servesim => Box::new(Servesim),
+            Policy::Sglang => Box::new(Sglang::new(config)),
         }
     }
 }

@@ -30,6 +30,10 @@ pub(super) struct Seq {
     /// and then how many of those scheduled the caller's verification kept.
     pub drafts_proposed: u32,
     pub drafts_accepted: u32,
+    /// With SGLang's radix cache: the node whose path the sequence locks, and how many of its
+    /// first pages that path holds (the rest of its table is its own).
+    pub radix_node: u32,
+    pub radix_pages: u32,
 }
 
 impl Seq {
@@ -46,6 +50,8 @@ impl Seq {
             cohort_index: NOT_MEMBER,
             drafts_proposed: 0,
             drafts_accepted: 0,
+            radix_node: 0,
+            radix_pages: 0,
         }
     }
 

@@ -10,6 +10,7 @@ use super::config::SchedulerConfig;
 use super::kv::KvCacheManager;
 use super::outcome::PrefixStats;
 use super::prefix::{BlockHash, extend_with_own_blocks, hit_blocks_max};
+use super::radix::RadixCache;
 use super::seq::Seq;
 use super::speculative::{Acceptance, SpecStats, draw_accepted};
 
@@ -39,7 +40,10 @@ pub struct SchedulerState {
     /// of its own text up to what it had computed ([`extend_with_own_blocks`]).
     pub(super) prompt_hashes: Vec<Vec<BlockHash>>,
     /// Tells apart the hashes of text only one request holds ([`extend_with_own_blocks`]).
-    own_text_serial_next: u64,
+    pub(super) own_text_serial_next: u64,
+    /// SGLang's radix cache (`sched::radix_state`), in place of vLLM's block hashes: `Some` for
+    /// policy sglang with `enable_prefix_caching` (its radix cache not disabled).
+    pub(super) radix: Option<RadixCache>,
     pub(super) prefix_stats: PrefixStats,
     pub(super) spec_stats: SpecStats,
 }
@@ -47,7 +51,8 @@ pub struct SchedulerState {
 impl SchedulerState {
     pub(super) fn new(config: SchedulerConfig) -> SchedulerState {
         let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size).with_blocks_per_seq(config.kv_blocks_per_seq);
-        let kv = if config.enable_prefix_caching { kv.with_prefix_caching() } else { kv };
+        let radix = (config.enable_prefix_caching && config.sglang.is_some()).then(RadixCache::new);
+        let kv = if config.enable_prefix_caching && radix.is_none() { kv.with_prefix_caching() } else { kv };
         SchedulerState {
             watermark_blocks: config.watermark_blocks(),
             config,
@@ -61,9 +66,16 @@ impl SchedulerState {
             admitted_next: 0,
             prompt_hashes: Vec::new(),
             own_text_serial_next: 0,
+            radix,
             prefix_stats: PrefixStats::default(),
             spec_stats: SpecStats::default(),
         }
+    }
+
+    /// Whether prompts are looked up in a cache of earlier ones: vLLM's block hashes or SGLang's
+    /// radix tree.
+    pub(super) fn caches_prefixes(&self) -> bool {
+        self.kv.prefix_cache().is_some() || self.radix.is_some()
     }
 
     /// Running sequences, the cohort's included.
@@ -251,7 +263,11 @@ impl SchedulerState {
 
     /// Frees the blocks of `slot` and the slot itself; the caller has taken it off its queue.
     pub(super) fn release(&mut self, slot: u32) {
-        self.kv.free(slot);
+        if self.radix.is_some() {
+            self.radix_cache_finished(slot);
+        } else {
+            self.kv.free(slot);
+        }
         if let Some(hashes) = self.prompt_hashes.get_mut(slot as usize) {
             hashes.clear();
         }
@@ -260,7 +276,7 @@ impl SchedulerState {
 
     /// Keeps `hashes` as the prompt block hashes of `slot` (prefix caching only).
     pub(super) fn set_prompt_hashes(&mut self, slot: u32, hashes: &[BlockHash]) {
-        if self.kv.prefix_cache().is_none() || hashes.is_empty() {
+        if !self.caches_prefixes() || hashes.is_empty() {
             return;
         }
         assert!(!self.kv.counts_only(), "shared text needs block ids (Scheduler::without_block_ids)");
@@ -270,7 +286,7 @@ impl SchedulerState {
     }
 
     /// The block hashes of `slot`, made on first use.
-    fn hashes_mut(&mut self, slot: u32) -> &mut Vec<BlockHash> {
+    pub(super) fn hashes_mut(&mut self, slot: u32) -> &mut Vec<BlockHash> {
         let s = slot as usize;
         if self.prompt_hashes.len() <= s {
             self.prompt_hashes.resize_with(s + 1, Vec::new);
@@ -321,10 +337,11 @@ impl SchedulerState {
     /// `seq` was admitted: its hit tokens are computed already, and the first admission counts
     /// toward the hit rate.
     pub(super) fn record_admission(&mut self, seq: u32, hit_tokens: u32) {
+        let caching = self.caches_prefixes();
         let s = &mut self.seqs[seq as usize];
         // A prefilled arrival's KV came with it; anyone else starts from what the cache holds.
         s.computed += hit_tokens;
-        if self.kv.prefix_cache().is_some() && s.preemptions == 0 {
+        if caching && s.preemptions == 0 {
             self.prefix_stats.prompt_tokens += u64::from(s.prompt_tokens);
             self.prefix_stats.hit_tokens += u64::from(hit_tokens);
         }

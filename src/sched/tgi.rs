@@ -258,6 +258,7 @@ mod tests {
             stream_window_steps: false,
             speculative: None,
             tgi: Some(tgi),
+            sglang: None,
         };
         let policy = Box::new(Tgi::new(&config));
         Scheduler::new(config, policy)

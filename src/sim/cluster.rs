@@ -5,6 +5,7 @@ use crate::cost::StepCost;
 use crate::scenario::{Policy, Router};
 use crate::sched::Scheduler;
 use crate::sched::prefix::BlockHash;
+use super::sgl_router::CacheAwareTrees;
 
 /// The prefix-aware router sends a request to the replica with the longest cached prefix unless
 /// that replica has more than this many requests outstanding beyond the least loaded one; then
@@ -42,6 +43,8 @@ pub const SECOND: usize = 1;
 struct Group {
     members: Vec<u32>,
     round_robin_next: usize,
+    /// SGLang's cache-aware router's trees, one per member.
+    cache_aware: Option<CacheAwareTrees>,
 }
 
 /// Replicas plus routing state: one router per group, of the same kind.
@@ -93,7 +96,13 @@ impl Cluster {
             vec![members(&|_| true)]
         };
         assert!(groups.iter().all(|g| !g.is_empty()), "every router has replicas");
-        let groups = groups.into_iter().map(|members| Group { members, round_robin_next: 0 }).collect();
+        let groups = groups
+            .into_iter()
+            .map(|members| {
+                let cache_aware = (router == Router::CacheAware).then(|| CacheAwareTrees::new(members.len()));
+                Group { members, round_robin_next: 0, cache_aware }
+            })
+            .collect();
         Cluster { replicas, router, groups, data_parallel: 0 }
     }
 
@@ -104,11 +113,11 @@ impl Cluster {
         self
     }
 
-    /// Picks the replica of `group` for the next request. Deterministic: ties go to the lowest
-    /// index. `hashes` gives the request's prompt block hashes for a block size (the
-    /// prefix-aware router's only input beyond the loads).
+    /// Picks the replica of `group` for the next request, of `prompt_tokens` tokens.
+    /// Deterministic: ties go to the lowest index. `hashes` gives the request's prompt block
+    /// hashes for a block size (the cache routers' only input beyond the loads).
     #[inline(always)]
-    pub fn route(&mut self, group: usize, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
+    pub fn route(&mut self, group: usize, prompt_tokens: u32, hashes: impl Fn(u32) -> Vec<BlockHash>) -> u32 {
         let g = &mut self.groups[group];
         let members = &g.members;
         if self.data_parallel > 0 {
@@ -150,7 +159,7 @@ impl Cluster {
                     if cached.1.is_empty() || cached.0 != block_size {
                         cached = (block_size, hashes(block_size));
                     }
-                    let tokens = r.scheduler.kv().cached_prefix_tokens(&cached.1);
+                    let tokens = r.scheduler.cached_prefix_tokens(&cached.1);
                     let better = tokens > best.0
                         || (tokens == best.0 && tokens > 0 && r.outstanding < self.replicas[best.1 as usize].outstanding);
                     if better {
@@ -159,6 +168,11 @@ impl Cluster {
                 }
                 let load_gap = self.replicas[best.1 as usize].outstanding - self.replicas[least as usize].outstanding;
                 if best.0 == 0 || load_gap > PREFIX_ROUTER_LOAD_GAP_MAX { least } else { best.1 }
+            }
+            Router::CacheAware => {
+                let loads: Vec<u32> = members.iter().map(|&i| self.replicas[i as usize].outstanding).collect();
+                let trees = g.cache_aware.as_mut().expect("made for the cache-aware router");
+                members[trees.pick(&loads, &hashes(1), prompt_tokens)]
             }
             Router::WeightedLeastOutstanding => {
                 // The load a replica would carry with this request, in units of its speed.

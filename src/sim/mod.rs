@@ -11,6 +11,9 @@
 //! instant is visible to it), lasts what the cost model predicts, and the next step starts as
 //! soon as the previous ends, as in real engines' busy loops.
 //!
+//! Data-parallel ranks (`SimConfig::data_parallel`) are replicas of their own, chosen by vLLM's
+//! balancer; ranks that share a mixture of experts' expert layers step in lockstep (`lockstep`).
+//!
 //! A sent request reaches its replica's scheduler after the front end's overhead
 //! (`frontend_overhead_ns`, plus `frontend_per_token_ns` per prompt token), one request at a
 //! time per replica. With none, every request sent at
@@ -21,6 +24,7 @@ pub mod cluster;
 pub mod link;
 mod lockstep;
 pub mod queue;
+pub mod sgl_router;
 
 use crate::cost::CostModel;
 use crate::metrics::{RequestRecord, RunChunks, RunRecords, TokenBuckets, WeightedSamples};
@@ -411,7 +415,8 @@ impl Simulation<'_> {
     fn send(&mut self, id: u32) {
         self.in_flight += 1;
         self.out.records.requests[id as usize].send_ns = self.now_ns;
-        let replica_index = self.cluster.route(cluster::FIRST, |block_size| prompt_hashes(&self.requests[id as usize], block_size));
+        let prompt_tokens = self.requests[id as usize].input_tokens;
+        let replica_index = self.cluster.route(cluster::FIRST, prompt_tokens, |block_size| prompt_hashes(&self.requests[id as usize], block_size));
         self.out.extras[id as usize].replica = replica_index;
         let replica = &mut self.cluster.replicas[replica_index as usize];
         replica.outstanding += 1;
@@ -432,9 +437,10 @@ impl Simulation<'_> {
     fn admit(&mut self, id: u32, replica_index: u32) {
         let spec = self.requests[id as usize];
         let replica = &mut self.cluster.replicas[replica_index as usize];
-        let hashes = match replica.scheduler.kv().prefix_cache() {
-            Some(_) => prompt_hashes(&spec, replica.scheduler.config().block_size),
-            None => Vec::new(),
+        let hashes = if replica.scheduler.caches_prefixes() {
+            prompt_hashes(&spec, replica.scheduler.config().block_size)
+        } else {
+            Vec::new()
         };
         // A prefill replica computes the prompt and samples the first token, nothing more.
         let (output_tokens, max_tokens) =
@@ -599,7 +605,7 @@ impl Simulation<'_> {
     /// A prefilled request's KV leaves for the decode replica the decode router picks, over the
     /// link into it, which transfers in flight share.
     fn send_kv(&mut self, id: u32) {
-        let replica = self.cluster.route(cluster::SECOND, |_| Vec::new());
+        let replica = self.cluster.route(cluster::SECOND, 0, |_| Vec::new());
         self.out.extras[id as usize].replica = replica;
         self.cluster.replicas[replica as usize].outstanding += 1;
         let Role::Decode { kv_bytes_per_token, .. } = self.cluster.replicas[replica as usize].role else {

@@ -39,7 +39,7 @@ use crate::engine::server::{CudaModelEngine, EngineHandle, EngineKnobs, Executor
 use crate::metrics::Summary;
 use crate::metrics::format::{ReportOptions, to_json};
 use crate::run::{PointResult, run_point, sim_config};
-use crate::scenario::{Dtype, Scenario};
+use crate::scenario::{Dtype, Policy, Scenario};
 use crate::timeline::StepRow;
 
 /// The metrics compared, with the issue's error targets: ≤ 10% on output throughput and mean
@@ -220,22 +220,12 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, device_name: &str,
     let _ = writeln!(t, "memory_bandwidth_gbps = {}", peak.memory_bytes_per_s / 1e9);
     let _ = writeln!(t, "memory_gib = 16\ninterconnect_gbps = 1\ncount = 1\n");
     let _ = writeln!(t, "[engine]");
-    let _ = writeln!(t, "policy = \"servesim\"");
     let k = &setup.knobs;
-    let _ = writeln!(t, "max_num_seqs = {}", k.max_num_seqs);
-    let _ = writeln!(t, "max_num_batched_tokens = {}", k.max_num_batched_tokens);
-    let _ = writeln!(t, "block_size = {}", k.block_size);
-    let _ = writeln!(t, "num_gpu_blocks = {}", k.num_gpu_blocks);
-    if k.num_scheduler_steps > 1 {
-        let _ = writeln!(t, "num_scheduler_steps = {}", k.num_scheduler_steps);
-        // A window schedules prompts whole, so the engine serves no sequence longer than its
-        // step budget: the twin's context is bounded alike.
-        let _ = writeln!(t, "max_model_len = {}", k.max_num_batched_tokens.min(m.max_position_embeddings as u32));
+    if k.policy == Policy::Sglang {
+        write_sglang_engine(&mut t, k);
+    } else {
+        write_servesim_engine(&mut t, k, m.max_position_embeddings as u32);
     }
-    if k.enable_prefix_caching {
-        let _ = writeln!(t, "enable_prefix_caching = true");
-    }
-    let _ = writeln!(t, "watermark = 0.0\n");
     let _ = writeln!(t, "# The engine's host time, timed on its own loop with a forward pass that computes nothing.");
     let _ = writeln!(t, "[cost]");
     let _ = writeln!(t, "step_overhead_eager_us = {:.3}", host.step_us);
@@ -252,6 +242,38 @@ pub fn scenario_toml(setup: &EngineSetup, sweep: &SweepSetup, device_name: &str,
     let _ = writeln!(t, "kind = \"fixed\"");
     let _ = writeln!(t, "input_len = {}\noutput_len = {}", sweep.input_len, sweep.output_len);
     Ok(t)
+}
+
+/// `[engine]` of the twin of servesim's own engine (policy `servesim`).
+fn write_servesim_engine(t: &mut String, k: &EngineKnobs, max_positions: u32) {
+    let _ = writeln!(t, "policy = \"servesim\"");
+    let _ = writeln!(t, "max_num_seqs = {}", k.max_num_seqs);
+    let _ = writeln!(t, "max_num_batched_tokens = {}", k.max_num_batched_tokens);
+    let _ = writeln!(t, "block_size = {}", k.block_size);
+    let _ = writeln!(t, "num_gpu_blocks = {}", k.num_gpu_blocks);
+    if k.num_scheduler_steps > 1 {
+        let _ = writeln!(t, "num_scheduler_steps = {}", k.num_scheduler_steps);
+        // A window schedules prompts whole, so the engine serves no sequence longer than its
+        // step budget: the twin's context is bounded alike.
+        let _ = writeln!(t, "max_model_len = {}", k.max_num_batched_tokens.min(max_positions));
+    }
+    if k.enable_prefix_caching {
+        let _ = writeln!(t, "enable_prefix_caching = true");
+    }
+    let _ = writeln!(t, "watermark = 0.0\n");
+}
+
+/// `[engine]` of the twin of the engine run `--policy sglang`: SGLang's flags for the same
+/// knobs (`EngineKnobs::sglang_config`), eager and without the overlap scheduler, as the engine
+/// runs.
+fn write_sglang_engine(t: &mut String, k: &EngineKnobs) {
+    let _ = writeln!(t, "policy = \"sglang\"\n[engine.sglang]");
+    let _ = writeln!(t, "max_running_requests = {}", k.max_num_seqs);
+    let _ = writeln!(t, "chunked_prefill_size = {}", k.max_num_batched_tokens);
+    let _ = writeln!(t, "page_size = {}", k.block_size);
+    let _ = writeln!(t, "max_total_tokens = {}", u64::from(k.num_gpu_blocks) * u64::from(k.block_size));
+    let _ = writeln!(t, "disable_radix_cache = {}", !k.enable_prefix_caching);
+    let _ = writeln!(t, "disable_cuda_graph = true\ndisable_overlap_schedule = true\n");
 }
 
 fn series_prompts(sweep: &SweepSetup, concurrency: u32) -> u32 {
@@ -403,7 +425,8 @@ fn calibrate_engine_device(config: &EngineValidationConfig, log: &mut dyn FnMut(
         ),
         Some(ordinal) => (
             Box::new(crate::calibrate::cuda::CudaBackend::new(ordinal).map_err(|e| device_error(e.to_string()))?),
-            TimingOptions::default(),
+            // As the engine runs its decode steps: replayed in CUDA graphs, operands warm in L2.
+            TimingOptions::default().with_method(crate::calibrate::timing::TimingMethod::Graph),
             1,
         ),
     };
@@ -469,8 +492,10 @@ fn start_executor(setup: &EngineSetup, llama: &LlamaConfig) -> Result<Box<dyn Ex
             Box::new(ModelEngine::new(model))
         }
         Some(ordinal) => {
-            let model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
+            let mut model = CudaModelExecutor::new(&weights, blocks, block_size, ordinal)
                 .map_err(|e| Error::Usage { flag: "--device", value: setup.device_label(), reason: e.to_string() })?;
+            // Parts timed as on a CPU, so the step table compares them.
+            model.set_time_parts(true);
             Box::new(CudaModelEngine::new(model))
         }
     })
@@ -846,12 +871,13 @@ pub fn render(v: &EngineValidation) -> String {
     let _ = writeln!(
         t,
         "\nMean step time by kind, engine / simulated: the engine's step trace (its forward pass timed kernel by \
-         kernel on a CPU; on a GPU timed whole, its parts shown as —) against the simulator's step costs. Host is \
-         the engine's time outside the forward pass, and the cost model's overhead term.\n"
+         kernel on a CPU; on a GPU by CUDA events between kernels of different kinds, inside its CUDA graphs too) \
+         against the simulator's step costs. Host is the engine's time outside the forward pass, and the cost \
+         model's overhead term.\n"
     );
-    // The CPU executor times each kernel as it returns; the CUDA executor's kernels run
-    // asynchronously, and only the whole forward pass (to the logits' copy) is timed.
-    let engine_parts_timed = s.device.is_none();
+    // The CPU executor times each kernel as it returns; the CUDA executor records events between
+    // kernels of different kinds (`set_time_parts`), read after each step.
+    let engine_parts_timed = true;
     let _ = writeln!(t, "| step kind | steps | step (ms) | error | GEMM (ms) | attention (ms) | elementwise (ms) | host (ms) |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for g in step_comparison(v) {
@@ -934,7 +960,16 @@ mod tests {
             size: "tiny".into(),
             seed: 0,
             threads: 1,
-            knobs: EngineKnobs { max_num_seqs: 8, max_num_batched_tokens: 64, block_size: 16, num_gpu_blocks: 64, enable_prefix_caching: false, num_scheduler_steps: 1, ngram: None },
+            knobs: EngineKnobs {
+                max_num_seqs: 8,
+                max_num_batched_tokens: 64,
+                block_size: 16,
+                num_gpu_blocks: 64,
+                enable_prefix_caching: false,
+                num_scheduler_steps: 1,
+                ngram: None,
+                policy: Policy::Servesim,
+            },
             device: None,
         };
         let sweep = SweepSetup { input_len: 16, output_len: 8, concurrency: vec![1, 4], rounds: 2, poisson_load: 0.5 };
@@ -978,6 +1013,16 @@ mod tests {
         let text = scenario_toml(&windowed, &sweep, "CPU", peak, host).unwrap();
         let w = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
         assert_eq!(scheduler_config(&w), windowed.knobs.scheduler_config());
+        // And with SGLang's scheduler (`--policy sglang`), the radix cache on or off.
+        for cache in [false, true] {
+            let knobs = EngineKnobs { policy: Policy::Sglang, enable_prefix_caching: cache, ..engine.knobs };
+            let sglang = EngineSetup { knobs, ..engine.clone() };
+            let text = scenario_toml(&sglang, &sweep, "CPU", peak, host).unwrap();
+            let g = Scenario::from_toml_str(&text, "engine.toml".as_ref(), &[]).unwrap();
+            assert_eq!(g.engine.policy, Policy::Sglang);
+            assert_eq!(scheduler_config(&g), sglang.knobs.scheduler_config(), "{text}");
+            assert_eq!(g.cost.cpu_overlap, 0.0, "the engine schedules in series with its steps");
+        }
         assert_eq!((s.cost.step_overhead_eager_us, s.cost.seq_overhead_us, s.cost.frontend_overhead_us), (3.0, 0.25, 120.0));
         assert_eq!(sim_config(&s).frontend_overhead_ns, 120_000);
         assert_eq!(s.hardware.gpu.peak_flops_16bit, 5e10);

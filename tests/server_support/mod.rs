@@ -60,6 +60,7 @@ pub fn config() -> SchedulerConfig {
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: None,
     }
 }
 

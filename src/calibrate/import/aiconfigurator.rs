@@ -130,6 +130,7 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
         agreement.push(line);
     }
 
+    let families = super::aiconfigurator_families::import(gpu_dir, engine, &version, &gpu.name)?;
     let data_root = gpu_dir.parent().unwrap_or(gpu_dir).to_path_buf();
     let source = Source {
         format: "aiconfigurator",
@@ -146,7 +147,9 @@ pub fn import(gpu_dir: &Path, engine: &str, version: Option<&str>) -> Result<Imp
                  out-of-place time per iteration"
             .into(),
     };
-    assemble(acc, source)
+    let mut imported = assemble(acc, source)?;
+    imported.families = families;
+    Ok(imported)
 }
 
 /// `comm/nccl/<newest NCCL version>/nccl_perf.parquet` under `gpu_dir`, when there is one.

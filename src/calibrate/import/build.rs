@@ -28,6 +28,8 @@ const FILES_MAX: usize = 10_000;
 pub struct Imported {
     pub profile: Profile,
     pub notes: Vec<String>,
+    /// Tables of whole modules (MLA, MoE, …), written beside the profile; aiconfigurator only.
+    pub families: Option<crate::calibrate::families::Families>,
 }
 
 pub fn dim(value: u64) -> u32 {
@@ -284,5 +286,5 @@ pub fn assemble(acc: Accumulator, source: Source) -> Result<Imported, ImportErro
             method: source.method,
         }),
     };
-    Ok(Imported { profile: Profile { rows: done.rows, provenance }, notes: done.notes })
+    Ok(Imported { profile: Profile { rows: done.rows, provenance }, notes: done.notes, families: None })
 }

@@ -12,6 +12,7 @@
 //! facts from their sources (named in every profile's provenance); the converters are servesim's.
 
 pub mod aiconfigurator;
+pub mod aiconfigurator_families;
 pub mod attention_csv;
 pub mod build;
 pub mod compare;

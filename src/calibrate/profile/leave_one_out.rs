@@ -53,6 +53,23 @@ impl LeaveOneOut {
 /// [`GemmCurve`](super::interpolate::GemmCurve), and so is `alone`) or surface (attention: same
 /// phase, dtype, heads, evenness).
 pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
+    let (points, alone, not_sampled) = leave_one_out_points(profile);
+    let mut result = LeaveOneOut { alone, not_sampled, ..LeaveOneOut::default() };
+    for (shape, error) in points {
+        match shape {
+            Shape::Gemm(_) => result.gemm.push(error),
+            Shape::Attention(_) => result.attention.push(error),
+            Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
+        }
+    }
+    result
+}
+
+/// [`leave_one_out`] point by point: each predicted GEMM and attention shape with its relative
+/// error, in row order within each curve or surface; then the points alone in theirs, and those
+/// not sampled. What a refining calibration (`calibrate::refine`) reads to find where the
+/// interpolation is worst.
+pub fn leave_one_out_points(profile: &Profile) -> (Vec<(Shape, f64)>, usize, usize) {
     let peak = profile.peak();
     type GroupKey = (u8, Option<AttentionKey>, Option<(Dtype, u32, u32, bool)>);
     let mut groups: BTreeMap<GroupKey, Vec<&ProfileRow>> = BTreeMap::new();
@@ -63,34 +80,29 @@ pub fn leave_one_out(profile: &Profile) -> LeaveOneOut {
             Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
         }
     }
-    let mut result = LeaveOneOut::default();
+    let (mut points, mut alone, mut not_sampled) = (Vec::new(), 0, 0);
     for rows in groups.values() {
         if rows.len() < 2 {
-            result.alone += rows.len();
+            alone += rows.len();
             continue;
         }
         let sampled = rows.len().min(LEAVE_ONE_OUT_POINTS_PER_GROUP);
-        result.not_sampled += rows.len() - sampled;
+        not_sampled += rows.len() - sampled;
         // The first and the last point, and evenly between (every point of a small group).
         for i in (0..sampled).map(|s| if sampled == 1 { 0 } else { s * (rows.len() - 1) / (sampled - 1) }) {
             let row = rows[i];
             let index =
                 ProfileIndex::from_rows(rows.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, r)| *r), peak);
             let measured = row.measurement.median_ns;
-            match &row.shape {
-                Shape::Gemm(g) => {
-                    let predicted = index.predict_gemm_ns(g).expect("curve of the group");
-                    result.gemm.push((predicted - measured).abs() / measured);
-                }
-                Shape::Attention(a) => {
-                    let predicted = index.predict_attention_ns(a).expect("surface of the group");
-                    result.attention.push((predicted - measured).abs() / measured);
-                }
-                Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => {}
-            }
+            let predicted = match &row.shape {
+                Shape::Gemm(g) => index.predict_gemm_ns(g).expect("curve of the group"),
+                Shape::Attention(a) => index.predict_attention_ns(a).expect("surface of the group"),
+                Shape::AllReduce(_) | Shape::AllToAll(_) | Shape::Sampling(_) => continue,
+            };
+            points.push((row.shape, (predicted - measured).abs() / measured));
         }
     }
-    result
+    (points, alone, not_sampled)
 }
 
 /// Drops each interior GEMM shape `(dtype, n, k)` of a profile measured on an (n, k) grid in

@@ -8,9 +8,11 @@
 //!      slots, block tables, context lengths, cu_seqlens, sample rows)
 //!  gather_rows(embed, token ids) ─► residual [T, h]
 //!  per layer:  rmsnorm (layer 0) / fused_add_rmsnorm (later layers: residual += down output)
-//!              gemm q, k, v ─ rotary(q, k) ─ reshape_and_cache(k, v → this layer's cache)
-//!              ├─ attention_decode  rows 0..D        (one token per sequence, over the cache)
-//!              └─ attention_prefill rows D..T        (chunks, over cached context + themselves)
+//!              gemm qkv (one fused GEMM) ─ rotary(q, k) ─ reshape_and_cache(k, v → this layer's cache)
+//!              ├─ attention_decode  rows 0..D        (one token per sequence, over the cache;
+//!              │                                      split-KV where the shape allows)
+//!              └─ attention_prefill rows D..T        (chunks, over cached context + themselves;
+//!                                                     tensor cores where the shape allows)
 //!              gemm o ─ fused_add_rmsnorm (residual += o) ─ gemm gate_up ─ silu_mul ─ gemm down
 //!  fused_add_rmsnorm(final norm) ─ gather_rows(sample rows) ─ gemm lm_head ─► bf16 logits
 //!      ─► host, widened to f32
@@ -21,18 +23,18 @@
 //! | tensor             | shape                                          | notes |
 //! |--------------------|------------------------------------------------|-------|
 //! | `embed`            | `[vocab, h]`                                   | gather source; if tied, also the LM head |
-//! | `wq`, `wk`, `wv`   | `[q_dim, h]`, `[kv_dim, h]`, `[kv_dim, h]`     | HF's `[out, in]` = gemm.rs's `W` (`Y = X·Wᵀ`) |
+//! | `w_qkv`            | `[q_dim + 2·kv_dim, h]`: q rows, k rows, v rows | HF's `[out, in]` = gemm.rs's `W` (`Y = X·Wᵀ`), fused at load |
 //! | `wo`, `w_down`     | `[h, q_dim]`, `[h, ffn]`                       | likewise |
 //! | `w_gate_up`        | `[2·ffn, h]`: gate rows, then up rows          | output `[T, gate ‖ up]`, as `silu_mul` reads |
 //! | `lm_head`          | `[vocab, h]`                                   | absent when tied (`embed` is the same) |
 //! | k / v cache, layer | `[num_blocks, block_size, kv_heads, head_dim]` | slot = block · block_size + offset |
 //! | `cos_sin`          | `[max_positions, head_dim]` f32                | NeoX pairing, as the CPU `Rope` |
-//! | activations        | `[T, width]`, rows in the plan's order         | q, k, v separate, contiguous (below) |
+//! | activations        | `[T, width]`, rows in the plan's order         | `qkv [T, q_dim + 2·kv_dim]`: q, k, v are its column ranges |
 //!
-//! Why q, k and v are three GEMMs rather than one merged projection: the launch wrappers take
-//! whole device buffers, and the attention and cache kernels want q, k and v each starting at
-//! row 0 of their buffer (their strides would allow views into a merged output, the wrappers do
-//! not). Three GEMMs read the same weight bytes as one; they cost two extra launches per layer.
+//! Why one QKV GEMM (as vLLM's `QKVParallelLinear`): the cost model prices one, and three cost
+//! two extra launches per layer. Rotary, the cache write and attention read q, k and v in place
+//! as column ranges of its output ([`At`] views with the fused row as their stride), so nothing
+//! is copied. Gate and up are one GEMM likewise (`w_gate_up`).
 //!
 //! Why decodes come first: the decode kernel reads queries and writes outputs from row 0 of the
 //! buffers it is given, while the prefill kernel locates each sequence's rows through
@@ -49,18 +51,24 @@
 //! (`tests/cuda_forward.rs`) runs only where a GPU is present.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
+
+use super::graphs::{DecodeGraph, DecodeGraphs, GraphIndex, PaddedIndex, capture_size};
+pub use super::step_index::{HostIndex, IndexLayout, pad_block_tables};
+use super::parts::{Part, PartTimer};
 
 use super::device::{CudaDevice, check_cublaslt, check_driver, check_nvrtc, driver_error, no_panic};
 use super::gemm::{CublasLt, GemmDtype, GemmPlan};
 use super::kernels::{
-    CudaKernels, DecodeParams, DecodeWorkspace, MAX_HEAD_DIM, PagedKvCache, PrefillParams, RotaryParams,
+    At, CudaKernels, DecodeParams, DecodeWorkspace, MAX_HEAD_DIM, PagedKvCache, PrefillParams, RotaryParams,
     rotary_cos_sin_cache,
 };
 use crate::engine::DeviceError;
-use crate::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelError, RowOrder, StepPlan};
+use crate::engine::model::{BlockTables, LlamaConfig, LlamaWeights, ModelError, OpTimes, RowOrder, StepPlan};
 use crate::sched::batch::Batch;
 
 /// GEMM plans kept at once. A plan is per (m, n, k) and m is a step's token count, so a server
@@ -101,25 +109,10 @@ pub fn round_weights_to_bf16(weights: &LlamaWeights) -> LlamaWeights {
     out
 }
 
-/// `[rows, cols]` int32 block tables of a group: each sequence's table padded with block 0 to the
-/// longest (the kernels read only the entries their context lengths cover).
-pub fn pad_block_tables(tables: impl Iterator<Item = impl AsRef<[u32]>> + Clone, out: &mut Vec<i32>) -> usize {
-    let cols = tables.clone().map(|t| t.as_ref().len()).max().unwrap_or(0).max(1);
-    out.clear();
-    for t in tables {
-        let t = t.as_ref();
-        out.extend(t.iter().map(|&b| b as i32));
-        out.extend(std::iter::repeat_n(0, cols - t.len()));
-    }
-    cols
-}
-
 /// One decoder layer on the device (layouts in the module table).
 struct DeviceLayer {
     input_norm: CudaSlice<bf16>,
-    wq: CudaSlice<bf16>,
-    wk: CudaSlice<bf16>,
-    wv: CudaSlice<bf16>,
+    w_qkv: CudaSlice<bf16>,
     wo: CudaSlice<bf16>,
     post_norm: CudaSlice<bf16>,
     w_gate_up: CudaSlice<bf16>,
@@ -143,9 +136,8 @@ struct Activations {
     residual: CudaSlice<bf16>,
     /// A sub-layer's normalised input, then its output `[T, h]`.
     x: CudaSlice<bf16>,
-    q: CudaSlice<bf16>,
-    k: CudaSlice<bf16>,
-    v: CudaSlice<bf16>,
+    /// The fused QKV projection `[T, q_dim + 2·kv_dim]`.
+    qkv: CudaSlice<bf16>,
     /// Attention output `[T, heads, head_dim]`.
     attn: CudaSlice<bf16>,
     /// `[T, 2·ffn]`.
@@ -206,6 +198,15 @@ pub struct CudaModelExecutor {
     decode: Option<DecodeScratch>,
     logits_bf16: Vec<bf16>,
     logits: Vec<f32>,
+    /// Pure-decode steps replay CUDA graphs (on by default).
+    use_graphs: bool,
+    graphs: DecodeGraphs,
+    /// A graph step's padded index, rebuilt each step.
+    padded: PaddedIndex,
+    /// Time each step by parts with events (off by default: the events cost launches).
+    time_parts: bool,
+    timer: PartTimer,
+    last_times: Option<OpTimes>,
 }
 
 /// A CUDA-layer error as a model error naming the device (once: some messages already do).
@@ -277,9 +278,7 @@ impl CudaModelExecutor {
             let name = |t: &str| format!("layer {n} {t}");
             layers.push(DeviceLayer {
                 input_norm: up(&name("input_norm"), &to_bf16(&l.input_norm))?,
-                wq: up(&name("q_proj"), &pack_out_in_bf16(&l.qkv, h, qkv_cols, 0, qd))?,
-                wk: up(&name("k_proj"), &pack_out_in_bf16(&l.qkv, h, qkv_cols, qd, kvd))?,
-                wv: up(&name("v_proj"), &pack_out_in_bf16(&l.qkv, h, qkv_cols, qd + kvd, kvd))?,
+                w_qkv: up(&name("qkv_proj"), &pack_out_in_bf16(&l.qkv, h, qkv_cols, 0, qkv_cols))?,
                 wo: up(&name("o_proj"), &pack_out_in_bf16(&l.o, qd, h, 0, h))?,
                 post_norm: up(&name("post_norm"), &to_bf16(&l.post_norm))?,
                 w_gate_up: up(&name("gate_up_proj"), &pack_out_in_bf16(&l.gate_up, h, 2 * f, 0, 2 * f))?,
@@ -330,6 +329,12 @@ impl CudaModelExecutor {
             decode: None,
             logits_bf16: Vec::new(),
             logits: Vec::new(),
+            use_graphs: true,
+            graphs: DecodeGraphs::default(),
+            padded: PaddedIndex::default(),
+            time_parts: false,
+            timer: PartTimer::default(),
+            last_times: None,
         })
     }
 
@@ -349,6 +354,35 @@ impl CudaModelExecutor {
         &self.device
     }
 
+    /// Whether pure-decode steps replay CUDA graphs (the default) or launch eagerly.
+    pub fn set_cuda_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+        if !on {
+            self.graphs.clear();
+        }
+    }
+
+    /// Whether each step is timed by parts with CUDA events ([`CudaModelExecutor::last_times`]).
+    pub fn set_time_parts(&mut self, on: bool) {
+        self.time_parts = on;
+    }
+
+    /// The last step's time by part (GEMM, attention, elementwise), when parts are timed.
+    pub fn last_times(&self) -> Option<OpTimes> {
+        self.last_times
+    }
+
+    /// Decode steps replayed from graphs, and graphs captured, so far.
+    pub fn graph_counts(&self) -> (u64, u64) {
+        (self.graphs.replays, self.graphs.captures)
+    }
+
+    /// The attention kernels the launchers pick (see [`CudaKernels::set_attention`]).
+    pub fn set_attention(&mut self, attention: super::attention_fast::AttentionKernels) {
+        self.kernels.set_attention(attention);
+        self.graphs.clear();
+    }
+
     /// Runs one step; the contract is the CPU executor's
     /// [`forward_with_tables`](crate::engine::model::ModelExecutor::forward_with_tables): `token_ids`
     /// are the batch's new tokens in batch order, the tables cover every sequence's context and
@@ -366,49 +400,254 @@ impl CudaModelExecutor {
         Ok(&self.logits[..n])
     }
 
-    /// Runs the planned step (`self.plan`) and leaves the logits in `self.logits`.
+    /// Runs the planned step (`self.plan`) and leaves the logits in `self.logits`: a pure-decode
+    /// step of at most [`MAX_CAPTURE_SIZE`](super::graphs::MAX_CAPTURE_SIZE) sequences through a
+    /// CUDA graph (when graphs are on), anything else eagerly.
     fn run_step(&mut self) -> Result<(), DeviceError> {
-        let Self {
-            config: c, device, kernels, blas, weights: w, cos_sin, k_cache, v_cache, block_size, plan, gemms, act, index, decode,
-            logits_bf16, logits, ..
-        } = self;
-        device.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-        let stream = device.stream().clone();
-        let (h, qd, kvd, f, vocab) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
-        let (heads, kv_heads, head_dim) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let (t, s) = (plan.tokens.len(), plan.sample_rows.len());
-        let (nd, np) = (plan.decode.num_seqs(), plan.prefill.num_seqs());
-        let eps = c.rms_norm_eps;
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        if plan.decode_row0() != 0 {
+        self.device.context().bind_to_thread().map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        if self.plan.decode_row0() != 0 {
             return Err(DeviceError::Failed("the CUDA executor needs decode rows first".into()));
         }
-
-        act.ensure(&stream, c, t, s)?;
-        let layout = index.upload(&stream, plan)?;
-        if nd > 0 {
-            let need = (nd, layout.decode_max_len);
-            if decode.as_ref().is_none_or(|d| d.seqs < need.0 || d.context < need.1) {
-                let (old_seqs, old_context) = decode.as_ref().map_or((0, 0), |d| (d.seqs, d.context));
-                let seqs = old_seqs.max(need.0.next_power_of_two());
-                let context = old_context.max(need.1.next_power_of_two()).min(c.max_position_embeddings.max(need.1));
-                *decode = None; // free the old scratch before allocating the new
-                let workspace = kernels.decode_workspace(seqs, heads, head_dim, context)?;
-                *decode = Some(DecodeScratch { workspace, seqs, context });
-            }
+        let (nd, np) = (self.plan.decode.num_seqs(), self.plan.prefill.num_seqs());
+        let size = if self.use_graphs && np == 0 { capture_size(nd) } else { None };
+        let stream = self.device.stream().clone();
+        self.index.host.build(&self.plan);
+        let layout = self.index.host.layout;
+        let s = self.plan.sample_rows.len();
+        match size {
+            Some(size) => self.run_graph(&stream, size, layout)?,
+            None => self.run_eager(&stream, layout)?,
         }
+        self.logits.clear();
+        if s == 0 {
+            // Nothing to sample (mid-prompt chunks only); the step's work was filling the cache.
+            self.device.synchronize()?;
+        } else {
+            let vocab = self.config.vocab_size;
+            self.logits_bf16.resize(s * vocab, bf16::ZERO);
+            stream
+                .memcpy_dtoh(&self.act.logits.slice(..s * vocab), self.logits_bf16.as_mut_slice())
+                .map_err(|e| driver_error("copying the logits to the host", e))?;
+            self.device.synchronize()?;
+            self.logits.extend(self.logits_bf16.iter().map(|x| x.to_f32()));
+        }
+        self.last_times = match (self.time_parts, size) {
+            (false, _) => None,
+            (true, None) => Some(self.timer.read()?),
+            (true, Some(size)) => self.graphs.by_size.get(&size).map(|g| g.timer.read()).transpose()?,
+        };
+        Ok(())
+    }
 
-        kernels.gather_rows(&mut act.residual, &w.embed, &index.token_ids, t, h)?;
+    /// Room for `tokens` rows, `samples` sampled rows and a decode of `seqs` sequences up to
+    /// `context` tokens; every graph is dropped when a buffer it captured moves.
+    fn ensure_buffers(&mut self, stream: &Arc<CudaStream>, tokens: usize, samples: usize, seqs: usize, context: usize) -> Result<(), DeviceError> {
+        let c = &self.config;
+        if self.act.ensure(stream, c, tokens, samples)? {
+            self.graphs.clear();
+        }
+        if seqs > 0 && self.decode.as_ref().is_none_or(|d| d.seqs < seqs || d.context < context) {
+            self.graphs.clear();
+            let (old_seqs, old_context) = self.decode.as_ref().map_or((0, 0), |d| (d.seqs, d.context));
+            let seqs = old_seqs.max(seqs.next_power_of_two());
+            let context = old_context.max(context.next_power_of_two()).min(c.max_position_embeddings.max(context));
+            self.decode = None; // free the old scratch before allocating the new
+            let workspace = self.kernels.decode_workspace(seqs, c.num_heads, c.num_kv_heads, c.head_dim, context)?;
+            self.decode = Some(DecodeScratch { workspace, seqs, context });
+        }
+        Ok(())
+    }
+
+    /// The step launched kernel by kernel from the host.
+    fn run_eager(&mut self, stream: &Arc<CudaStream>, layout: IndexLayout) -> Result<(), DeviceError> {
+        let (t, s) = (self.plan.tokens.len(), self.plan.sample_rows.len());
+        let (nd, np) = (self.plan.decode.num_seqs(), self.plan.prefill.num_seqs());
+        self.ensure_buffers(stream, t, s, nd, layout.decode_max_len)?;
+        self.index.upload(stream)?;
+        let i = &self.index;
+        let inputs = StepInputs {
+            token_ids: &i.token_ids,
+            positions: &i.positions,
+            slots: &i.slots,
+            sample_rows: &i.sample_rows,
+            decode_tables: &i.decode_tables,
+            decode_lens: &i.decode_lens,
+            prefill_tables: &i.prefill_tables,
+            prefill_lens: &i.prefill_lens,
+            prefill_cu: &i.prefill_cu,
+            rows: t,
+            samples: s,
+            decodes: nd,
+            prefills: np,
+            layout,
+        };
+        let timer = self.time_parts.then_some(&mut self.timer);
+        let forward = Forward {
+            c: &self.config,
+            kernels: &self.kernels,
+            blas: &self.blas,
+            w: &self.weights,
+            cos_sin: &self.cos_sin,
+            block_size: self.block_size,
+        };
+        let workspace = self.decode.as_mut().map(|d| &mut d.workspace);
+        forward.enqueue(stream, &mut self.gemms, &mut self.k_cache, &mut self.v_cache, &mut self.act, workspace, &inputs, timer)
+    }
+
+    /// A pure-decode step padded to `size` sequences, replayed from its graph (captured first
+    /// when there is none of this size, or its context bound is too short).
+    fn run_graph(&mut self, stream: &Arc<CudaStream>, size: usize, layout: IndexLayout) -> Result<(), DeviceError> {
+        let c = &self.config;
+        let need = layout.decode_max_len.max(1);
+        let context = need.next_power_of_two().min(c.max_position_embeddings.max(need));
+        self.ensure_buffers(stream, size, size, size, context)?;
+        if self.graphs.by_size.get(&size).is_some_and(|g| g.context < need || g.timed != self.time_parts) {
+            self.graphs.by_size.remove(&size);
+        }
+        let width = context.div_ceil(self.block_size);
+        self.padded.build(&self.index.host, size, width);
+        if !self.graphs.by_size.contains_key(&size) {
+            let mut index = GraphIndex::new(stream, size, width)?;
+            index.upload(stream, &self.padded)?;
+            let mut timer = PartTimer::default();
+            let inputs = StepInputs {
+                token_ids: &index.token_ids,
+                positions: &index.positions,
+                slots: &index.slots,
+                sample_rows: &index.sample_rows,
+                decode_tables: &index.tables,
+                decode_lens: &index.lens,
+                // No prefill rows: never read.
+                prefill_tables: &index.lens,
+                prefill_lens: &index.lens,
+                prefill_cu: &index.lens,
+                rows: size,
+                samples: size,
+                decodes: size,
+                prefills: 0,
+                layout: IndexLayout { decode_max_blocks: width, decode_max_len: context, prefill_max_blocks: 0, prefill_max_new: 0 },
+            };
+            let forward = Forward {
+                c: &self.config,
+                kernels: &self.kernels,
+                blas: &self.blas,
+                w: &self.weights,
+                cos_sin: &self.cos_sin,
+                block_size: self.block_size,
+            };
+            // GEMM plans are made outside the capture (host work only, but kept out of it).
+            forward.plan_gemms(&mut self.gemms, size)?;
+            let workspace = self.decode.as_mut().map(|d| &mut d.workspace);
+            let timed = self.time_parts;
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(|e| driver_error("cuStreamBeginCapture", e))?;
+            let enqueued = forward.enqueue(
+                stream,
+                &mut self.gemms,
+                &mut self.k_cache,
+                &mut self.v_cache,
+                &mut self.act,
+                workspace,
+                &inputs,
+                timed.then_some(&mut timer),
+            );
+            let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+            enqueued?;
+            let graph = graph
+                .map_err(|e| driver_error("cuStreamEndCapture / cuGraphInstantiate", e))?
+                .ok_or_else(|| DeviceError::Failed("the captured decode step is empty".into()))?;
+            graph.upload().map_err(|e| driver_error("cuGraphUpload", e))?;
+            self.graphs.captures += 1;
+            self.graphs.by_size.insert(size, DecodeGraph { graph, index, context, width, timer, timed });
+        }
+        let g = self.graphs.by_size.get_mut(&size).expect("captured above");
+        g.index.upload(stream, &self.padded)?;
+        g.graph.launch().map_err(|e| driver_error("cuGraphLaunch", e))?;
+        self.graphs.replays += 1;
+        Ok(())
+    }
+}
+
+/// What one step's kernels read: its index buffers (on the device) and its shape.
+struct StepInputs<'a> {
+    token_ids: &'a CudaSlice<i32>,
+    positions: &'a CudaSlice<i32>,
+    slots: &'a CudaSlice<i32>,
+    sample_rows: &'a CudaSlice<i32>,
+    decode_tables: &'a CudaSlice<i32>,
+    decode_lens: &'a CudaSlice<i32>,
+    prefill_tables: &'a CudaSlice<i32>,
+    prefill_lens: &'a CudaSlice<i32>,
+    prefill_cu: &'a CudaSlice<i32>,
+    rows: usize,
+    samples: usize,
+    decodes: usize,
+    prefills: usize,
+    layout: IndexLayout,
+}
+
+/// The model's read-only half: what every step's kernels take besides their buffers.
+#[derive(Clone, Copy)]
+struct Forward<'a> {
+    c: &'a LlamaConfig,
+    kernels: &'a CudaKernels,
+    blas: &'a CublasLt,
+    w: &'a DeviceWeights,
+    cos_sin: &'a CudaSlice<f32>,
+    block_size: usize,
+}
+
+impl Forward<'_> {
+    /// The GEMM plans of a step of `rows` rows (all sampled).
+    fn plan_gemms(&self, plans: &mut BTreeMap<(usize, usize, usize), GemmPlan>, rows: usize) -> Result<(), DeviceError> {
+        let c = self.c;
+        let (h, qd, kvd, f) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        for (n, k) in [(qd + 2 * kvd, h), (h, qd), (2 * f, h), (h, f), (c.vocab_size, h)] {
+            gemm_plan(self.blas, plans, rows, n, k)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues the step's kernels on `stream`, from the embedding to the LM head (when rows are
+    /// sampled), marking their parts on `timer`.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        stream: &Arc<CudaStream>,
+        gemms: &mut BTreeMap<(usize, usize, usize), GemmPlan>,
+        k_cache: &mut [CudaSlice<bf16>],
+        v_cache: &mut [CudaSlice<bf16>],
+        act: &mut Activations,
+        mut decode: Option<&mut DecodeWorkspace>,
+        step: &StepInputs,
+        mut timer: Option<&mut PartTimer>,
+    ) -> Result<(), DeviceError> {
+        let Forward { c, kernels, blas, w, cos_sin, block_size } = *self;
+        let (h, qd, kvd, f, vocab) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size);
+        let (heads, kv_heads, head_dim) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let qkv_cols = qd + 2 * kvd;
+        let (t, s, nd, np, layout) = (step.rows, step.samples, step.decodes, step.prefills, step.layout);
+        let eps = c.rms_norm_eps;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        if let Some(timer) = timer.as_deref_mut() {
+            timer.start(stream)?;
+        }
+        let mut part = |p: Part| timer.as_deref_mut().map_or(Ok(()), |timer| timer.enter(stream, p));
+
+        part(Part::Elementwise)?;
+        kernels.gather_rows(&mut act.residual, &w.embed, step.token_ids, t, h)?;
         for (l, layer) in w.layers.iter().enumerate() {
+            part(Part::Elementwise)?;
             if l == 0 {
                 kernels.rmsnorm(&mut act.x, &act.residual, &layer.input_norm, t, h, eps)?;
             } else {
                 // residual += the previous layer's MLP output; x = norm(residual).
                 kernels.fused_add_rmsnorm(&mut act.x, &mut act.residual, &layer.input_norm, t, h, eps)?;
             }
-            gemm(blas, gemms, &act.x, &layer.wq, &mut act.q, t, qd, h)?;
-            gemm(blas, gemms, &act.x, &layer.wk, &mut act.k, t, kvd, h)?;
-            gemm(blas, gemms, &act.x, &layer.wv, &mut act.v, t, kvd, h)?;
+            part(Part::Gemm)?;
+            gemm(blas, gemms, &act.x, &layer.w_qkv, &mut act.qkv, t, qkv_cols, h)?;
+            let (q, k, v) = (At::new(&act.qkv, 0), At::new(&act.qkv, qd), At::new(&act.qkv, qd + kvd));
             let rotary = RotaryParams {
                 num_tokens: t,
                 num_heads: heads,
@@ -416,14 +655,15 @@ impl CudaModelExecutor {
                 head_dim,
                 rot_dim: head_dim,
                 is_neox: true,
-                q_stride: qd,
-                k_stride: kvd,
+                q_stride: qkv_cols,
+                k_stride: qkv_cols,
                 max_position: c.max_position_embeddings,
             };
-            kernels.rotary(&mut act.q, &mut act.k, &index.positions, cos_sin, &rotary)?;
+            part(Part::Elementwise)?;
+            kernels.rotary(q, k, step.positions, cos_sin, &rotary)?;
             // The new keys and values go into the cache first: decode attention reads the token
             // being decoded from there (prefill reads its new tokens from k and v directly).
-            kernels.reshape_and_cache(&act.k, &act.v, &mut k_cache[l], &mut v_cache[l], &index.slots, t, kv_heads, head_dim, kvd)?;
+            kernels.reshape_and_cache(k, v, &mut k_cache[l], &mut v_cache[l], step.slots, t, kv_heads, head_dim, qkv_cols)?;
             // This layer's cache, seen through one group's block tables (decodes or prefills).
             let (k_layer, v_layer) = (&k_cache[l], &v_cache[l]);
             let paged = |block_tables, context_lens, max_blocks_per_seq| PagedKvCache {
@@ -431,20 +671,26 @@ impl CudaModelExecutor {
                 v: v_layer,
                 block_tables,
                 context_lens,
-                block_size: *block_size,
+                block_size,
                 num_kv_heads: kv_heads,
                 head_dim,
                 max_blocks_per_seq,
             };
+            part(Part::Attention)?;
             if nd > 0 {
-                let cache = paged(&index.decode_tables, &index.decode_lens, layout.decode_max_blocks);
-                let params =
-                    DecodeParams { num_seqs: nd, num_heads: heads, scale, q_stride: qd, max_context_len: layout.decode_max_len };
-                let scratch = decode.as_mut().ok_or_else(|| DeviceError::Failed("decode scratch missing".into()))?;
-                kernels.attention_decode(&mut act.attn, &act.q, &cache, &mut scratch.workspace, &params)?;
+                let cache = paged(step.decode_tables, step.decode_lens, layout.decode_max_blocks);
+                let params = DecodeParams {
+                    num_seqs: nd,
+                    num_heads: heads,
+                    scale,
+                    q_stride: qkv_cols,
+                    max_context_len: layout.decode_max_len,
+                };
+                let workspace = decode.as_deref_mut().ok_or_else(|| DeviceError::Failed("decode scratch missing".into()))?;
+                kernels.attention_decode(&mut act.attn, q, &cache, workspace, &params)?;
             }
             if np > 0 {
-                let cache = paged(&index.prefill_tables, &index.prefill_lens, layout.prefill_max_blocks);
+                let cache = paged(step.prefill_tables, step.prefill_lens, layout.prefill_max_blocks);
                 // `total_new_tokens` bounds the rows the kernel may touch: cu_seqlens_q runs from
                 // the first prefill row to T, so the whole buffers' T rows.
                 let params = PrefillParams {
@@ -453,36 +699,54 @@ impl CudaModelExecutor {
                     max_new_tokens: layout.prefill_max_new,
                     num_heads: heads,
                     scale,
-                    q_stride: qd,
-                    kv_stride: kvd,
+                    q_stride: qkv_cols,
+                    kv_stride: qkv_cols,
                 };
-                kernels.attention_prefill(&mut act.attn, &act.q, &act.k, &act.v, &cache, &index.prefill_cu, &params)?;
+                kernels.attention_prefill(&mut act.attn, q, k, v, &cache, step.prefill_cu, &params)?;
             }
+            part(Part::Gemm)?;
             gemm(blas, gemms, &act.attn, &layer.wo, &mut act.x, t, h, qd)?;
+            part(Part::Elementwise)?;
             kernels.fused_add_rmsnorm(&mut act.x, &mut act.residual, &layer.post_norm, t, h, eps)?;
+            part(Part::Gemm)?;
             gemm(blas, gemms, &act.x, &layer.w_gate_up, &mut act.gate_up, t, 2 * f, h)?;
+            part(Part::Elementwise)?;
             kernels.silu_mul(&mut act.act, &act.gate_up, t, f)?;
+            part(Part::Gemm)?;
             gemm(blas, gemms, &act.act, &layer.w_down, &mut act.x, t, h, f)?;
         }
-        logits.clear();
-        if s == 0 {
-            // Nothing to sample (mid-prompt chunks only); the step's work was filling the cache.
-            return device.synchronize();
+        if s > 0 {
+            // The last MLP output joins the residual and the final norm applies to every row
+            // (cheap); only the sampled rows go through the LM head, the step's largest GEMM.
+            part(Part::Elementwise)?;
+            kernels.fused_add_rmsnorm(&mut act.x, &mut act.residual, &w.norm, t, h, eps)?;
+            kernels.gather_rows(&mut act.last, &act.x, step.sample_rows, s, h)?;
+            part(Part::Gemm)?;
+            let lm_head = w.lm_head.as_ref().unwrap_or(&w.embed);
+            gemm(blas, gemms, &act.last, lm_head, &mut act.logits, s, vocab, h)?;
         }
-        // The last MLP output joins the residual and the final norm applies to every row (cheap);
-        // only the sampled rows go through the LM head, the step's largest GEMM.
-        kernels.fused_add_rmsnorm(&mut act.x, &mut act.residual, &w.norm, t, h, eps)?;
-        kernels.gather_rows(&mut act.last, &act.x, &index.sample_rows, s, h)?;
-        let lm_head = w.lm_head.as_ref().unwrap_or(&w.embed);
-        gemm(blas, gemms, &act.last, lm_head, &mut act.logits, s, vocab, h)?;
-        logits_bf16.resize(s * vocab, bf16::ZERO);
-        stream
-            .memcpy_dtoh(&act.logits.slice(..s * vocab), logits_bf16.as_mut_slice())
-            .map_err(|e| driver_error("copying the logits to the host", e))?;
-        device.synchronize()?;
-        logits.extend(logits_bf16.iter().map(|x| x.to_f32()));
+        if let Some(timer) = timer {
+            timer.finish(stream)?;
+        }
         Ok(())
     }
+}
+
+/// The plan of a bf16 GEMM shape, made once and kept.
+fn gemm_plan<'p>(
+    blas: &CublasLt,
+    plans: &'p mut BTreeMap<(usize, usize, usize), GemmPlan>,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<&'p GemmPlan, DeviceError> {
+    if !plans.contains_key(&(m, n, k)) {
+        if plans.len() >= GEMM_PLANS_MAX {
+            plans.clear();
+        }
+        plans.insert((m, n, k), blas.plan(m, n, k, GemmDtype::Bf16)?);
+    }
+    Ok(&plans[&(m, n, k)])
 }
 
 /// `y [m, n] = x [m, k] · w [n, k]ᵀ` in bf16, with the plan for this shape made once and kept.
@@ -497,13 +761,7 @@ fn gemm(
     n: usize,
     k: usize,
 ) -> Result<(), DeviceError> {
-    if !plans.contains_key(&(m, n, k)) {
-        if plans.len() >= GEMM_PLANS_MAX {
-            plans.clear();
-        }
-        plans.insert((m, n, k), blas.plan(m, n, k, GemmDtype::Bf16)?);
-    }
-    let plan = &plans[&(m, n, k)];
+    let plan = gemm_plan(blas, plans, m, n, k)?;
     blas.matmul(plan, x, w, y)
 }
 
@@ -518,9 +776,7 @@ impl Activations {
             samples,
             residual: alloc("residual", tokens * h)?,
             x: alloc("hidden", tokens * h)?,
-            q: alloc("q", tokens * qd)?,
-            k: alloc("k", tokens * kvd)?,
-            v: alloc("v", tokens * kvd)?,
+            qkv: alloc("qkv", tokens * (qd + 2 * kvd))?,
             attn: alloc("attention output", tokens * qd)?,
             gate_up: alloc("gate_up", tokens * 2 * f)?,
             act: alloc("mlp activation", tokens * f)?,
@@ -529,22 +785,23 @@ impl Activations {
         })
     }
 
-    /// Room for `tokens` rows and `samples` sampled rows.
+    /// Room for `tokens` rows and `samples` sampled rows; `true` when the buffers moved.
     fn ensure(
         &mut self,
         stream: &std::sync::Arc<CudaStream>,
         c: &LlamaConfig,
         tokens: usize,
         samples: usize,
-    ) -> Result<(), DeviceError> {
+    ) -> Result<bool, DeviceError> {
         if tokens > self.tokens || samples > self.samples {
             let tokens = self.tokens.max(tokens.next_power_of_two());
             let samples = self.samples.max(samples.next_power_of_two());
             // Free the old buffers first so that the peak is not both sets at once.
             *self = Self::new(stream, c, 1, 1)?;
             *self = Self::new(stream, c, tokens, samples)?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -565,10 +822,9 @@ impl StepIndex {
         })
     }
 
-    /// Uploads the plan's indexing as int32 (see [`HostIndex`]).
-    fn upload(&mut self, stream: &std::sync::Arc<CudaStream>, plan: &StepPlan) -> Result<IndexLayout, DeviceError> {
-        let h = &mut self.host;
-        h.build(plan);
+    /// Uploads the host indexing (built from the step's plan, see [`HostIndex`]) as int32.
+    fn upload(&mut self, stream: &std::sync::Arc<CudaStream>) -> Result<(), DeviceError> {
+        let h = &self.host;
         let put = |dst: &mut CudaSlice<i32>, host: &[i32], what: &str| -> Result<(), DeviceError> {
             if host.is_empty() {
                 return Ok(());
@@ -587,73 +843,7 @@ impl StepIndex {
         put(&mut self.decode_lens, &h.decode_lens, "decode context lengths")?;
         put(&mut self.prefill_tables, &h.prefill_tables, "prefill block tables")?;
         put(&mut self.prefill_lens, &h.prefill_lens, "prefill context lengths")?;
-        put(&mut self.prefill_cu, &h.prefill_cu, "prefill offsets")?;
-        Ok(h.layout)
-    }
-}
-
-/// A step's indexing as the kernels take it, int32 on the host (built from a decodes-first
-/// [`StepPlan`]; the values were range-checked against int32 when the executor was made, and
-/// against the cache and vocabulary by the plan).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HostIndex {
-    /// Per row: token id (gather_rows), position (rotary), cache slot (reshape_and_cache).
-    pub token_ids: Vec<i32>,
-    pub positions: Vec<i32>,
-    pub slots: Vec<i32>,
-    /// Row of each sampling sequence's last token, in batch order (gather_rows).
-    pub sample_rows: Vec<i32>,
-    /// `[decode seqs, decode_max_blocks]` (attention_decode).
-    pub decode_tables: Vec<i32>,
-    /// Tokens in the cache *including* the one being decoded (attention_decode.cu).
-    pub decode_lens: Vec<i32>,
-    /// `[prefill seqs, prefill_max_blocks]` (attention_prefill).
-    pub prefill_tables: Vec<i32>,
-    /// Tokens cached *before* this step (attention_prefill.cu).
-    pub prefill_lens: Vec<i32>,
-    /// `[prefill seqs + 1]` absolute row offsets of each chunk's new tokens (`cu_seqlens_q`).
-    pub prefill_cu: Vec<i32>,
-    pub layout: IndexLayout,
-}
-
-/// The shapes of a step's attention indexing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IndexLayout {
-    pub decode_max_blocks: usize,
-    /// The longest decode context (tokens, including the decoded one): sizes the decode grid.
-    pub decode_max_len: usize,
-    pub prefill_max_blocks: usize,
-    /// The most new tokens of one chunk: sizes the prefill grid.
-    pub prefill_max_new: usize,
-}
-
-impl HostIndex {
-    /// Rebuilds the indexing of `plan` into the reused vectors.
-    pub fn build(&mut self, plan: &StepPlan) {
-        let as_i32 = |dst: &mut Vec<i32>, src: &[usize]| {
-            dst.clear();
-            dst.extend(src.iter().map(|&x| x as i32));
-        };
-        self.token_ids.clear();
-        self.token_ids.extend(plan.tokens.iter().map(|&x| x as i32));
-        as_i32(&mut self.positions, &plan.positions);
-        as_i32(&mut self.slots, &plan.slots);
-        as_i32(&mut self.sample_rows, &plan.sample_rows);
-        let (d, p) = (&plan.decode, &plan.prefill);
-        let decode_max_blocks = pad_block_tables((0..d.num_seqs()).map(|i| d.table(i)), &mut self.decode_tables);
-        as_i32(&mut self.decode_lens, &d.seq_lens);
-        let prefill_max_blocks = pad_block_tables((0..p.num_seqs()).map(|i| p.table(i)), &mut self.prefill_tables);
-        self.prefill_lens.clear();
-        self.prefill_lens.extend((0..p.num_seqs()).map(|i| p.context_tokens(i) as i32));
-        let row0 = plan.prefill_row0();
-        self.prefill_cu.clear();
-        self.prefill_cu.extend(p.cu_q.iter().map(|&x| (row0 + x) as i32));
-        self.layout = IndexLayout {
-            decode_max_blocks,
-            decode_max_len: d.seq_lens.iter().copied().max().unwrap_or(0),
-            prefill_max_blocks,
-            prefill_max_new: (0..p.num_seqs()).map(|i| p.new_tokens(i)).max().unwrap_or(0),
-        };
+        put(&mut self.prefill_cu, &h.prefill_cu, "prefill offsets")
     }
 }
 
@@ -695,59 +885,6 @@ mod tests {
         // therefore shares.
         let tied = LlamaWeights::random(&LlamaConfig { tie_word_embeddings: true, ..c.clone() }, 3);
         assert_eq!(pack_out_in_bf16(&tied.lm_head, h, c.vocab_size, 0, c.vocab_size), to_bf16(&tied.embed));
-    }
-
-    #[test]
-    fn block_tables_are_padded_to_the_longest() {
-        let mut out = Vec::new();
-        let tables = [vec![3u32], vec![4, 5, 6], vec![]];
-        assert_eq!(pad_block_tables(tables.iter(), &mut out), 3);
-        assert_eq!(out, [3, 0, 0, 4, 5, 6, 0, 0, 0]);
-        assert_eq!(pad_block_tables(std::iter::empty::<Vec<u32>>(), &mut out), 1);
-        assert!(out.is_empty());
-    }
-
-    #[test]
-    fn step_index_follows_the_kernels_contracts() {
-        use crate::sched::batch::SeqWork;
-        struct Tables(Vec<Vec<u32>>);
-        impl BlockTables for Tables {
-            fn block_size(&self) -> u32 {
-                4
-            }
-            fn table(&self, index: usize, _seq: u32) -> &[u32] {
-                &self.0[index]
-            }
-        }
-        let work = |seq, context_tokens, new_tokens, samples_token| SeqWork { seq, context_tokens, new_tokens, samples_token, draft_tokens: 0 };
-        // Batch order: a 3-token prompt, a decode at position 5, a one-token prompt, a 2-token
-        // chunk after 4 cached tokens (mid-prompt: not sampled).
-        let batch = Batch {
-            seqs: vec![work(0, 0, 3, true), work(1, 5, 1, true), work(2, 0, 1, true), work(3, 4, 2, false)],
-            ..Default::default()
-        };
-        let tables = Tables(vec![vec![7], vec![2, 9], vec![5], vec![3, 4]]);
-        let mut plan = StepPlan::default();
-        plan.build(&LlamaConfig::tiny(), 4, 16, &batch, &[10, 11, 12, 20, 30, 40, 41], &tables, RowOrder::DecodeFirst).unwrap();
-        let mut index = HostIndex::default();
-        index.build(&plan);
-        // Rows: the two one-token sequences first (decode kernel, from row 0), then the chunks.
-        assert_eq!(index.token_ids, [20, 30, 10, 11, 12, 40, 41]);
-        assert_eq!(index.positions, [5, 0, 0, 1, 2, 4, 5]);
-        assert_eq!(index.slots, [9 * 4 + 1, 5 * 4, 28, 29, 30, 16, 17]);
-        // Sampled rows in batch order: the prompt's last row, the decode, the one-token prompt.
-        assert_eq!(index.sample_rows, [4, 0, 1]);
-        // Decode context lengths count the decoded token; tables padded to the longest.
-        assert_eq!(index.decode_lens, [6, 1]);
-        assert_eq!(index.decode_tables, [2, 9, 5, 0]);
-        // Prefill context lengths count only cached tokens; offsets are absolute rows.
-        assert_eq!(index.prefill_lens, [0, 4]);
-        assert_eq!(index.prefill_cu, [2, 5, 7]);
-        assert_eq!(index.prefill_tables, [7, 0, 3, 4]);
-        assert_eq!(
-            index.layout,
-            IndexLayout { decode_max_blocks: 2, decode_max_len: 6, prefill_max_blocks: 2, prefill_max_new: 3 }
-        );
     }
 
     #[test]

@@ -13,10 +13,14 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-use super::compile::{KERNELS, arch_for, compile};
+use super::attention_fast::{
+    self, AttentionKernels, FastAttention, SPLIT_PARTITION_MAX, SPLIT_REDUCE_THREADS, SPLIT_THREADS, TC_BLOCK_ROWS,
+    TC_THREADS, split_entry_shape, tc_bucket, tc_smem_bytes,
+};
+use super::compile::{KERNELS, arch_for, compile_cached};
 use super::device::{CudaDevice, driver_error};
 use crate::engine::DeviceError;
 
@@ -91,6 +95,57 @@ impl<T> PagedKvCache<'_, T> {
     }
 }
 
+/// A tensor that starts `offset` elements into a device buffer: q, k and v are column ranges of
+/// one fused QKV GEMM output, read and written in place through their row strides. Kernels
+/// write through it (rotary's q and k in place), so two `At`s into one buffer may both be
+/// written: the launchers only hand the device disjoint elements of it.
+pub struct At<'a, T> {
+    pub buf: &'a CudaSlice<T>,
+    pub offset: usize,
+}
+
+impl<T> Clone for At<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for At<'_, T> {}
+
+impl<'a, T> From<&'a CudaSlice<T>> for At<'a, T> {
+    fn from(buf: &'a CudaSlice<T>) -> Self {
+        At { buf, offset: 0 }
+    }
+}
+
+impl<'a, T> From<&'a mut CudaSlice<T>> for At<'a, T> {
+    fn from(buf: &'a mut CudaSlice<T>) -> Self {
+        At { buf, offset: 0 }
+    }
+}
+
+impl<'a, T> At<'a, T> {
+    pub fn new(buf: &'a CudaSlice<T>, offset: usize) -> Self {
+        At { buf, offset }
+    }
+
+    /// Elements from the offset to the end of the buffer.
+    pub fn len(&self) -> usize {
+        self.buf.len().saturating_sub(self.offset)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device address of the first element, for a kernel argument.
+    pub(super) fn ptr(&self, stream: &CudaStream) -> Result<u64, DeviceError> {
+        ensure(self.offset <= self.buf.len(), "tensor offset past the end of its buffer")?;
+        let (base, _sync) = self.buf.device_ptr(stream);
+        Ok(base + (self.offset * std::mem::size_of::<T>()) as u64)
+    }
+}
+
 /// Shapes for [`CudaKernels::attention_prefill`].
 #[derive(Clone, Copy, Debug)]
 pub struct PrefillParams {
@@ -140,18 +195,28 @@ pub struct RotaryParams {
 
 /// Scratch for split-context decode: partial outputs and softmax statistics per partition.
 pub struct DecodeWorkspace {
-    tmp_out: CudaSlice<f32>,
-    tmp_max: CudaSlice<f32>,
-    tmp_sum: CudaSlice<f32>,
-    num_seqs: usize,
-    num_heads: usize,
-    head_dim: usize,
-    max_partitions: usize,
+    pub(super) tmp_out: CudaSlice<f32>,
+    pub(super) tmp_max: CudaSlice<f32>,
+    pub(super) tmp_sum: CudaSlice<f32>,
+    pub(super) num_seqs: usize,
+    pub(super) num_heads: usize,
+    pub(super) head_dim: usize,
+    /// The partition stride of the scratch arrays; 1: the kernel writes `out` directly.
+    pub(super) max_partitions: usize,
+    /// The longest context it serves, for every kernel that may run with it.
+    pub(super) max_context: usize,
 }
 
 impl DecodeWorkspace {
     pub fn max_context_len(&self) -> usize {
-        self.max_partitions * DECODE_PARTITION_TOKENS
+        self.max_context
+    }
+
+    /// Whether a call of `num_seqs` sequences, `partitions` partitions and this head shape fits.
+    pub(super) fn fits(&self, num_seqs: usize, partitions: usize, num_heads: usize, head_dim: usize) -> bool {
+        partitions <= self.max_partitions
+            && (self.max_partitions == 1
+                || (self.num_seqs >= num_seqs && self.num_heads == num_heads && self.head_dim == head_dim))
     }
 }
 
@@ -187,6 +252,9 @@ pub struct CudaKernels {
     functions: BTreeMap<&'static str, CudaFunction>,
     max_smem_optin: usize,
     arch: &'static str,
+    /// The tensor-core prefill and split-KV decode kernels, when this device runs them.
+    fast: Option<FastAttention>,
+    attention: AttentionKernels,
 }
 
 impl CudaKernels {
@@ -196,8 +264,9 @@ impl CudaKernels {
         let arch = arch_for(device.compute_capability())?;
         let ctx = device.context();
         let mut functions = BTreeMap::new();
-        for kernel in KERNELS.iter().filter(|k| k.launched_by_engine()) {
-            let ptx = compile(kernel, arch)?;
+        let fast_ok = attention_fast::runs_on(arch);
+        for kernel in KERNELS.iter().filter(|k| fast_ok || !attention_fast::is_fast(k.name)) {
+            let ptx = compile_cached(kernel, arch)?;
             let module = ctx.load_module(ptx).map_err(|e| {
                 DeviceError::Failed(format!(
                     "loading the PTX of kernels/{} failed: {e:?} (CUDA_ERROR_UNSUPPORTED_PTX_VERSION means the \
@@ -217,6 +286,10 @@ impl CudaKernels {
         // Raise the dynamic shared-memory limit of the prefill entry points that need more than
         // the default 48 KiB (head dims above ~160), where the device allows it.
         for (name, f) in &functions {
+            // (The tensor-core entries opt in through attention_fast::prepare.)
+            if name.starts_with("attention_prefill_tc_") {
+                continue;
+            }
             if let Some(bucket) = name.strip_prefix("attention_prefill_").and_then(|s| s.split("_d").nth(1)) {
                 let d: usize = bucket.parse().unwrap_or(MAX_HEAD_DIM);
                 let need = attention_prefill_smem_bytes(d).min(max_smem_optin);
@@ -229,7 +302,29 @@ impl CudaKernels {
                 }
             }
         }
-        Ok(Self { stream: device.stream().clone(), functions, max_smem_optin, arch })
+        let fast = if fast_ok { attention_fast::prepare(&functions, device, max_smem_optin)? } else { None };
+        Ok(Self { stream: device.stream().clone(), functions, max_smem_optin, arch, fast, attention: AttentionKernels::Fast })
+    }
+
+    /// Which attention kernels the launchers pick: the fast ones where a shape allows (the
+    /// default), or the CUDA-core reference kernels always (to check the fast ones against).
+    pub fn set_attention(&mut self, attention: AttentionKernels) {
+        self.attention = attention;
+    }
+
+    pub fn attention_kernels(&self) -> AttentionKernels {
+        self.attention
+    }
+
+    /// Whether the tensor-core prefill (some head-dimension bucket) and the split-KV decode were
+    /// loaded: false below compute capability 8.0, or where the device refused their set-up.
+    pub fn has_fast_attention(&self) -> (bool, bool) {
+        self.fast.as_ref().map_or((false, false), |f| (f.prefill_loaded(), f.decode_fits(8)))
+    }
+
+    /// The fast kernels, when loaded and chosen.
+    pub(super) fn fast(&self) -> Option<&FastAttention> {
+        self.fast.as_ref().filter(|_| self.attention == AttentionKernels::Fast)
     }
 
     /// The PTX architecture the kernels were compiled for.
@@ -241,7 +336,7 @@ impl CudaKernels {
         &self.stream
     }
 
-    fn function(&self, name: &str) -> Result<&CudaFunction, DeviceError> {
+    pub(super) fn function(&self, name: &str) -> Result<&CudaFunction, DeviceError> {
         self.functions
             .get(name)
             .ok_or_else(|| DeviceError::Failed(format!("kernel entry point {name} is not loaded")))
@@ -338,15 +433,17 @@ impl CudaKernels {
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching silu_mul", e))
     }
 
-    /// Rotary embedding of `q` and `k` in place. `cos_sin` comes from [`rotary_cos_sin_cache`].
-    pub fn rotary<T: KernelFloat>(
+    /// Rotary embedding of `q` and `k` in place (both may lie in one buffer, e.g. the fused QKV
+    /// output). `cos_sin` comes from [`rotary_cos_sin_cache`].
+    pub fn rotary<'a, T: KernelFloat>(
         &self,
-        q: &mut CudaSlice<T>,
-        k: &mut CudaSlice<T>,
+        q: impl Into<At<'a, T>>,
+        k: impl Into<At<'a, T>>,
         positions: &CudaSlice<i32>,
         cos_sin: &CudaSlice<f32>,
         p: &RotaryParams,
     ) -> Result<(), DeviceError> {
+        let (q, k) = (q.into(), k.into());
         ensure(p.rot_dim.is_multiple_of(2) && p.rot_dim > 0 && p.rot_dim <= p.head_dim, "rot_dim must be even, positive and <= head_dim")?;
         ensure(p.q_stride >= p.num_heads * p.head_dim && p.k_stride >= p.num_kv_heads * p.head_dim, "rotary strides too small")?;
         if p.num_tokens == 0 {
@@ -362,15 +459,16 @@ impl CudaKernels {
             .map(|&v| fits_i32(v, "rotary shape"))
             .collect::<Result<Vec<_>, _>>()?;
         let is_neox = i32::from(p.is_neox);
+        let (q_ptr, k_ptr) = (q.ptr(&self.stream)?, k.ptr(&self.stream)?);
         let cfg = LaunchConfig { grid_dim: (grid_x(p.num_tokens)?, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         let mut b = self.stream.launch_builder(f);
-        b.arg(q).arg(k).arg(positions).arg(cos_sin);
+        b.arg(&q_ptr).arg(&k_ptr).arg(positions).arg(cos_sin);
         for a in &args {
             b.arg(a);
         }
         b.arg(&is_neox);
-        // SAFETY: argument order and types match rotary.cu; lengths checked above (positions are
-        // trusted to be < max_position).
+        // SAFETY: argument order and types match rotary.cu (pointers as device addresses);
+        // lengths checked above (positions are trusted to be < max_position).
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching rotary", e))
     }
 
@@ -378,10 +476,10 @@ impl CudaKernels {
     /// are skipped). `key`/`value` are `[num_tokens, num_kv_heads, head_dim]` with token stride
     /// `kv_stride`.
     #[allow(clippy::too_many_arguments)]
-    pub fn reshape_and_cache<T: KernelFloat>(
+    pub fn reshape_and_cache<'a, T: KernelFloat>(
         &self,
-        key: &CudaSlice<T>,
-        value: &CudaSlice<T>,
+        key: impl Into<At<'a, T>>,
+        value: impl Into<At<'a, T>>,
         k_cache: &mut CudaSlice<T>,
         v_cache: &mut CudaSlice<T>,
         slot_mapping: &CudaSlice<i32>,
@@ -390,6 +488,7 @@ impl CudaKernels {
         head_dim: usize,
         kv_stride: usize,
     ) -> Result<(), DeviceError> {
+        let (key, value) = (key.into(), value.into());
         let row = num_kv_heads * head_dim;
         ensure(row > 0 && kv_stride >= row, "reshape_and_cache: bad row or stride")?;
         if num_tokens == 0 {
@@ -402,8 +501,9 @@ impl CudaKernels {
         let (kv_stride_i, heads_i, dim_i) =
             (fits_i32(kv_stride, "kv_stride")?, fits_i32(num_kv_heads, "num_kv_heads")?, fits_i32(head_dim, "head_dim")?);
         let cfg = LaunchConfig { grid_dim: (grid_x(num_tokens)?, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let (key, value) = (key.ptr(&self.stream)?, value.ptr(&self.stream)?);
         let mut b = self.stream.launch_builder(f);
-        b.arg(key).arg(value).arg(k_cache).arg(v_cache).arg(slot_mapping).arg(&kv_stride_i).arg(&heads_i).arg(&dim_i);
+        b.arg(&key).arg(&value).arg(k_cache).arg(v_cache).arg(slot_mapping).arg(&kv_stride_i).arg(&heads_i).arg(&dim_i);
         // SAFETY: argument order and types match kv_cache.cu; slots are trusted to be in the cache.
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching reshape_and_cache", e))
     }
@@ -413,16 +513,20 @@ impl CudaKernels {
     /// `[total_new_tokens, num_kv_heads, head_dim]` (token stride `kv_stride`); `cu_seqlens_q`:
     /// `[num_seqs + 1]`; `out`: `[total_new_tokens, num_heads, head_dim]` contiguous.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_prefill<T: KernelFloat>(
+    /// Runs the tensor-core kernel (`attention_prefill_tc.cu`) where the device and shape allow
+    /// it and the fast kernels are chosen ([`CudaKernels::set_attention`]), else the CUDA-core
+    /// one (`attention_prefill.cu`).
+    pub fn attention_prefill<'a, T: KernelFloat>(
         &self,
         out: &mut CudaSlice<T>,
-        q: &CudaSlice<T>,
-        k: &CudaSlice<T>,
-        v: &CudaSlice<T>,
+        q: impl Into<At<'a, T>>,
+        k: impl Into<At<'a, T>>,
+        v: impl Into<At<'a, T>>,
         cache: &PagedKvCache<'_, T>,
         cu_seqlens_q: &CudaSlice<i32>,
         p: &PrefillParams,
     ) -> Result<(), DeviceError> {
+        let (q, k, v) = (q.into(), k.into(), v.into());
         let d = cache.head_dim;
         check_heads(p.num_heads, cache.num_kv_heads, d)?;
         cache.check(p.num_seqs)?;
@@ -437,6 +541,9 @@ impl CudaKernels {
         ensure(out.len() >= t * p.num_heads * d, "out too short")?;
         ensure(p.num_heads <= 65_535 && p.num_seqs <= 65_535, "prefill: at most 65535 heads and sequences")?;
         fits_i32(q.len().max(k.len()).max(out.len()), "prefill tensor elements")?;
+        if self.fast().is_some_and(|f| f.prefill_fits(d, [p.q_stride, p.kv_stride], [q.offset, k.offset, v.offset])) {
+            return self.attention_prefill_tc(out, [q, k, v], cache, cu_seqlens_q, p);
+        }
         let bucket = prefill_head_dim_bucket(d)
             .ok_or_else(|| DeviceError::Unsupported(format!("head_dim {d} > {MAX_HEAD_DIM}")))?;
         let smem = attention_prefill_smem_bytes(d);
@@ -454,8 +561,9 @@ impl CudaKernels {
             block_dim: (PREFILL_THREADS, 1, 1),
             shared_mem_bytes: smem as u32,
         };
+        let (q, k, v) = (q.ptr(&self.stream)?, k.ptr(&self.stream)?, v.ptr(&self.stream)?);
         let mut b = self.stream.launch_builder(f);
-        b.arg(out).arg(q).arg(k).arg(v).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
+        b.arg(out).arg(&q).arg(&k).arg(&v).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
         b.arg(cu_seqlens_q).arg(&p.scale);
         for x in &ints {
             b.arg(x);
@@ -465,15 +573,22 @@ impl CudaKernels {
         unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching attention_prefill", e))
     }
 
-    /// Allocates scratch for decoding `num_seqs` sequences of up to `max_context_len` tokens.
+    /// Allocates scratch for decoding `num_seqs` sequences of up to `max_context_len` tokens with
+    /// `num_kv_heads` KV heads, for whichever decode kernel a call of that size picks.
     pub fn decode_workspace(
         &self,
         num_seqs: usize,
         num_heads: usize,
+        num_kv_heads: usize,
         head_dim: usize,
         max_context_len: usize,
     ) -> Result<DecodeWorkspace, DeviceError> {
-        let max_partitions = max_context_len.div_ceil(DECODE_PARTITION_TOKENS).max(1);
+        let reference = max_context_len.div_ceil(DECODE_PARTITION_TOKENS).max(1);
+        let fast = self
+            .fast()
+            .filter(|f| f.decode_fits(head_dim))
+            .map_or(1, |f| f.decode_partitions(num_seqs, num_heads, num_kv_heads, head_dim, max_context_len).1);
+        let max_partitions = reference.max(fast);
         let heads = num_seqs.max(1) * num_heads.max(1);
         // With one partition the kernel writes `out` directly; keep the scratch tiny.
         let (out_len, stat_len) =
@@ -487,20 +602,25 @@ impl CudaKernels {
             num_heads,
             head_dim,
             max_partitions,
+            max_context: max_context_len,
         })
     }
 
     /// One decode step of attention over the paged cache (`context_lens` include the new token,
     /// whose K/V must already be in the cache). `q`: `[num_seqs, num_heads, head_dim]` with
     /// sequence stride `q_stride`; `out`: `[num_seqs, num_heads, head_dim]`.
-    pub fn attention_decode<T: KernelFloat>(
+    ///
+    /// Runs the split-KV kernel (`attention_decode_split.cu`) where the shape allows it and the
+    /// fast kernels are chosen, else the CUDA-core one (`attention_decode.cu`).
+    pub fn attention_decode<'a, T: KernelFloat>(
         &self,
         out: &mut CudaSlice<T>,
-        q: &CudaSlice<T>,
+        q: impl Into<At<'a, T>>,
         cache: &PagedKvCache<'_, T>,
         workspace: &mut DecodeWorkspace,
         p: &DecodeParams,
     ) -> Result<(), DeviceError> {
+        let q = q.into();
         let d = cache.head_dim;
         check_heads(p.num_heads, cache.num_kv_heads, d)?;
         cache.check(p.num_seqs)?;
@@ -510,15 +630,17 @@ impl CudaKernels {
         ensure(p.q_stride >= p.num_heads * d, "decode q_stride too small")?;
         ensure(q.len() >= (p.num_seqs - 1) * p.q_stride + p.num_heads * d, "q too short")?;
         ensure(out.len() >= p.num_seqs * p.num_heads * d, "out too short")?;
+        ensure(p.max_context_len <= workspace.max_context, "decode workspace made for shorter contexts")?;
+        if let Some(fast) = self.fast().filter(|f| f.decode_fits(d) && p.q_stride.is_multiple_of(8) && q.offset.is_multiple_of(8)) {
+            return self.attention_decode_split(fast, out, q, cache, workspace, p);
+        }
         // Partitions this call launches; the workspace may have room for more (a workspace made
         // for the longest context serves every shorter step). Its partition count is the stride
         // of the scratch arrays and decides whether the kernel writes `out` directly (1).
         let partitions = p.max_context_len.div_ceil(DECODE_PARTITION_TOKENS).max(1);
         let stride = workspace.max_partitions;
         ensure(
-            partitions <= stride
-                && (stride == 1
-                    || (workspace.num_seqs >= p.num_seqs && workspace.num_heads == p.num_heads && workspace.head_dim == d)),
+            workspace.fits(p.num_seqs, partitions, p.num_heads, d),
             "decode workspace too small for this call (more sequences, longer contexts or another head shape)",
         )?;
         ensure(p.num_seqs <= 65_535 && partitions <= 65_535, "decode: at most 65535 sequences and partitions")?;
@@ -536,8 +658,9 @@ impl CudaKernels {
             shared_mem_bytes: 0,
         };
         {
+            let q = q.ptr(&self.stream)?;
             let mut b = self.stream.launch_builder(f);
-            b.arg(&mut *out).arg(q).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
+            b.arg(&mut *out).arg(&q).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
             b.arg(&mut workspace.tmp_out).arg(&mut workspace.tmp_max).arg(&mut workspace.tmp_sum).arg(&p.scale);
             for x in &ints {
                 b.arg(x);
@@ -620,30 +743,146 @@ impl CudaKernels {
     }
 }
 
+/// The fast attention kernels' launches (`attention_fast` holds their contracts).
+impl CudaKernels {
+    /// Launches the tensor-core prefill (the caller checked `FastAttention::prefill_fits` and
+    /// the common arguments).
+    fn attention_prefill_tc<T: KernelFloat>(
+        &self,
+        out: &mut CudaSlice<T>,
+        [q, k, v]: [At<'_, T>; 3],
+        cache: &PagedKvCache<'_, T>,
+        cu_seqlens_q: &CudaSlice<i32>,
+        p: &PrefillParams,
+    ) -> Result<(), DeviceError> {
+        let d = cache.head_dim;
+        let bucket = tc_bucket(d).ok_or_else(|| DeviceError::Failed(format!("head_dim {d} has no tensor-core bucket")))?;
+        let f = self.function(&format!("attention_prefill_tc_{}_d{bucket}", T::SUFFIX))?;
+        let ints = [p.num_heads, cache.num_kv_heads, d, p.q_stride, p.kv_stride, cache.block_size, cache.max_blocks_per_seq]
+            .iter()
+            .map(|&x| fits_i32(x, "prefill shape"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x(p.max_new_tokens.div_ceil(TC_BLOCK_ROWS))?, p.num_heads as u32, p.num_seqs as u32),
+            block_dim: (TC_THREADS, 1, 1),
+            shared_mem_bytes: tc_smem_bytes(bucket) as u32,
+        };
+        let stream = &self.stream;
+        let (q, k, v) = (q.ptr(stream)?, k.ptr(stream)?, v.ptr(stream)?);
+        let mut b = stream.launch_builder(f);
+        b.arg(out).arg(&q).arg(&k).arg(&v).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
+        b.arg(cu_seqlens_q).arg(&p.scale);
+        for x in &ints {
+            b.arg(x);
+        }
+        // SAFETY: argument order and types match attention_prefill_tc.cu's entry points; shapes,
+        // lengths, 16-byte strides and offsets checked by the caller and prefill_fits; the entry
+        // was opted into its shared memory at load.
+        unsafe { b.launch(cfg) }.map(drop).map_err(|e| driver_error("launching attention_prefill_tc", e))
+    }
+
+    /// Launches the split-KV decode and, when the workspace has partitions, its reduce (the
+    /// caller checked `FastAttention::decode_fits` and the common arguments).
+    fn attention_decode_split<T: KernelFloat>(
+        &self,
+        fast: &FastAttention,
+        out: &mut CudaSlice<T>,
+        q: At<'_, T>,
+        cache: &PagedKvCache<'_, T>,
+        workspace: &mut DecodeWorkspace,
+        p: &DecodeParams,
+    ) -> Result<(), DeviceError> {
+        let d = cache.head_dim;
+        let group = p.num_heads / cache.num_kv_heads;
+        let (bucket, g) = split_entry_shape(d, group).ok_or_else(|| DeviceError::Failed(format!("head_dim {d} > 256")))?;
+        let (mut size, _) = fast.decode_partitions(p.num_seqs, p.num_heads, cache.num_kv_heads, d, p.max_context_len);
+        // A workspace sized for a larger batch has fewer partitions than this call would pick:
+        // longer partitions fit it.
+        while p.max_context_len.div_ceil(size) > workspace.max_partitions && size < SPLIT_PARTITION_MAX {
+            size *= 2;
+        }
+        let partitions = p.max_context_len.div_ceil(size).max(1);
+        ensure(
+            workspace.fits(p.num_seqs, partitions, p.num_heads, d),
+            "decode workspace too small for this call (more sequences, longer contexts or another head shape)",
+        )?;
+        ensure(p.num_seqs <= 65_535 && partitions <= 65_535, "decode: at most 65535 sequences and partitions")?;
+        let stride = workspace.max_partitions;
+        let ints = [
+            p.num_heads,
+            cache.num_kv_heads,
+            d,
+            p.q_stride,
+            cache.block_size,
+            cache.max_blocks_per_seq,
+            stride,
+            size,
+        ]
+        .iter()
+        .map(|&x| fits_i32(x, "decode shape"))
+        .collect::<Result<Vec<_>, _>>()?;
+        let f = self.function(&format!("attention_decode_split_{}_d{bucket}_g{g}", T::SUFFIX))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x(cache.num_kv_heads * group.div_ceil(g))?, p.num_seqs as u32, partitions as u32),
+            block_dim: (SPLIT_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let stream = &self.stream;
+        {
+            let q = q.ptr(stream)?;
+            let mut b = stream.launch_builder(f);
+            b.arg(&mut *out).arg(&q).arg(cache.k).arg(cache.v).arg(cache.block_tables).arg(cache.context_lens);
+            b.arg(&mut workspace.tmp_out).arg(&mut workspace.tmp_max).arg(&mut workspace.tmp_sum).arg(&p.scale);
+            for x in &ints {
+                b.arg(x);
+            }
+            // SAFETY: argument order and types match attention_decode_split.cu's DS_PARAMS;
+            // shapes checked above and by the caller; context_lens are trusted to be <=
+            // max_context_len and covered by the block tables.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("launching attention_decode_split", e))?;
+        }
+        if stride > 1 {
+            let f = self.function(&format!("attention_decode_split_reduce_{}", T::SUFFIX))?;
+            let (heads_i, dim_i, parts_i, size_i) = (ints[0], ints[2], ints[6], ints[7]);
+            let cfg = LaunchConfig {
+                grid_dim: (p.num_heads as u32, p.num_seqs as u32, 1),
+                block_dim: (SPLIT_REDUCE_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(f);
+            b.arg(out).arg(&workspace.tmp_out).arg(&workspace.tmp_max).arg(&workspace.tmp_sum).arg(cache.context_lens);
+            b.arg(&heads_i).arg(&dim_i).arg(&parts_i).arg(&size_i);
+            // SAFETY: argument order and types match attention_decode_split_reduce_*.
+            unsafe { b.launch(cfg) }.map_err(|e| driver_error("launching attention_decode_split_reduce", e))?;
+        }
+        Ok(())
+    }
+}
+
 fn fill_config(n: u64) -> LaunchConfig {
     LaunchConfig { grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn check_heads(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> Result<(), DeviceError> {
+pub(super) fn check_heads(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> Result<(), DeviceError> {
     ensure(num_heads > 0 && num_kv_heads > 0, "head counts must be positive")?;
     ensure(num_heads.is_multiple_of(num_kv_heads), "num_heads must be a multiple of num_kv_heads")?;
     ensure_unsupported(head_dim > 0 && head_dim.is_multiple_of(2) && head_dim <= MAX_HEAD_DIM, &format!("head_dim {head_dim}: must be even and at most {MAX_HEAD_DIM}"))
 }
 
-fn ensure(ok: bool, message: &str) -> Result<(), DeviceError> {
+pub(super) fn ensure(ok: bool, message: &str) -> Result<(), DeviceError> {
     if ok { Ok(()) } else { Err(DeviceError::Failed(format!("kernel arguments: {message}"))) }
 }
 
-fn ensure_unsupported(ok: bool, message: &str) -> Result<(), DeviceError> {
+pub(super) fn ensure_unsupported(ok: bool, message: &str) -> Result<(), DeviceError> {
     if ok { Ok(()) } else { Err(DeviceError::Unsupported(message.to_string())) }
 }
 
 /// The kernels index with 32-bit ints where a value is a count of elements in one dimension.
-fn fits_i32(value: usize, what: &str) -> Result<i32, DeviceError> {
+pub(super) fn fits_i32(value: usize, what: &str) -> Result<i32, DeviceError> {
     i32::try_from(value).map_err(|_| DeviceError::Unsupported(format!("{what} = {value} exceeds 2^31 - 1")))
 }
 
-fn grid_x(blocks: usize) -> Result<u32, DeviceError> {
+pub(super) fn grid_x(blocks: usize) -> Result<u32, DeviceError> {
     u32::try_from(blocks)
         .ok()
         .filter(|&b| b < (1u32 << 31))

@@ -9,13 +9,18 @@
 //!  forward.rs: the Llama forward pass built from both (CudaModelExecutor)
 //! ```
 
+pub mod attention_fast;
 pub mod compile;
 pub mod device;
 pub mod forward;
 pub mod gemm;
+pub mod graphs;
 pub mod kernels;
+pub mod parts;
+pub mod step_index;
 
 pub use device::CudaDevice;
 pub use forward::CudaModelExecutor;
 pub use gemm::{CublasLt, GemmDtype, GemmPlan};
-pub use kernels::{CudaKernels, KernelFloat};
+pub use attention_fast::AttentionKernels;
+pub use kernels::{At, CudaKernels, KernelFloat};

@@ -478,8 +478,14 @@ fn the_rope_table_stops_at_the_kv_capacity() {
 /// Serves `prompts` one after another through the shared scheduler (the servesim policy), each
 /// to `max_new` greedy tokens; returns each one's output and the prefill tokens it computed.
 fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new: u32) -> (Vec<Vec<u32>>, Vec<u32>) {
+    serve_in_sequence_by(crate::sched::Policy::Servesim, prompts, enable_prefix_caching, max_new)
+}
+
+/// [`serve_in_sequence`] under `policy` (servesim's, or SGLang's with its radix cache as the
+/// prefix cache, in pages of the engine's block size).
+fn serve_in_sequence_by(policy: crate::sched::Policy, prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new: u32) -> (Vec<Vec<u32>>, Vec<u32>) {
     use crate::sched::prefix::token_block_hashes;
-    use crate::sched::{Admission, Policy, Scheduler, SchedulerConfig};
+    use crate::sched::{Admission, SchedulePolicy, Scheduler, SchedulerConfig, SglangConfig};
     let config = LlamaConfig::tiny();
     let mut exec = executor(&config, 32);
     let knobs = SchedulerConfig {
@@ -495,8 +501,16 @@ fn serve_in_sequence(prompts: &[Vec<u32>], enable_prefix_caching: bool, max_new:
         stream_window_steps: false,
         speculative: None,
         tgi: None,
+        sglang: (policy == crate::sched::Policy::Sglang).then(|| SglangConfig {
+            schedule_policy: SchedulePolicy::Fcfs,
+            chunked_prefill_size: Some(64),
+            max_prefill_tokens: 16384,
+            schedule_conservativeness: 1.0,
+            cuda_graph_bs: Vec::new(),
+            disable_overlap_schedule: true,
+        }),
     };
-    let mut s = Scheduler::new(knobs.clone(), Policy::Servesim.build(&knobs));
+    let mut s = Scheduler::new(knobs.clone(), policy.build(&knobs));
     let (mut outputs, mut prefills) = (Vec::new(), Vec::new());
     for (id, p) in prompts.iter().enumerate() {
         let hashes = token_block_hashes(p, BLOCK_SIZE as u32);
@@ -536,4 +550,21 @@ fn prefix_caching_computes_only_the_tail_and_keeps_greedy_outputs() {
     // a: its 2 full blocks hit, 2 tokens left. shares_a: a's 2 blocks. A prompt of whole blocks
     // cached whole recomputes its last block (vLLM V1 recomputes at least the last token).
     assert_eq!(warm_prefill, vec![10, 2, 5, 12, 4, 2]);
+}
+
+/// SGLang's radix cache in the engine: its pages are the engine's KV blocks, shared by id
+/// between the tree and the requests that match it. Greedy outputs are those computed without
+/// any cache.
+#[test]
+fn sglang_radix_cache_computes_only_the_tail_and_keeps_greedy_outputs() {
+    use crate::sched::Policy;
+    let a = prompt(11, 10, 256);
+    let mut shares_a = a[..8].to_vec();
+    shares_a.extend(prompt(13, 5, 256));
+    let prompts = [a.clone(), a.clone(), shares_a, a.clone()];
+    let (cold, _) = serve_in_sequence(&prompts, false, 6);
+    let (warm, warm_prefill) = serve_in_sequence_by(Policy::Sglang, &prompts, true, 6);
+    assert_eq!(warm, cold, "greedy outputs differ with the radix cache");
+    // Pages of 4: a repeat of a (10 tokens) matches ⌊9 / 4⌋ = 2 pages; shares_a its 2 pages.
+    assert_eq!(warm_prefill, vec![10, 2, 5, 2]);
 }

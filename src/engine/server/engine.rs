@@ -601,9 +601,10 @@ impl<E: Executor> EngineLoop<E> {
                     return;
                 }
                 let prompt_len = params.prompt.len() as u32;
-                let hashes = match self.scheduler.kv().prefix_cache() {
-                    Some(_) => token_block_hashes(&params.prompt, self.scheduler.config().block_size),
-                    None => Vec::new(),
+                let hashes = if self.scheduler.caches_prefixes() {
+                    token_block_hashes(&params.prompt, self.scheduler.config().block_size)
+                } else {
+                    Vec::new()
                 };
                 match self.scheduler.add_request_with_prefix(id, prompt_len, params.max_tokens, params.max_tokens, &hashes) {
                     Admission::Queued { seq } => {
@@ -660,7 +661,7 @@ impl<E: Executor> EngineLoop<E> {
         s.running = self.scheduler.num_running();
         s.waiting = self.scheduler.num_waiting();
         s.kv_blocks_used = self.scheduler.kv().pool().blocks_used();
-        if self.scheduler.kv().prefix_cache().is_some() {
+        if self.scheduler.caches_prefixes() {
             s.prefix_cache = Some(self.scheduler.prefix_stats());
         }
         if self.lookup.is_some() {

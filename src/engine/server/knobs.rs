@@ -4,7 +4,10 @@
 use super::{EngineHandle, Executor, NgramLookup};
 use crate::Error;
 use crate::scenario::Policy;
-use crate::sched::{Acceptance, SchedulerConfig, SpeculativeConfig};
+use crate::sched::{Acceptance, SchedulePolicy, SchedulerConfig, SglangConfig, SpeculativeConfig};
+
+/// SGLang 0.4.9's `--max-prefill-tokens` default (`server_args.py`).
+pub const SGLANG_MAX_PREFILL_TOKENS: u32 = 16384;
 
 /// `--max-num-seqs`, `--max-num-batched-tokens`, `--block-size`, `--num-gpu-blocks`,
 /// `--enable-prefix-caching`, `--num-scheduler-steps`, `--num-speculative-tokens` with
@@ -19,6 +22,9 @@ pub struct EngineKnobs {
     pub num_scheduler_steps: u32,
     /// N-gram speculative decoding, `None` = off.
     pub ngram: Option<NgramLookup>,
+    /// `servesim` (vLLM V1's scheduling) or `sglang` (SGLang 0.4.9's, `--policy sglang`: the
+    /// knobs above stand for its flags, below).
+    pub policy: Policy,
 }
 
 /// The longest multi-step window `serve` takes: a window holds a batch's tokens back for this
@@ -50,7 +56,32 @@ impl EngineKnobs {
         if !self.block_size.is_power_of_two() {
             return bad("--block-size", self.block_size, "must be a power of two");
         }
+        if self.policy == Policy::Sglang {
+            if self.num_scheduler_steps > 1 {
+                return bad("--num-scheduler-steps", self.num_scheduler_steps, "is vLLM's; --policy sglang has no multi-step scheduling");
+            }
+            if let Some(lookup) = &self.ngram {
+                return bad("--num-speculative-tokens", lookup.num_speculative_tokens, "servesim models SGLang without speculative decoding");
+            }
+        }
         Ok(())
+    }
+
+    /// SGLang's flags these knobs stand for under `--policy sglang`: `--max-running-requests`
+    /// (`max_num_seqs`), `--chunked-prefill-size` (`max_num_batched_tokens`), `--page-size`
+    /// (`block_size`), `--max-total-tokens` (`num_gpu_blocks` pages), `--disable-radix-cache`
+    /// (without `--enable-prefix-caching`); the engine runs eagerly and schedules in series with
+    /// its steps (`--disable-cuda-graph`, `--disable-overlap-schedule`), and the rest are
+    /// SGLang 0.4.9's defaults.
+    pub fn sglang_config(&self) -> Option<SglangConfig> {
+        (self.policy == Policy::Sglang).then(|| SglangConfig {
+            schedule_policy: SchedulePolicy::Fcfs,
+            chunked_prefill_size: Some(self.max_num_batched_tokens),
+            max_prefill_tokens: SGLANG_MAX_PREFILL_TOKENS,
+            schedule_conservativeness: 1.0,
+            cuda_graph_bs: Vec::new(),
+            disable_overlap_schedule: true,
+        })
     }
 
     /// The engine's scheduler: the servesim policy is vLLM V1's, so prefills are always chunked;
@@ -70,15 +101,16 @@ impl EngineKnobs {
             stream_window_steps: false,
             speculative: self.speculative(),
             tgi: None,
+            sglang: self.sglang_config(),
         }
     }
 
-    /// Starts servesim's engine on `executor`: these knobs, the `servesim` policy, at most
+    /// Starts servesim's engine on `executor`: these knobs, their policy, at most
     /// `max_waiting` requests waiting, prompts plus outputs of at most `context_len` tokens.
     pub fn start<E: Executor>(&self, executor: E, max_waiting: u32, context_len: u32) -> EngineHandle {
         match self.ngram {
-            Some(lookup) => EngineHandle::start_speculative(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len, lookup),
-            None => EngineHandle::start(executor, self.scheduler_config(), Policy::Servesim, max_waiting, context_len),
+            Some(lookup) => EngineHandle::start_speculative(executor, self.scheduler_config(), self.policy, max_waiting, context_len, lookup),
+            None => EngineHandle::start(executor, self.scheduler_config(), self.policy, max_waiting, context_len),
         }
     }
 

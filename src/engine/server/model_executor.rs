@@ -62,6 +62,10 @@ impl LogitsModel for CudaModelExecutor {
     fn forward_with_tables(&mut self, batch: &Batch, token_ids: &[u32], tables: &dyn BlockTables) -> Result<&[f32], ModelError> {
         CudaModelExecutor::forward_with_tables(self, batch, token_ids, tables)
     }
+    /// Parts timed with CUDA events, when the executor was asked to (`set_time_parts`).
+    fn last_times(&self) -> Option<OpTimes> {
+        CudaModelExecutor::last_times(self)
+    }
 }
 
 /// Block tables as the engine loop hands them over, one per sequence of the batch.

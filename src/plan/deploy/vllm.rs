@@ -3,6 +3,7 @@
 
 use super::Args;
 use crate::scenario::engine_profile::EngineVersion;
+use crate::scenario::parallel::GPUS_PER_NODE;
 use crate::scenario::speculative::SpecMethod;
 use crate::scenario::{Dtype, EngineConfig, ModelSpec, Policy};
 
@@ -70,6 +71,12 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, version: EngineVersion, dr
     }
     if let Some(dp) = engine.data_parallel {
         a.flag("--data-parallel-size", dp.ranks);
+        let gpus = engine.tensor_parallel.saturating_mul(dp.ranks);
+        if gpus > GPUS_PER_NODE {
+            a.note(format!(
+                "tensor_parallel × data_parallel = {gpus} GPUs, more than one {GPUS_PER_NODE}-GPU node: vLLM runs the ranks across nodes with a command per node (--data-parallel-size-local, --data-parallel-start-rank, --data-parallel-address)"
+            ));
+        }
         if dp.lockstep {
             a.flag("--all2all-backend", dp.all2all.name());
         }

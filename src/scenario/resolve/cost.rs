@@ -69,7 +69,8 @@ pub(super) fn resolve_cost(
     let (base, kernel, fitted) = match raw.get("profile") {
         None => (corrected(), Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.is_empty() || path == "roofline" => (defaults.clone(), None, None),
-        Some(toml::Value::String(path)) if path == "auto" => (corrected(), Some(KernelProfile::Auto), None),
+        // `bundled` says which `auto` picks: the profile bundled for the GPU and the engine.
+        Some(toml::Value::String(path)) if path == "auto" || path == "bundled" => (corrected(), Some(KernelProfile::Auto), None),
         Some(toml::Value::String(path)) if path.ends_with(".csv") || path.ends_with(".csv.zst") => {
             let file = cx.relative(path);
             if !file.is_file() {

@@ -3,6 +3,7 @@
 
 use super::context::{Cx, positive_or, quote, reject_unused_fields};
 use super::hardware::check_tp;
+use super::sglang::resolve_sglang;
 use super::speculative::resolve_speculative;
 use crate::scenario::engine_profile::{self, EngineProfile, EngineVersion};
 use crate::scenario::model::ModelSpec;
@@ -110,11 +111,12 @@ pub(super) fn resolve_engine(
             "vllm-v0" => Policy::VllmV0,
             "tgi" => Policy::Tgi,
             "servesim" => Policy::Servesim,
+            "sglang" => Policy::Sglang,
             _ => {
                 return Err(cx.invalid(
                     "engine.policy",
                     quote(p),
-                    "unknown policy; known: vllm-v1, vllm-v0, tgi, servesim",
+                    "unknown policy; known: vllm-v1, vllm-v0, tgi, servesim, sglang",
                 ));
             }
         },
@@ -126,11 +128,12 @@ pub(super) fn resolve_engine(
             "least-outstanding" | "least-outstanding-requests" => Router::LeastOutstanding,
             "weighted-least-outstanding" | "weighted-least-outstanding-requests" => Router::WeightedLeastOutstanding,
             "prefix-aware" => Router::PrefixAware,
+            "cache-aware" => Router::CacheAware,
             _ => {
                 return Err(cx.invalid(
                     "engine.router",
                     quote(r),
-                    "unknown router; known: round-robin, least-outstanding, weighted-least-outstanding, prefix-aware",
+                    "unknown router; known: round-robin, least-outstanding, weighted-least-outstanding, prefix-aware, cache-aware",
                 ));
             }
         },
@@ -148,6 +151,20 @@ pub(super) fn resolve_engine(
     // vLLM (through 0.11) turns prefix caching off for a model with linear-attention layers,
     // whose per-sequence state no cached block holds ("Hybrid or mamba-based model detected:
     // disabling prefix caching since it is not yet supported"); asked for, it is refused here.
+    if raw.sglang.is_some() && policy != Policy::Sglang {
+        return Err(cx.invalid(
+            "engine.sglang",
+            "[engine.sglang]",
+            format!("holds SGLang's flags, and policy {:?} is not SGLang; set engine.policy = \"sglang\"", policy.name()),
+        ));
+    }
+    if policy == Policy::Sglang && model.attention.is_mixed() {
+        return Err(cx.invalid(
+            "engine.policy",
+            quote("sglang"),
+            format!("{} has sliding, chunked or linear attention layers, which servesim models for vLLM only", model.name),
+        ));
+    }
     let linear = model.attention.linear.is_some();
     if linear && raw.enable_prefix_caching == Some(true) {
         return Err(cx.invalid(
@@ -187,7 +204,7 @@ pub(super) fn resolve_engine(
             ),
         ));
     }
-    if policy == Policy::Tgi {
+    if policy == Policy::Tgi || policy == Policy::Sglang {
         let common = EngineConfig {
             policy,
             tensor_parallel: tp,
@@ -208,10 +225,14 @@ pub(super) fn resolve_engine(
             speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, 1, model, cx)?,
             activation_reserve_bytes: 0,
             tgi: None,
+            sglang: None,
             profile: profile.clone(),
             version,
             data_parallel: None,
         };
+        if policy == Policy::Sglang {
+            return resolve_sglang(raw, model.max_position_embeddings, gpu, common, cx);
+        }
         return resolve_tgi(raw, model, common, cx);
     }
     let max_num_seqs = positive("max_num_seqs", raw.max_num_seqs, default_max_num_seqs)?;
@@ -265,7 +286,7 @@ pub(super) fn resolve_engine(
             };
             (chunked, budget, V0_WATERMARK)
         }
-        Policy::Tgi => unreachable!("resolved by resolve_tgi"),
+        Policy::Tgi | Policy::Sglang => unreachable!("resolved by resolve_tgi and resolve_sglang"),
     };
     let max_num_batched_tokens = positive(
         "max_num_batched_tokens",
@@ -319,6 +340,7 @@ pub(super) fn resolve_engine(
         speculative: resolve_speculative(raw.speculative.as_ref(), policy, tp, num_scheduler_steps, model, cx)?,
         activation_reserve_bytes: 0,
         tgi: None,
+        sglang: None,
         profile,
         version,
         // Filled in by `parallel::resolve_data_parallel`, which needs the experts placed.
@@ -382,6 +404,7 @@ const ENGINE_COMMON_FIELDS: [&str; 9] = [
     "num_gpu_blocks",
     "activation_reserve_gib",
 ];
+const ENGINE_SGLANG_COMMON_FIELDS: [&str; 6] = ["policy", "version", "tensor_parallel", "replicas", "router", "sglang"];
 const ENGINE_VLLM_FIELDS: [&str; 6] = [
     "max_num_batched_tokens",
     "max_num_seqs",
@@ -422,8 +445,12 @@ fn reject_other_policy_fields(raw: &RawEngine, policy: Policy, cx: &Cx) -> Resul
     let own: &[&str] = match policy {
         Policy::VllmV1 | Policy::VllmV0 | Policy::Servesim => &ENGINE_VLLM_FIELDS,
         Policy::Tgi => &ENGINE_TGI_FIELDS,
+        Policy::Sglang => &[],
     };
-    let allowed: Vec<&str> = ENGINE_COMMON_FIELDS.iter().chain(own).copied().collect();
+    // SGLang's knobs are under [engine.sglang], by its names; vLLM's names for the common ones
+    // are refused with the name to use (`resolve::sglang`).
+    let common: &[&str] = if policy == Policy::Sglang { &ENGINE_SGLANG_COMMON_FIELDS } else { &ENGINE_COMMON_FIELDS };
+    let allowed: Vec<&str> = common.iter().chain(own).copied().collect();
     reject_unused_fields(cx, "engine", &present, &allowed, &format!("policy {:?}", policy.name()))
 }
 

@@ -250,6 +250,8 @@ pub(super) fn size_memory(
 
     let activation_reserve_bytes = match activation_reserve_override(raw, cx)? {
         Some(bytes) => bytes,
+        // SGLang's reserve is the memory outside `mem_fraction_static` (our utilization).
+        None if engine.sglang.is_some() => 0,
         None => {
             model.profile_activation_bytes_per_gpu(
                 tp,
@@ -309,6 +311,9 @@ pub(super) fn size_memory(
             blocks.min(u32::MAX as f64) as u32
         }
     };
+    if engine.sglang.is_some() {
+        return super::sglang::size_pool(raw, gpu, engine, cx);
+    }
     // A sequence's own blocks (windows, states) come out of the cache before its tokens'.
     let kv_tokens = u64::from(engine.num_gpu_blocks.saturating_sub(engine.kv_blocks_per_seq)) * engine.block_size as u64;
     if kv_tokens < engine.max_model_len as u64 {

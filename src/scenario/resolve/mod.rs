@@ -25,6 +25,7 @@ mod hardware;
 mod model;
 mod parallel;
 mod pools;
+mod sglang;
 mod speculative;
 mod workload;
 

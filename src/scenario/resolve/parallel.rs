@@ -47,7 +47,7 @@ pub(super) fn resolve_data_parallel(
         if gpu.is_none() {
             return Err(cx.invalid(field, ranks, "data-parallel ranks inside [[cluster.pools]] are not modelled"));
         }
-        if matches!(engine.router, Router::PrefixAware | Router::WeightedLeastOutstanding) {
+        if matches!(engine.router, Router::PrefixAware | Router::WeightedLeastOutstanding | Router::CacheAware) {
             return Err(cx.invalid(
                 "engine.router",
                 quote(engine.router.name()),

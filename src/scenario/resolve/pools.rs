@@ -155,6 +155,11 @@ pub(super) fn resolve_mode(cluster: &RawCluster, pools: &[Pool], policy: Policy,
     if policy == Policy::Tgi {
         return Err(cx.invalid("cluster.mode", quote("disaggregated"), "TGI 2.3 has no disaggregated serving; use a vLLM policy"));
     }
+    if policy == Policy::Sglang {
+        // SGLang 0.4.9 has PD disaggregation (mooncake/nixl transfer, its own queues), which
+        // servesim does not model: its decode side would take KV its radix cache never held.
+        return Err(cx.invalid("cluster.mode", quote("disaggregated"), "servesim models SGLang's scheduler without its PD disaggregation; use a vLLM policy"));
+    }
     if let Some(i) = pools.iter().position(|p| p.role == PoolRole::Serve) {
         return Err(cx.invalid(&format!("cluster.pools[{i}].role"), "(missing)", "a disaggregated cluster's pools each say role = \"prefill\" or \"decode\""));
     }

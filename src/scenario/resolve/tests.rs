@@ -178,7 +178,7 @@ fn unknown_names() {
     );
     let msg = invalid(&["hardware.gpu=TPU-v5"], "hardware.gpu", "\"TPU-v5\"");
     assert!(msg.contains("H100-SXM") && msg.contains("B200"), "{msg}");
-    invalid(&["engine.policy=sglang"], "engine.policy", "\"sglang\"");
+    invalid(&["engine.policy=trtllm"], "engine.policy", "\"trtllm\"");
     invalid(&["engine.router=random"], "engine.router", "\"random\"");
     invalid(&["model.dtype=int4"], "model.dtype", "\"int4\"");
     invalid(
