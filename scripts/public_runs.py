@@ -143,7 +143,7 @@ MLPERF_MAX_OUTPUT = 1024
 # log-normal with a standard deviation equal to the mean (an assumption, said in each scenario).
 MLPERF_LENGTH_CV = 1.0
 # SGLang's runs need the scheduler of issue 36 (`policy = "sglang"`); True once it is in the build.
-SGLANG_POLICY = False
+SGLANG_POLICY = True
 # What an MLPerf run is compared on: throughput, and loadgen's TTFT and TPOT (server runs).
 MLPERF_METRICS = ["output_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms",
                   "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms"]
@@ -370,7 +370,7 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
         lines.append('router = "round-robin"')
     if mlperf and number(row["gpu_memory_utilization"]) and not sglang:
         lines.append(f"gpu_memory_utilization = {number(row['gpu_memory_utilization']):g}")
-    for key in ["max_num_seqs", "max_num_batched_tokens", "max_model_len"]:
+    for key in [] if sglang else ["max_num_seqs", "max_num_batched_tokens", "max_model_len"]:
         value = number(row[key])
         if value:
             lines.append(f"{key} = {int(value)}")
@@ -388,6 +388,12 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
     if "offload" in row["kv_cpu_offload"] or row["kv_cpu_offload"].startswith("yes"):
         lines.append("# The run offloaded KV to 8 GiB of CPU memory (OffloadingConnector): not modelled; it matters only")
         lines.append("# once the GPU's blocks run out, which the runs kept here do not reach.")
+    if sglang:
+        lines += ["# --attention-backend fa3 (recorded): the kernel profile's attention is FlashAttention 3's. The",
+                  "# other flags keep 0.4.9's defaults (chunked prefill 8,192 tokens on an H200, fcfs, radix cache).",
+                  "[engine.sglang]",
+                  f"mem_fraction_static = {number(row['gpu_memory_utilization']):g}  # recorded",
+                  f"max_running_requests = {int(number(row['max_num_seqs']))}  # recorded"]
     if mlperf:
         workload, note = mlperf_workload(row)
         lines += ["", f"# {note}", "[workload]"] + workload

@@ -3,6 +3,9 @@
 use super::file::{Plan, SearchSpace};
 use crate::scenario::{Scenario, ScenarioError};
 
+/// The policy whose engine knobs are SGLang's flags (`[engine.sglang]`).
+const SGLANG: &str = "sglang";
+
 /// One point of the search space. `None` fields are left to the engine's defaults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
@@ -149,14 +152,41 @@ impl Candidate {
                 table.insert("cluster".into(), cluster.into());
             }
         }
-        if let Some(seqs) = self.max_num_seqs {
-            engine.insert("max_num_seqs".into(), i64::from(seqs).into());
-        }
-        if let Some(tokens) = self.max_num_batched_tokens {
-            engine.insert("max_num_batched_tokens".into(), i64::from(tokens).into());
-        }
-        if let Some(chunked) = self.enable_chunked_prefill {
-            engine.insert("enable_chunked_prefill".into(), chunked.into());
+        if self.policy.as_deref() == Some(SGLANG) {
+            // SGLang takes its own flags under [engine.sglang] and refuses vLLM's names: the
+            // searched knobs are written as the flags that mean the same.
+            let mut knobs = match engine.remove("sglang") {
+                Some(toml::Value::Table(t)) => t,
+                _ => toml::Table::new(),
+            };
+            if let Some(seqs) = self.max_num_seqs {
+                knobs.insert("max_running_requests".into(), i64::from(seqs).into());
+            }
+            if let Some(tokens) = self.max_num_batched_tokens {
+                knobs.insert("chunked_prefill_size".into(), i64::from(tokens).into());
+            }
+            if self.enable_chunked_prefill == Some(false) {
+                // SGLang's "-1 means disable".
+                knobs.insert("chunked_prefill_size".into(), (-1i64).into());
+            }
+            if !knobs.is_empty() {
+                engine.insert("sglang".into(), knobs.into());
+            }
+        } else {
+            // The plan's SGLang flags are its SGLang candidates' (with none, the resolver
+            // refuses them by name).
+            if plan.space.policies.iter().any(|p| p.as_deref() == Some(SGLANG)) {
+                engine.remove("sglang");
+            }
+            if let Some(seqs) = self.max_num_seqs {
+                engine.insert("max_num_seqs".into(), i64::from(seqs).into());
+            }
+            if let Some(tokens) = self.max_num_batched_tokens {
+                engine.insert("max_num_batched_tokens".into(), i64::from(tokens).into());
+            }
+            if let Some(chunked) = self.enable_chunked_prefill {
+                engine.insert("enable_chunked_prefill".into(), chunked.into());
+            }
         }
         if let Some(expert_parallel) = self.expert_parallel {
             engine.insert("expert_parallel".into(), expert_parallel.into());
@@ -301,6 +331,35 @@ mod tests {
         assert!(err.contains("search.engine"), "{err}");
         let err = refused("[\"vllm\"]", "\npolicy = [\"vllm-v1\"]");
         assert!(err.contains("search.engine") && err.contains("not both"), "{err}");
+    }
+
+    /// An SGLang candidate's searched knobs are written under SGLang's own names, which its
+    /// resolver takes (it refuses vLLM's); a vLLM candidate's keep vLLM's.
+    #[test]
+    fn sglang_candidates_write_its_own_flags() {
+        let text = PLAN
+            .replace("dtype = [\"bf16\", \"fp8\"]", "policy = [\"vllm-v1\", \"sglang\"]\nmax_num_batched_tokens = [4096]\nenable_chunked_prefill = [true, false]")
+            .replace("[search]", "[engine.sglang]\nschedule_policy = \"lpm\"\n[search]");
+        let plan = Plan::from_toml_str(&text, Path::new("plan.toml")).unwrap();
+        let all = plan.space.candidates();
+        let find = |policy: &str, chunked: bool| {
+            let c = all.iter().find(|c| c.policy.as_deref() == Some(policy) && c.max_num_seqs == Some(64) && c.enable_chunked_prefill == Some(chunked)).unwrap();
+            let text = c.scenario_text(&plan, 1, 10, 1.0);
+            let table: toml::Table = toml::from_str(&text).unwrap();
+            table["engine"].as_table().unwrap().clone()
+        };
+        let sglang = find("sglang", true);
+        let knobs = sglang["sglang"].as_table().unwrap();
+        assert_eq!(knobs.get("max_running_requests").and_then(|v| v.as_integer()), Some(64));
+        assert_eq!(knobs.get("chunked_prefill_size").and_then(|v| v.as_integer()), Some(4096));
+        assert_eq!(knobs.get("schedule_policy").and_then(|v| v.as_str()), Some("lpm"), "the plan's own SGLang flags are kept");
+        assert!(!sglang.contains_key("max_num_seqs") && !sglang.contains_key("enable_chunked_prefill"), "{sglang:?}");
+        let unchunked = find("sglang", false);
+        assert_eq!(unchunked["sglang"].get("chunked_prefill_size").and_then(|v| v.as_integer()), Some(-1));
+        let vllm = find("vllm-v1", false);
+        assert!(!vllm.contains_key("sglang"), "{vllm:?}");
+        assert_eq!(vllm.get("max_num_seqs").and_then(|v| v.as_integer()), Some(64));
+        assert_eq!(vllm.get("enable_chunked_prefill").and_then(|v| v.as_bool()), Some(false));
     }
 
     /// A disaggregated candidate is units of x prefill and y decode replicas on its GPU: its

@@ -135,7 +135,7 @@ impl Evaluated {
 
 /// The fields a candidate writes into its scenario: an error on any other field has the plan's
 /// own value.
-const CANDIDATE_FIELDS: [&str; 13] = [
+const CANDIDATE_FIELDS: [&str; 15] = [
     "model.dtype",
     "model.kv_cache_dtype",
     "engine.policy",
@@ -146,6 +146,9 @@ const CANDIDATE_FIELDS: [&str; 13] = [
     "engine.enable_chunked_prefill",
     "engine.expert_parallel",
     "engine.data_parallel",
+    // SGLang candidates' searched knobs, under its own names.
+    "engine.sglang.max_running_requests",
+    "engine.sglang.chunked_prefill_size",
     "hardware",
     "cluster",
     "cost.profile",

@@ -24,9 +24,13 @@ pub fn dns_label(text: &str) -> String {
 
 fn container(d: &Deployment, instance: &Instance, gpu: &str) -> Value {
     let tgi = instance.program[0] == "text-generation-launcher";
+    // A Python module's program (SGLang's `python3 -m sglang.launch_server`) is the command.
+    let module = instance.program.len() > 3 && instance.program[1] == "-m";
     // The vLLM image's entry point changed between releases; its API server module did not.
     let (command, mut args): (Option<Vec<String>>, Vec<String>) = if tgi {
         (None, instance.program[1..].to_vec())
+    } else if module {
+        (Some(instance.program[..3].to_vec()), instance.program[3..].to_vec())
     } else {
         (Some(vec!["python3".into(), "-m".into(), "vllm.entrypoints.openai.api_server".into()]), vec!["--model".into(), d.model.clone()])
     };

@@ -3,7 +3,7 @@
 //! Kubernetes manifest.
 //!
 //! ```text
-//!  Scenario (one candidate, resolved) ──► vllm::args / tgi::args ──► Args (flags, env, notes)
+//!  Scenario (one candidate, resolved) ──► vllm / tgi / sglang::args ──► Args (flags, env, notes)
 //!        engine profile ──► flags::table ──► check: every flag is one the pinned release has
 //!                                      └──► image, pip pin, P/D connector and proxy
 //!  Deployment ──► script() (top-N.sh)   ──► kubernetes::manifest() (top-N.k8s.yaml)
@@ -11,6 +11,7 @@
 
 pub mod flags;
 pub mod kubernetes;
+mod sglang;
 mod tgi;
 mod vllm;
 
@@ -99,6 +100,15 @@ pub struct Deployment {
 #[derive(Clone, Debug, PartialEq)]
 pub struct NotDeployable(pub String);
 
+/// The engine's name as its project writes it.
+fn engine_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Tgi => "TGI",
+        Policy::Sglang => "SGLang",
+        _ => "vLLM",
+    }
+}
+
 /// The release a scenario's engine runs: `[engine] version`, or its profile's default.
 fn pinned_release(engine: &EngineConfig) -> Option<EngineVersion> {
     engine.version.or_else(|| engine.profile.as_ref().map(|p| p.default_version))
@@ -128,41 +138,42 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
             "MODEL".to_string()
         }
     });
+    let name = engine_name(engine.policy);
     if scenario.hardware.gpu.name.to_ascii_uppercase().starts_with("MI") && engine.policy != Policy::Tgi {
         notes.push(format!(
-            "{} is an AMD GPU: the pinned wheel and image are vLLM's CUDA builds; run the ROCm build of vLLM {release} (AMD's rocm/vllm images, or vLLM built from source for ROCm)",
+            "{} is an AMD GPU: the pinned wheel and image are {name}'s CUDA builds; run the ROCm build of {name} {release} (AMD's images, or {name} built from source for ROCm)",
             scenario.hardware.gpu.name
         ));
     }
     if release.to_string() != table.release {
         notes.push(format!(
-            "flags checked against {} {}'s table (the release the {} profile's table was read for); the plan pins {release}",
-            if engine.policy == Policy::Tgi { "TGI" } else { "vLLM" },
+            "flags checked against {name} {}'s table (the release the {} profile's table was read for); the plan pins {release}",
             table.release,
             profile.name
         ));
     }
     let draft = engine.speculative.as_ref().and_then(|s| s.draft.as_ref()).and_then(|d| ModelSpec::preset_hf_repo(&d.name));
-    let tgi = engine.policy == Policy::Tgi;
     let program = |model: &str| -> Vec<String> {
-        if tgi {
-            vec!["text-generation-launcher".into(), "--model-id".into(), model.into()]
-        } else {
-            vec!["vllm".into(), "serve".into(), model.into()]
+        match engine.policy {
+            Policy::Tgi => vec!["text-generation-launcher".into(), "--model-id".into(), model.into()],
+            Policy::Sglang => ["python3", "-m", "sglang.launch_server", "--model-path", model].map(String::from).to_vec(),
+            _ => vec!["vllm".into(), "serve".into(), model.into()],
         }
     };
-    let instance_args = |pool_engine: &EngineConfig| {
-        if tgi { tgi::args(&scenario.model, pool_engine) } else { vllm::args(&scenario.model, pool_engine, release, draft) }
+    let instance_args = |pool_engine: &EngineConfig, dp_size: u32| match engine.policy {
+        Policy::Tgi => tgi::args(&scenario.model, pool_engine),
+        Policy::Sglang => sglang::args(&scenario.model, pool_engine, dp_size),
+        _ => vllm::args(&scenario.model, pool_engine, release, draft),
     };
     let mut instances = Vec::new();
     let mut proxy = None;
     if scenario.pools.iter().any(|p| p.role != PoolRole::Serve) {
         let Some(pd) = table.pd_proxy.clone() else {
-            return Err(NotDeployable(format!("{} {} has no disaggregated prefill", profile.engine, table.release)));
+            return Err(NotDeployable(format!("servesim writes no disaggregated deployment of {name} {}", table.release)));
         };
         for (k, pool) in scenario.pools.iter().enumerate() {
             let prefill = pool.role == PoolRole::Prefill;
-            let mut args = instance_args(&pool.engine);
+            let mut args = instance_args(&pool.engine, 1);
             args.flag("--kv-transfer-config", if prefill { &pd.prefill_kv_transfer_config } else { &pd.decode_kv_transfer_config });
             for assignment in &pd.env {
                 if let Some((name, value)) = assignment.split_once('=') {
@@ -212,20 +223,23 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
         ));
         proxy = Some(p);
     } else {
-        let mut args = instance_args(engine);
+        // SGLang runs a node's replicas as data-parallel workers of one server (`--dp-size`).
+        let (servers, dp_size) = if engine.policy == Policy::Sglang { sglang::servers(units, engine.tensor_parallel) } else { (units.max(1), 1) };
+        let mut args = instance_args(engine, dp_size);
         args.flag("--port", PORT);
         instances.push(Instance {
             role: "serve",
-            count: units.max(1),
-            // Every data-parallel rank of an instance runs beside the others.
-            gpus_each: engine.tensor_parallel.saturating_mul(engine.data_parallel.map_or(1, |dp| dp.ranks)),
+            count: servers,
+            // Every data-parallel rank (vLLM's) or worker (SGLang's) of a server runs beside the others.
+            gpus_each: engine.tensor_parallel.saturating_mul(engine.data_parallel.map_or(1, |dp| dp.ranks)).saturating_mul(dp_size),
             port: PORT,
             program: program(&model),
             args,
         });
-        if units > 1 {
+        if servers > 1 {
             notes.push(format!(
-                "{units} replicas behind one load balancer; the simulation routed by {}",
+                "{servers} {} behind one load balancer; the simulation routed by {}",
+                if dp_size > 1 { "servers" } else { "replicas" },
                 engine.router.name()
             ));
         }
@@ -245,13 +259,12 @@ pub fn deployment(scenario: &Scenario, units: u32, model: Option<String>) -> Res
     }
     for flag in &unknown_flags {
         notes.push(format!(
-            "{} {} has no {flag}: the simulated setting it carries cannot be deployed on that release",
-            if tgi { "TGI" } else { "vLLM" },
+            "{name} {} has no {flag}: the simulated setting it carries cannot be deployed on that release",
             table.release
         ));
     }
     Ok(Deployment {
-        engine: format!("{} {}", if tgi { "TGI" } else { "vLLM" }, table.release),
+        engine: format!("{name} {}", table.release),
         pip: table.pip.clone(),
         image: table.image.clone(),
         model,
@@ -279,7 +292,7 @@ impl Deployment {
     /// `top-N.sh`: the pin, the notes, and one command per kind of instance.
     pub fn script(&self, label: &str) -> String {
         let mut out = format!("#!/bin/sh\n# {label}\n");
-        writeln!(out, "# {}: {}image {}", self.engine, if self.pip.is_empty() { String::new() } else { format!("pip install {}, or ", self.pip) }, self.image)
+        writeln!(out, "# {}: {}image {}", self.engine, if self.pip.is_empty() { String::new() } else { format!("pip install {}, or ", shell_word(&self.pip)) }, self.image)
             .unwrap();
         for note in &self.notes {
             writeln!(out, "# note: {note}").unwrap();

@@ -198,3 +198,52 @@ fn a_linear_attention_model_leaves_the_block_size_to_vllm() {
     let s = scenario("preset = \"gpt-oss-20b\"", "H100-SXM", "policy = \"vllm-v1\"\nmax_model_len = 32768", "");
     assert!(has(&deployment(&s, 1, None).unwrap(), "--block-size", Some("16")));
 }
+
+/// SGLang's command: `python3 -m sglang.launch_server` with every simulated setting as a flag of
+/// 0.4.9.post2, the pin named, and a node's replicas as data-parallel workers of one server.
+#[test]
+fn sglang_settings_are_launch_server_flags_of_0_4_9() {
+    let s = scenario(
+        "preset = \"Llama-3.1-70B\"\ndtype = \"fp8\"",
+        "H200",
+        "policy = \"sglang\"\ntensor_parallel = 2",
+        "[engine.sglang]\nmem_fraction_static = 0.85\nmax_running_requests = 96\nchunked_prefill_size = 4096\nschedule_policy = \"lpm\"\nschedule_conservativeness = 0.5\npage_size = 16\ndisable_overlap_schedule = true",
+    );
+    let d = deployment(&s, 3, None).unwrap();
+    assert_eq!(d.engine, "SGLang 0.4.9");
+    assert!(d.unknown_flags.is_empty(), "{:?}\n{}", d.unknown_flags, d.script("sglang"));
+    assert_eq!((d.pip.as_str(), d.image.as_str()), ("sglang[all]==0.4.9.post2", "lmsysorg/sglang:v0.4.9.post2-cu126"));
+    let script = d.script("sglang");
+    assert!(script.contains("pip install 'sglang[all]==0.4.9.post2'") && script.contains("lmsysorg/sglang:v0.4.9.post2-cu126"), "{script}");
+    let e = &s.engine;
+    let sg = e.sglang.as_ref().unwrap();
+    for (flag, value) in [
+        ("--tp-size", "2".to_string()),
+        ("--dp-size", "3".to_string()),
+        ("--load-balance-method", "round_robin".to_string()),
+        ("--mem-fraction-static", "0.85".to_string()),
+        ("--max-running-requests", "96".to_string()),
+        ("--chunked-prefill-size", "4096".to_string()),
+        ("--max-prefill-tokens", sg.max_prefill_tokens.to_string()),
+        ("--schedule-policy", "lpm".to_string()),
+        ("--schedule-conservativeness", "0.5".to_string()),
+        ("--page-size", "16".to_string()),
+        ("--context-length", e.max_model_len.to_string()),
+        ("--cuda-graph-max-bs", sg.cuda_graph_bs.iter().max().unwrap().to_string()),
+        ("--quantization", "fp8".to_string()),
+        ("--host", "0.0.0.0".to_string()),
+    ] {
+        assert!(has(&d, flag, Some(&value)), "{flag} {value}\n{script}");
+    }
+    assert!(has(&d, "--disable-overlap-schedule", None), "{script}");
+    assert!(!has(&d, "--disable-radix-cache", None), "{script}");
+    // The three replicas of TP 2 are one server's workers on one node: 6 GPUs.
+    assert_eq!((d.instances.len(), d.instances[0].count, d.instances[0].gpus_each), (1, 1, 6));
+    assert_eq!(d.instances[0].program, ["python3", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-70B-Instruct"]);
+    // More replicas than a node holds are separate servers behind a load balancer.
+    let d = deployment(&s, 8, None).unwrap();
+    assert_eq!((d.instances[0].count, d.instances[0].gpus_each), (8, 2));
+    assert!(has(&d, "--dp-size", Some("1")) && d.notes.iter().any(|n| n.contains("load balancer")), "{:?}", d.notes);
+    let yaml = kubernetes::manifest(&d, "sglang", "H200");
+    assert!(yaml.contains("sglang.launch_server") && yaml.contains("--model-path"), "{yaml}");
+}
