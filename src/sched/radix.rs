@@ -202,17 +202,9 @@ impl RadixCache {
     /// The rest hang as a new leaf, unlocked.
     pub fn insert(&mut self, keys: &[u64], pages: &[u32]) -> usize {
         debug_assert!(!self.with_pages || pages.len() == keys.len());
-        let now = self.tick();
-        self.nodes[ROOT as usize].last_access = now;
-        let (mut node, mut matched) = (ROOT, 0);
-        while matched < keys.len() {
-            let Some(&child) = self.nodes[node as usize].children.get(&keys[matched]) else { break };
-            let now = self.tick();
-            self.nodes[child as usize].last_access = now;
-            let common = common_len(&self.nodes[child as usize].keys, &keys[matched..]);
-            matched += common;
-            node = if common < self.nodes[child as usize].keys.len() { self.split(child, common) } else { child };
-        }
+        // SGLang's insert walks as its match does: a match that ends inside an edge splits it,
+        // and the new leaf hangs from the split node.
+        let (node, matched) = self.match_prefix(keys);
         if matched < keys.len() {
             let now = self.tick();
             let leaf = self.alloc(Node {
