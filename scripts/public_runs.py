@@ -139,9 +139,38 @@ def excluded_reason(row):
 OPENORCA_INPUT = dict(min=48, max=1021, mean=5463976 / 24576)
 # Loadgen's limit on generated tokens (max 1024 per MLPerf's rules, runs.csv).
 MLPERF_MAX_OUTPUT = 1024
-# Only the minimum, maximum and mean are known, not the spread: both lengths are drawn
-# log-normal with a standard deviation equal to the mean (an assumption, said in each scenario).
+# Prompts: only the minimum, maximum and mean are known, not the spread: drawn log-normal with a
+# standard deviation equal to the mean (an assumption, said in each scenario).
 MLPERF_LENGTH_CV = 1.0
+
+
+def mlperf_output_cv(collection):
+    """The outputs' spread, from loadgen's latency percentiles in the facts file (§4 of the
+    collection's README): a query's end-to-end latency is its TTFT plus (n - 1) times its time per
+    output token, and TPOT varies far less than n (p90/p50 of TPOT about 1.1, of latency 1.8), so
+    n's percentiles are (latency - mean TTFT) / mean TPOT + 1. Over the server and interactive runs
+    (the same greedy Llama-3.1-70B on the same 24,576 prompts, whatever the engine) the ratio of the
+    90th to the 50th percentile is pooled by its median; a log-normal with that ratio has
+    sigma = ln(ratio) / 1.2816 and std / mean = sqrt(exp(sigma^2) - 1)."""
+    import math
+    facts = {}
+    with open(os.path.join(collection, "facts", "mlperf-v5.1-krai_summary.csv"), newline="") as f:
+        for run, key, value, *_ in csv.reader(f):
+            facts.setdefault(run, {})[key] = value
+    ratios = []
+    for run, f in sorted(facts.items()):
+        if run.endswith("-offline") or "detail:result_time_to_output_token_mean" not in f:
+            continue
+        get = lambda key: float(f["detail:" + key])
+        ttft, tpot = get("result_first_token_mean_latency_ns"), get("result_time_to_output_token_mean")
+        n = lambda p: (get(f"result_{p}_percentile_latency_ns") - ttft) / tpot + 1
+        ratios.append(n("90.00") / n("50.00"))
+    ratio = sorted(ratios)[len(ratios) // 2]
+    sigma = math.log(ratio) / 1.2816
+    return round(math.sqrt(math.exp(sigma ** 2) - 1), 2)
+
+
+MLPERF_OUTPUT_CV = None  # set by main() from the collection's facts
 # SGLang's runs need the scheduler of issue 36 (`policy = "sglang"`); True once it is in the build.
 SGLANG_POLICY = True
 # What an MLPerf run is compared on: throughput, and loadgen's TTFT and TPOT (server runs).
@@ -184,7 +213,7 @@ def mlperf_workload(row):
     out_mean = number(row["mean_output_tokens"])
     inp = OPENORCA_INPUT
     in_dist = lognormal_for_clamped_mean(inp["mean"], MLPERF_LENGTH_CV, inp["min"], inp["max"])
-    out_dist = lognormal_for_clamped_mean(out_mean, MLPERF_LENGTH_CV, 1, MLPERF_MAX_OUTPUT)
+    out_dist = lognormal_for_clamped_mean(out_mean, MLPERF_OUTPUT_CV, 1, MLPERF_MAX_OUTPUT)
     lines = [f"num_prompts = {count}",
              'request_rate = "inf"  # offline: every sample issued at t = 0' if offline
              else f"request_rate = {rate:g}  # loadgen's target_qps, Poisson arrivals",
@@ -192,12 +221,13 @@ def mlperf_workload(row):
              "# The OpenOrca prompts' lengths as the MLPerf task set counts them (scripts/public_runs.py:",
              f"# {inp['min']} to {inp['max']} tokens, mean {inp['mean']:.1f}), outputs at the run's recorded mean "
              f"({out_mean:g} tokens: tokens/s / samples/s), at most {MLPERF_MAX_OUTPUT};",
-             f"# log-normal with std = {MLPERF_LENGTH_CV:g} x mean (assumed: only min, max and mean are known),",
-             "# each `mean` set so that the clamped lengths average the recorded one.",
+             f"# log-normal, prompts with std = {MLPERF_LENGTH_CV:g} x mean (assumed: only min, max and mean are known),",
+             f"# outputs with std = {MLPERF_OUTPUT_CV:g} x mean (from loadgen's latency percentiles: scripts/public_runs.py,",
+             "# mlperf_output_cv); each `mean` set so that the clamped lengths average the recorded one.",
              "[workload.dataset]", 'kind = "sharegpt"',
              f"input = {{ dist = \"lognormal\", mean = {in_dist}, std = {round(MLPERF_LENGTH_CV * in_dist, 1)}, "
              f"min = {inp['min']}, max = {inp['max']} }}",
-             f"output = {{ dist = \"lognormal\", mean = {out_dist}, std = {round(MLPERF_LENGTH_CV * out_dist, 1)}, "
+             f"output = {{ dist = \"lognormal\", mean = {out_dist}, std = {round(MLPERF_OUTPUT_CV * out_dist, 1)}, "
              f"min = 1, max = {MLPERF_MAX_OUTPUT} }}", ""]
     if offline:
         note = f"the recorded {count} samples, all at t = 0"
@@ -425,6 +455,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     collection = sys.argv[1]
+    global MLPERF_OUTPUT_CV
+    MLPERF_OUTPUT_CV = mlperf_output_cv(collection)
     rows = list(csv.DictReader(open(os.path.join(collection, "runs.csv"), newline="")))
     stages = list(csv.DictReader(open(os.path.join(collection, "stages.csv"), newline="")))
     for sub in ["traces", "models"]:

@@ -103,12 +103,29 @@ fn a_malformed_table_is_named_with_its_row_and_column() {
 }
 
 /// Round trip: each bundled profile prices every GEMM, attention and all-to-all row it holds
-/// within 3%.
+/// within 3%. An FP8 GEMM row is priced at most as the fastest FP8 row of its (n, k) at or above
+/// its m (one cutlass configuration runs every m above 128: src/calibrate/profile/index.rs), so
+/// that capped time is what it reproduces.
 #[test]
 fn bundled_profiles_reproduce_their_own_rows() {
     for name in BUNDLED {
         let profile = bundled(name);
         let index = ProfileIndex::new(&profile);
+        let mut fp8_rows: std::collections::BTreeMap<(u32, u32), Vec<(u32, f64)>> = Default::default();
+        for row in &profile.rows {
+            if let Shape::Gemm(g) = &row.shape
+                && g.dtype == Dtype::Fp8
+            {
+                fp8_rows.entry((g.n, g.k)).or_default().push((g.m, row.measurement.median_ns));
+            }
+        }
+        let capped_ns = |g: &GemmShape, ns: f64| -> f64 {
+            if g.dtype != Dtype::Fp8 {
+                return ns;
+            }
+            fp8_rows[&(g.n, g.k)].iter().filter(|&&(m, _)| m > g.m).map(|&(_, t)| t).fold(ns, f64::min)
+        };
+        let mut capped = 0;
         let mut errors = Vec::new();
         // NCCL's all-to-alls, half precision: 21 sizes on each of 2, 4 and 8 GPUs.
         let alltoalls = profile.rows.iter().filter(|r| matches!(r.shape, Shape::AllToAll(_))).count();
@@ -121,7 +138,15 @@ fn bundled_profiles_reproduce_their_own_rows() {
                 Shape::AllReduce(_) | Shape::Sampling(_) => continue,
             }
             .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
-            errors.push((predicted - row.measurement.median_ns).abs() / row.measurement.median_ns);
+            let expected = match &row.shape {
+                Shape::Gemm(g) => capped_ns(g, row.measurement.median_ns),
+                _ => row.measurement.median_ns,
+            };
+            capped += usize::from(expected < row.measurement.median_ns);
+            errors.push((predicted - expected).abs() / expected);
+        }
+        if !fp8_rows.is_empty() {
+            assert!(capped > 0, "{name}: no FP8 row above a larger m's time: the cap is untested here");
         }
         let worst = errors.iter().copied().fold(0.0, f64::max);
         println!("{name}: round trip over {} rows: {}, worst {:.3}%", errors.len(), percent(LeaveOneOut::summary(&errors)), worst * 100.0);
