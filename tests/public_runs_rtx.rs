@@ -1,0 +1,27 @@
+//! The RTX PRO 6000 runs of LLMServingSim's collection (vLLM 0.19.0) as their scenarios write
+//! them (scripts/public_runs.py; docs/accuracy.md): the deployment each run recorded.
+
+use std::path::{Path, PathBuf};
+
+use servesim::scenario::Scenario;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn scenario(run: &str) -> Scenario {
+    let path = repo().join(format!("scenarios/public-runs/{run}.toml"));
+    Scenario::load(Path::new(&path), &[]).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Qwen3-30B-A3B ran as vLLM's own data-parallel engine (meta.json: `data_parallel_size: 2`,
+/// `enable_expert_parallel: true`, `tensor_parallel_size: 1`): two ranks that meet in every
+/// expert layer, each holding half the experts; not two independent replicas holding all 128.
+#[test]
+fn qwen3_30b_a3b_runs_as_two_data_parallel_ranks_with_expert_parallelism() {
+    let s = scenario("lss-rtxpro6000-qwen3-30b-a3b-dp2ep2");
+    let dp = s.engine.data_parallel.expect("data-parallel ranks");
+    assert_eq!((dp.ranks, s.engine.replicas, s.engine.tensor_parallel, s.hardware.count), (2, 1, 1, 2));
+    let moe = s.model.moe.expect("a mixture of experts");
+    assert!(moe.expert_parallel, "the experts are split over the ranks' GPUs");
+}
