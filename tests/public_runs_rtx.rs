@@ -35,6 +35,8 @@ fn qwen3_30b_a3b_runs_as_two_data_parallel_ranks_with_expert_parallelism() {
         "{:#?}",
         cost.notes
     );
+    // The experts' model on both GPUs would run an all-to-all; the ranks do not.
+    assert!(!cost.notes.iter().any(|n| n.contains("all-to-all")), "{:#?}", cost.notes);
     // A decode step of 128 sequences a rank: 48 expert layers, each a 512 KiB all-gather
     // (31.2 µs) and reduce-scatter (31.2 µs), on top of the ranks' own work.
     let mut batch = Batch::default();
