@@ -391,7 +391,13 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
         lines += [f"{k} = {v}" for k, v in figures.items()]
     lines.append(f"count = {tp * dp}")
     lines += ["", "[engine]", f"policy = {toml_string('sglang' if sglang else 'vllm-v1')}", f"version = {toml_string(row['engine_version'])}", f"tensor_parallel = {tp}"]
-    if dp > 1:
+    ep = number(row["ep"]) if "ep" in row else None
+    # LLMServingSim's runs record vLLM's own data-parallel engine (meta.json `data_parallel_size`,
+    # `enable_expert_parallel`): ranks with their own schedulers that meet in every expert layer.
+    engine_dp = dp > 1 and run.startswith("lss-") and bool(ep) and int(ep) == tp * dp
+    if engine_dp:
+        lines.append(f"data_parallel = {dp}  # vLLM's --data-parallel-size (meta.json data_parallel_size, recorded)")
+    elif dp > 1:
         if mlperf:
             lines.append(f"# Recorded as TP{tp} x DP{dp} under the KRAI harness's one OpenAI client, which does not record whether")
             lines.append("# the replicas were separate servers or the engine's own data-parallel mode: assumed separate")
@@ -409,9 +415,10 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
     blocks = number(row["num_gpu_blocks"]) or blocks_override
     if blocks:
         lines.append(f"num_gpu_blocks = {int(blocks)}  # as the engine resolved it (recorded)")
-    ep = number(row["ep"]) if "ep" in row else None
     if ep and ep > 1 and dp == 1 and int(ep) == tp:
         lines.append(f"expert_parallel = true  # EP {int(ep)} over the tensor-parallel GPUs (recorded)")
+    elif engine_dp:
+        lines.append(f"expert_parallel = true  # EP {int(ep)} over the data-parallel ranks' GPUs (enable_expert_parallel, recorded)")
     elif ep and ep > 1:
         lines.append(f"# Recorded with expert parallelism over the {dp} data-parallel ranks (EP {row['ep']}); servesim")
         lines.append("# models expert parallelism within a tensor-parallel group, so each replica holds every expert here.")

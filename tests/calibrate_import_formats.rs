@@ -334,7 +334,7 @@ fn the_whole_published_sets() {
             vidur_dir.join("data/profiling/compute/h100"),
             vidur_dir.join("data/profiling/network/h100_dgx"),
         ]),
-        ("LLMServingSim H100", |paths, gpu| llmservingsim::import(paths, gpu, None), "H100-SXM", vec![root.join("casys-kaist-LLMServingSim/profiler/v0/perf_models/H100")]),
+        ("LLMServingSim H100", |paths, gpu| llmservingsim::import(paths, gpu, None, None), "H100-SXM", vec![root.join("casys-kaist-LLMServingSim/profiler/v0/perf_models/H100")]),
         ("Frontier H800", frontier::import, "H100-SXM", vec![frontier_dir.join("h800")]),
         ("Frontier H100", frontier::import, "H100-SXM", vec![frontier_dir.join("h100")]),
     ];

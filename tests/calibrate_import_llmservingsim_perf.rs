@@ -198,6 +198,8 @@ fn the_imported_profiles_reproduce_their_own_rows() {
             let predicted = match &row.shape {
                 Shape::Gemm(g) => index.predict_gemm_ns(g),
                 Shape::Attention(a) => index.predict_attention_ns(a),
+                // The TP 2 profile's all-reduce (aiconfigurator's rows, `--allreduce`).
+                Shape::AllReduce(a) => index.allreduce_s(a.bytes as f64, a.gpus).map(|s| s * 1e9),
                 other => panic!("{name}: an unexpected row {other:?}"),
             }
             .unwrap_or_else(|| panic!("{name}: no prediction for {:?}", row.shape));
@@ -271,4 +273,51 @@ fn a_scenario_on_an_rtx_4090_simulates_with_the_imported_profile() {
         // roofline's at full efficiency, which the default roofline divides by its guesses.
         assert!(c.gemm_ns > 0 && c.attention_ns > 0, "{what}");
     }
+}
+
+/// aiconfigurator's timing of vLLM 0.19.0's all-reduce on two RTX PRO 6000 Server Edition GPUs
+/// (`calibration/public-runs/aiconfigurator/`, its MANIFEST.tsv names the commit).
+const RTX_PRO_ALLREDUCE: &str =
+    "calibration/public-runs/aiconfigurator/ai-dynamo-aiconfigurator/rtx_pro_6000_server/comm/vllm/0.19.0/custom_allreduce_perf.parquet";
+
+/// Qwen3-32B at TP 2 on two RTX PRO 6000s, which have no NVLink: the profiler ran one GPU and
+/// timed no all-reduce, so its profile carries vLLM's measured one, about 15 GB/s for a decode
+/// step's 1.3 MB (128 rows × 5,120 × 2 bytes), not the ring formula's 64 GB/s PCIe link at 70%.
+#[test]
+fn the_qwen3_32b_profile_prices_its_all_reduces_from_vllms_measured_ones() {
+    let scenario = Scenario::load(&repo().join("scenarios/public-runs/lss-rtxpro6000-qwen3-32b-tp2.toml"), &[]).unwrap();
+    let profile = Profile::read(&repo().join("calibration/public-runs").join(IMPORTED[2])).unwrap();
+    let source = profile.provenance.source.as_ref().unwrap();
+    assert!(source.repository.contains("ai-dynamo/aiconfigurator") && source.license.contains("Apache"), "{source:?}");
+    let (model, gpu, tp) = (&scenario.model, &scenario.hardware.gpu, scenario.engine.tensor_parallel);
+    let calibrated = Calibrated::new(&profile, model, gpu, tp, &scenario.cost);
+    assert!(!calibrated.notices().iter().any(|n| n.contains("all-reduce")), "{:#?}", calibrated.notices());
+    // The rows around 1.3 MB: 1 MiB and 2 MiB (524,288 and 1,048,576 bf16 elements).
+    let allreduce_ns = |bytes: u64| {
+        let shape = Shape::AllReduce(servesim::calibrate::backend::AllReduceShape { bytes, gpus: 2 });
+        median_ns(&profile, shape)
+    };
+    let (below, above) = (allreduce_ns(1 << 20), allreduce_ns(2 << 20));
+    assert!((91_000.0..92_000.0).contains(&below) && (157_000.0..158_000.0).contains(&above), "{below} {above}");
+    // 64 layers, two all-reduces each, between those rows; the logits' gather is the rest.
+    let comm_ns = calibrated.predict(&step(&[(1, 1024); 128])).communication_ns as f64;
+    let per_layer = (comm_ns - 0.3e6) / 128.0;
+    assert!(per_layer > below && per_layer < above, "{comm_ns} ns: {per_layer} ns per all-reduce");
+    let ring_ns = Roofline::new(model, gpu, tp, &scenario.cost).predict(&step(&[(1, 1024); 128])).communication_ns as f64;
+    assert!(comm_ns > 2.0 * ring_ns, "measured {comm_ns} ns against the ring formula's {ring_ns} ns");
+}
+
+/// The all-reduce table must be the bundle's GPU and vLLM release, and joins only a bundle.
+#[test]
+fn an_all_reduce_of_another_gpu_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = repo().join(RTX_PRO_ALLREDUCE);
+    let args = ["--gpu", &figures("rtx-4090"), "--allreduce", table.to_str().unwrap()];
+    let (ok, err) = import(&bundle(RTX_4090), &args, &dir.path().join("x.csv"));
+    assert!(!ok, "{err}");
+    for needle in ["custom_allreduce_perf.parquet", "NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA GeForce RTX 4090"] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    let run = servesim(&["calibrate", "import", "--from", "vidur", "x", "--allreduce", table.to_str().unwrap(), "--out", "y.csv"]);
+    assert!(!run.status.success() && stderr(&run).contains("--allreduce"), "{}", stderr(&run));
 }

@@ -109,6 +109,11 @@ pub struct ImportArgs {
     /// configs/model/<org>/<model>.json, else the preset named as its model.
     #[arg(long, value_name = "PRESET|CONFIG.json")]
     pub model: Option<String>,
+    /// llmservingsim: the engine's TP all-reduce, timed on the same GPU in the same vLLM release
+    /// (aiconfigurator's `custom_allreduce_perf.parquet`): LLMServingSim's profiler ran one GPU
+    /// and times none.
+    #[arg(long, value_name = "FILE.parquet")]
+    pub allreduce: Option<PathBuf>,
     /// Where to write the profile CSV (its provenance goes beside it, `.provenance.toml`).
     #[arg(long, value_name = "FILE.csv")]
     pub out: PathBuf,
@@ -121,13 +126,20 @@ fn import(args: ImportArgs) -> Result<(), Error> {
     if let Some(model) = args.model.as_deref().filter(|_| args.format != "llmservingsim") {
         return Err(usage("--model", model, "applies to --from llmservingsim only (the other formats' rows carry their dimensions)"));
     }
+    if let Some(file) = args.allreduce.as_deref().filter(|_| args.format != "llmservingsim") {
+        return Err(usage(
+            "--allreduce",
+            file.display(),
+            "applies to --from llmservingsim only (an aiconfigurator folder brings its own all-reduce; vidur's has all_reduce.csv)",
+        ));
+    }
     let imported = match args.format.as_str() {
         "aiconfigurator" => match args.paths.as_slice() {
             [path] => aiconfigurator::import(path, &args.engine, args.engine_version.as_deref()),
             _ => return Err(usage("PATH", args.paths.len(), "aiconfigurator reads one GPU's folder")),
         },
         "vidur" => vidur::import(&args.paths, gpu),
-        "llmservingsim" => llmservingsim::import(&args.paths, gpu, args.model.as_deref()),
+        "llmservingsim" => llmservingsim::import(&args.paths, gpu, args.model.as_deref(), args.allreduce.as_deref()),
         "frontier" => frontier::import(&args.paths, gpu),
         other => return Err(usage("--from", other, format!("unknown format; known: {}", FORMATS.join(", ")))),
     }

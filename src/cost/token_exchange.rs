@@ -11,6 +11,11 @@
 //! `g = d × t` GPUs), each over the GPU's link at `collective_bandwidth_efficiency` plus
 //! `collective_latency_us` per collective, as the roofline prices its all-reduces.
 //!
+//! The default backend's all-gather and reduce-scatter are NCCL's, priced from nccl-tests'
+//! timings where they exist for the GPU and rank count, one GPU per rank
+//! (`calibration/nccl/allgather_reducescatter.csv`: the RTX PRO 6000 Server Edition on 2, 4 and
+//! 8 GPUs over PCIe, where they run at about half the link's 64 GB/s), interpolated as DeepEP's.
+//!
 //! DeepEP's kernels are priced from measurement where it exists: aiconfigurator's DeepEP tables
 //! (`calibration/deepep/deepep.csv`, from DeepEP's own harness on one 8-GPU node) give dispatch
 //! and combine by tokens per rank for H100, H200 and B200 and the model's (hidden, experts,
@@ -26,6 +31,8 @@ use crate::scenario::{CostParams, GpuSpec};
 
 /// The DeepEP measurements, as `scripts/deepep_table.py` writes them.
 const DEEPEP_CSV: &str = include_str!("../../calibration/deepep/deepep.csv");
+/// NCCL's all-gather and reduce-scatter, as `scripts/nccl_table.py` writes them.
+const NCCL_CSV: &str = include_str!("../../calibration/nccl/allgather_reducescatter.csv");
 /// The GPUs DeepEP's tables were measured on: EP 8 within one node.
 const DEEPEP_GPUS: u32 = 8;
 /// Dispatch and combine: two exchanges per expert layer.
@@ -79,6 +86,19 @@ impl TokenExchange {
                 backend.name()
             );
             return (exchange(Price::Measured { dispatch, combine }), note);
+        }
+        // The default backend's collectives are NCCL's own over the ranks' GPUs: measured where
+        // nccl-tests timed them on this GPU and GPU count (one GPU per rank).
+        let gathered = (backend == All2AllBackend::AllgatherReducescatter && tensor_parallel <= 1)
+            .then(|| nccl_curves(&gpu.name, dp.ranks, token_bytes))
+            .flatten();
+        if let Some((gather, scatter, table_gpu)) = gathered {
+            let note = format!(
+                "data parallel: {}'s dispatch and combine from NCCL's measured all-gather and reduce-scatter on {} {table_gpu} GPUs (calibration/nccl/allgather_reducescatter.csv)",
+                backend.name(),
+                dp.ranks
+            );
+            return (exchange(Price::Measured { dispatch: gather, combine: scatter }), note);
         }
         let link = gpu.interconnect_bandwidth_bytes_per_s * params.collective_bandwidth_efficiency;
         // Bytes each GPU receives in the dispatch, per token of a rank (the combine mirrors it).
@@ -150,9 +170,38 @@ fn measured_curves(gpu: &str, kernels: &str, hidden: u32, experts: u32, top_k: u
     Some((Curve::new(dispatch)?, Curve::new(combine)?, table))
 }
 
+/// NCCL's all-gather (dispatch) and reduce-scatter (combine) curves over `gpus` GPUs of `gpu`,
+/// by tokens per rank of `token_bytes` each, and the table's GPU; `None` where none was timed.
+fn nccl_curves(gpu: &str, gpus: u32, token_bytes: f64) -> Option<(Curve, Curve, &'static str)> {
+    let name = gpu.to_ascii_uppercase().replace(' ', "-");
+    let table = ["RTX-PRO-6000"].into_iter().find(|g| name.starts_with(g))?;
+    let key = format!("{},{gpus},", table.to_ascii_lowercase());
+    let (mut gather, mut scatter) = (Vec::new(), Vec::new());
+    for line in NCCL_CSV.lines().filter(|l| l.starts_with(&key)) {
+        let fields: Vec<f64> = line[key.len()..].split(',').filter_map(|f| f.parse().ok()).collect();
+        let [bytes_per_rank, gather_us, scatter_us] = fields[..] else { continue };
+        let x = crate::calibrate::profile::interpolate::ln1(bytes_per_rank / token_bytes);
+        gather.push((x, (gather_us * S_PER_US).ln()));
+        scatter.push((x, (scatter_us * S_PER_US).ln()));
+    }
+    Some((Curve::new(gather)?, Curve::new(scatter)?, table))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The RTX PRO 6000's 2-GPU rows (calibration/nccl/allgather_reducescatter.csv): a rank's
+    /// 4 MiB is 1,024 tokens of Qwen3-30B-A3B (hidden 2,048, bf16), 145.5 µs to gather and
+    /// 153.6 µs to scatter; no table for 3 GPUs or another GPU.
+    #[test]
+    fn nccl_rows_price_the_default_exchange_by_tokens_per_rank() {
+        let (gather, scatter, gpu) = nccl_curves("RTX-PRO-6000", 2, 4096.0).expect("2 RTX PRO 6000s");
+        assert_eq!(gpu, "RTX-PRO-6000");
+        let us = |curve: &Curve, tokens: f64| collective_time_s(curve, tokens) / S_PER_US;
+        assert!((us(&gather, 1024.0) - 145.54).abs() < 1e-6 && (us(&scatter, 1024.0) - 153.61).abs() < 1e-6);
+        assert!(nccl_curves("RTX-PRO-6000", 3, 4096.0).is_none() && nccl_curves("H100-SXM", 2, 4096.0).is_none());
+    }
 
     /// DeepSeek-V3's low-latency rows on the H200 (calibration/deepep/deepep.csv): the measured
     /// point itself, log-log between two, held below the first, linear above the last.

@@ -33,8 +33,10 @@ pub(super) fn lockstep_cost(
         let (exchange, note) = TokenExchange::new(&scenario.model, &scenario.hardware.gpu, tp, &dp, &scenario.cost);
         let ScenarioCost { model, kind, label, mut notes, mut warnings } = rank_cost;
         // The experts' model prices a GPU count the scenario never runs one engine on: of its
-        // notes, only those about the experts concern this deployment.
-        let extra: Vec<String> = experts_cost.notes.into_iter().filter(|n| n.contains("expert") && !notes.contains(n)).collect();
+        // notes, only those about the experts' GEMMs concern this deployment (its all-to-all
+        // is not run: the exchange below moves the tokens, and says how it is priced).
+        let about_experts = |n: &String| n.contains("expert") && !n.contains("all-to-all");
+        let extra: Vec<String> = experts_cost.notes.into_iter().filter(|n| about_experts(n) && !notes.contains(n)).collect();
         notes.extend(extra);
         let extra: Vec<String> = experts_cost.warnings.into_iter().filter(|w| !warnings.contains(w)).collect();
         warnings.extend(extra);

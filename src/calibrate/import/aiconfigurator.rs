@@ -265,6 +265,25 @@ fn read_attention(table: &Table, phase: AttentionPhase, acc: &mut Accumulator) -
     Ok(())
 }
 
+/// An engine's measured TP all-reduce alone (a `custom_allreduce_perf.parquet`), for a profile
+/// whose own source timed none (LLMServingSim's one-GPU bundles): its rows into `acc` as
+/// [`import`] reads them, and the table's `(device, engine, version)` for the caller to check
+/// against its own, the engine lower-cased as the folders name it (`vllm`).
+pub fn read_allreduce_file(file: &Path, acc: &mut Accumulator) -> Result<(String, String, String), ImportError> {
+    let table = Table::read_parquet(file)?;
+    let [device, framework, version] = table.columns(["device", "framework", "version"])?;
+    let row = table.rows().next().ok_or_else(|| ImportError::File { file: file.to_path_buf(), message: "no rows".into() })?;
+    let found = (row.text(device)?.to_string(), row.text(framework)?.to_ascii_lowercase(), row.text(version)?.to_string());
+    for row in table.rows() {
+        let this = (row.text(device)?, row.text(framework)?.to_ascii_lowercase(), row.text(version)?);
+        if (this.0, this.1.as_str(), this.2) != (found.0.as_str(), found.1.as_str(), found.2.as_str()) {
+            return Err(row.invalid(device, &format!("{this:?}, where its first row is {found:?}: one GPU and engine build a table")));
+        }
+    }
+    read_allreduce(&table, &found.1, acc)?;
+    Ok(found)
+}
+
 fn read_allreduce(table: &Table, engine: &str, acc: &mut Accumulator) -> Result<(), ImportError> {
     let [gpus, size, latency, kernel] = table.columns(["num_gpus", "message_size", "latency", "kernel_source"])?;
     for row in table.rows() {

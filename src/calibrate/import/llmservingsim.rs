@@ -56,7 +56,9 @@ const KERNEL_GEMM: &str = "cuBLAS (torch linear, Hugging Face transformers 4.57.
 /// Imports the LLMServingSim files at or under `paths`, of one format; `gpu` names the GPU
 /// where the files do not, `model` the model where their folders do not (a preset, or a
 /// Hugging Face `config.json`).
-pub fn import(paths: &[PathBuf], gpu: Option<&str>, model: Option<&str>) -> Result<Imported, ImportError> {
+/// `allreduce`: an aiconfigurator `custom_allreduce_perf.parquet` of the bundles' GPU and vLLM
+/// release (profiler bundles only; see [`perf::import`]).
+pub fn import(paths: &[PathBuf], gpu: Option<&str>, model: Option<&str>, allreduce: Option<&Path>) -> Result<Imported, ImportError> {
     let wanted = [LAYERS, ATTENTION, perf::META, perf::DENSE, perf::PER_SEQUENCE, perf::MOE];
     let (files, others) = files_under(paths, &wanted)?;
     // `attention.csv` is a name of both formats: a bundle's is in a tp<N>/ folder beside its
@@ -71,8 +73,14 @@ pub fn import(paths: &[PathBuf], gpu: Option<&str>, model: Option<&str>) -> Resu
                 bundle.display()
             ),
         }),
-        (Some(_), None) => perf::import(&bundled, &others, gpu, model),
-        _ => import_tables(tables, others, gpu, model),
+        (Some(_), None) => perf::import(&bundled, &others, gpu, model, allreduce),
+        _ => match allreduce {
+            Some(file) => Err(ImportError::File {
+                file: file.to_path_buf(),
+                message: "an all-reduce table joins LLMServingSim's profiler bundles (vLLM), not its older per-layer tables".into(),
+            }),
+            None => import_tables(tables, others, gpu, model),
+        },
     }
 }
 

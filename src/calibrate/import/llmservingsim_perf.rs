@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::ImportError;
+use super::aiconfigurator;
 use super::build::{Accumulator, DIM_MAX, Imported, Source, assemble, dim, median, percentile};
 use super::gpu::{gpu_preset, named};
 use super::llmservingsim_meta::{BundleModel, Meta, model_of};
@@ -101,11 +102,23 @@ struct Bundle {
 
 /// Imports the bundle files among `files` (from [`super::build::files_under`]; `others` are the
 /// other CSVs found, named in notes). `gpu` names the GPU where `meta.yaml`'s device is no
-/// preset; `model` the model where neither the checkout nor a preset gives it.
-pub fn import(files: &[PathBuf], others: &[PathBuf], gpu: Option<&str>, model: Option<&str>) -> Result<Imported, ImportError> {
+/// preset; `model` the model where neither the checkout nor a preset gives it; `allreduce` an
+/// aiconfigurator `custom_allreduce_perf.parquet` of the same GPU and vLLM release, whose rows
+/// price the TP all-reduces the profiler, on one GPU, could not time.
+pub fn import(
+    files: &[PathBuf],
+    others: &[PathBuf],
+    gpu: Option<&str>,
+    model: Option<&str>,
+    allreduce: Option<&Path>,
+) -> Result<Imported, ImportError> {
     let bundles = bundles(files, model)?;
     let spec = gpu_of(&bundles, gpu)?;
     let mut acc = Accumulator::default();
+    let allreduce_method = match allreduce {
+        Some(file) => Some(read_allreduce(file, &bundles[0].meta, &mut acc)?),
+        None => None,
+    };
     for other in others {
         let why = match other.file_name().and_then(|n| n.to_str()) {
             Some("skew.csv") => "decode batches of two context lengths (LLMServingSim's skew correction); servesim's uneven \
@@ -130,6 +143,11 @@ pub fn import(files: &[PathBuf], others: &[PathBuf], gpu: Option<&str>, model: O
     checks.sampler_note(&mut acc);
     let metas: Vec<&Meta> = bundles.iter().map(|b| &b.meta).collect();
     read.extend(metas.iter().map(|m| m.file.clone()));
+    read.extend(allreduce.map(Path::to_path_buf));
+    let method = match allreduce_method {
+        Some(line) => format!("{}; {line}", method(&bundles)),
+        None => method(&bundles),
+    };
     let source = Source {
         format: "llmservingsim (profiler bundle)",
         device: format!("{} (meta.yaml `gpu`)", metas[0].gpu),
@@ -140,7 +158,7 @@ pub fn import(files: &[PathBuf], others: &[PathBuf], gpu: Option<&str>, model: O
         files_root: None,
         agreement: Vec::new(),
         compare_bundled: true,
-        method: method(&bundles),
+        method,
     };
     let mut imported = assemble(acc, source)?;
     if let Some(line) = checks.mixed_agreement(&imported.profile) {
@@ -199,6 +217,30 @@ fn bundles(files: &[PathBuf], model: Option<&str>) -> Result<Vec<Bundle>, Import
         });
     }
     Ok(out)
+}
+
+/// The TP all-reduce rows of aiconfigurator's `file` into `acc`, once its GPU and vLLM release
+/// are checked to be the bundle's (`meta`): how it was timed, for the provenance's method.
+fn read_allreduce(file: &Path, meta: &Meta, acc: &mut Accumulator) -> Result<String, ImportError> {
+    let (device, engine, version) = aiconfigurator::read_allreduce_file(file, acc)?;
+    let mismatch = |what: &str, theirs: &str, ours: &str| ImportError::File {
+        file: file.to_path_buf(),
+        message: format!("times the all-reduce on {what} {theirs}, and {} was profiled on {ours}: one GPU and vLLM release per profile", meta.file.display()),
+    };
+    if device != meta.gpu {
+        return Err(mismatch("the GPU", &device, &meta.gpu));
+    }
+    if engine != "vllm" || version != meta.vllm_version {
+        return Err(mismatch("the engine", &format!("{engine} {version}"), &format!("vllm {}", meta.vllm_version)));
+    }
+    acc.notes.push(format!(
+        "{}: vLLM {version}'s TP all-reduce on {device}, timed by aiconfigurator (CUDA-graph replays; the eager rows left out)",
+        file.display()
+    ));
+    Ok(format!(
+        "the TP all-reduce from aiconfigurator's custom_allreduce_perf of vLLM {version} on {device} ({}), the mean over CUDA-graph replays after warm-up",
+        file.display()
+    ))
 }
 
 /// The GPU every bundle was timed on: `--gpu`, else the preset its device name contains.
