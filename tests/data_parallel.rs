@@ -3,6 +3,8 @@
 //! before, a lockstep step is the slowest rank plus the shared expert layers as computed by hand,
 //! vLLM's balancer, the refusals, the memory each rank has, and the plan example's command.
 
+mod common;
+
 use std::path::Path;
 
 use servesim::cost::roofline::Roofline;
@@ -11,10 +13,12 @@ use servesim::plan::Plan;
 use servesim::plan::deploy::deployment;
 use servesim::run::{run_scenario, scenario_cost};
 use servesim::scenario::model::MoeSpec;
-use servesim::scenario::{Policy, Router, Scenario, ScenarioError};
-use servesim::sched::{Batch, SchedulerConfig, SeqWork};
+use servesim::scenario::{Policy, Scenario, ScenarioError};
+use servesim::sched::{Batch, SeqWork};
 use servesim::sim::{DataParallelSim, SimConfig, simulate, simulate_per_sequence};
-use servesim::workload::{RequestSpec, SharedPrefix};
+use servesim::workload::RequestSpec;
+
+use common::sim::{one_replica, request, scheduler};
 
 /// DeepSeek-V3 in fp8 on eight H200s, `ENGINE` in [engine], priced by the roofline.
 const DEEPSEEK: &str = r#"
@@ -152,35 +156,12 @@ impl CostModel for TenMs {
     }
 }
 
-fn request(arrival_ns: u64, input_tokens: u32, output_tokens: u32) -> RequestSpec {
-    RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: SharedPrefix::default(), follows: None }
-}
-
 fn ranks(n: u32, lockstep: bool, frontend_per_token_ns: u64) -> SimConfig {
     SimConfig {
-        scheduler: SchedulerConfig {
-            max_num_batched_tokens: 16384,
-            max_num_seqs: 64,
-            enable_chunked_prefill: true,
-            block_size: 16,
-            num_gpu_blocks: 20_000,
-            kv_blocks_per_seq: 0,
-            watermark: 0.0,
-            enable_prefix_caching: false,
-            num_scheduler_steps: 1,
-            stream_window_steps: false,
-            speculative: None,
-            tgi: None,
-            sglang: None,
-        },
-        policy: Policy::VllmV1,
         replicas: n,
-        router: Router::RoundRobin,
-        max_concurrency: None,
-        frontend_overhead_ns: 0,
         frontend_per_token_ns,
-        timeline: true,
         data_parallel: Some(DataParallelSim { ranks: n, lockstep }),
+        ..one_replica(scheduler(16384, 64, 20_000), Policy::VllmV1)
     }
 }
 

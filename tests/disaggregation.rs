@@ -5,66 +5,27 @@
 mod common;
 
 use proptest::prelude::*;
-use servesim::cost::{CostModel, StepCost};
 use servesim::scenario::{Policy, Router};
-use servesim::sched::{Acceptance, Batch, SchedulerConfig, SpeculativeConfig};
+use servesim::sched::{Acceptance, SchedulerConfig, SpeculativeConfig};
 use servesim::sim::link::LinkSpec;
 use servesim::sim::{Pool, Role, SimConfig, SimOutput, simulate_pools};
-use servesim::workload::{RequestSpec, SharedPrefix};
+use servesim::workload::RequestSpec;
 
-/// 100 µs a step and 10 µs per token computed.
-struct PerToken;
+use common::sim::{PerToken, one_replica, request, scheduler};
 
-impl CostModel for PerToken {
-    fn predict(&self, batch: &Batch) -> StepCost {
-        let gemm_ns = 10_000 * u64::from(batch.tokens());
-        StepCost { total_ns: 100_000 + gemm_ns, gemm_ns, overhead_ns: 100_000, ..StepCost::default() }
-    }
-    fn source(&self) -> &'static str {
-        "per-token test model"
-    }
-}
-
-fn request(arrival_ns: u64, input_tokens: u32, output_tokens: u32) -> RequestSpec {
-    RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: SharedPrefix::default(), follows: None }
-}
-
-fn scheduler(num_gpu_blocks: u32) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 4096,
-        max_num_seqs: 64,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+/// A pool's scheduler: vLLM V1's, with `num_gpu_blocks` blocks.
+fn pool_scheduler(num_gpu_blocks: u32) -> SchedulerConfig {
+    scheduler(4096, 64, num_gpu_blocks)
 }
 
 fn config() -> SimConfig {
-    SimConfig {
-        scheduler: scheduler(1000),
-        policy: Policy::VllmV1,
-        replicas: 1,
-        router: Router::RoundRobin,
-        max_concurrency: None,
-        frontend_overhead_ns: 0,
-        frontend_per_token_ns: 0,
-        timeline: true,
-        data_parallel: None,
-    }
+    one_replica(pool_scheduler(1000), Policy::VllmV1)
 }
 
 /// `prefill` prefill replicas and `decode` decode replicas of `decode_blocks` blocks each, the
 /// link into each decode replica `link`, 1,000 bytes of KV per token.
 fn run(requests: &[RequestSpec], prefill: u32, decode: u32, decode_blocks: u32, link: LinkSpec) -> SimOutput {
-    let (p, d) = (scheduler(1000), scheduler(decode_blocks));
+    let (p, d) = (pool_scheduler(1000), pool_scheduler(decode_blocks));
     let pools = [
         Pool { scheduler: &p, replicas: prefill, cost: &PerToken, weight: 1.0, role: Role::Prefill },
         Pool { scheduler: &d, replicas: decode, cost: &PerToken, weight: 1.0, role: Role::Decode { ingress: link, kv_bytes_per_token: 1_000 } },
@@ -165,7 +126,7 @@ proptest! {
         let link = LinkSpec { bandwidth_bytes_per_s: bandwidth, latency_ns };
         // The engine features on both sides: plain vLLM V1, V0 with multi-step windows (chunked
         // or not), or V1 with speculative decoding.
-        let (mut p, mut d) = (scheduler(200), scheduler(decode_blocks));
+        let (mut p, mut d) = (pool_scheduler(200), pool_scheduler(decode_blocks));
         let mut policy = Policy::VllmV1;
         for s in [&mut p, &mut d] {
             match engine {

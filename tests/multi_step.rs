@@ -3,17 +3,21 @@
 //! greedy tokens and chunked streaming, and the scenario's checks.
 
 mod common;
+mod server_support;
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use servesim::cost::{CostModel, StepCost};
-use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, StepInputs};
+use servesim::engine::server::{EngineHandle, Event, FinishReason, GenerateParams};
 use servesim::engine::model::SamplingParams;
-use servesim::scenario::{Policy, Router};
+use servesim::scenario::Policy;
 use servesim::sched::{Batch, SchedulerConfig};
 use servesim::sim::{SimConfig, simulate};
-use servesim::workload::{RequestSpec, SharedPrefix};
+use servesim::workload::RequestSpec;
+
+use common::sim::{one_replica, request, scheduler};
+use server_support::Echo;
 
 /// CPU time on a window's first step only, plus GPU time per token: what the roofline charges.
 const OVERHEAD_NS: u64 = 100_000;
@@ -32,37 +36,9 @@ impl CostModel for WindowCost {
     }
 }
 
-fn request(arrival_ns: u64, input_tokens: u32, output_tokens: u32) -> RequestSpec {
-    RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: SharedPrefix::default(), follows: None }
-}
-
 /// vLLM 0.6.3 without chunked prefill, `num_scheduler_steps` as given.
 fn v0(num_scheduler_steps: u32, enable_chunked_prefill: bool) -> SimConfig {
-    SimConfig {
-        scheduler: SchedulerConfig {
-            max_num_batched_tokens: 2048,
-            max_num_seqs: 16,
-            enable_chunked_prefill,
-            block_size: 16,
-            num_gpu_blocks: 1000,
-            kv_blocks_per_seq: 0,
-            watermark: 0.0,
-            enable_prefix_caching: false,
-            num_scheduler_steps,
-            stream_window_steps: false,
-            speculative: None,
-            tgi: None,
-            sglang: None,
-        },
-        policy: Policy::VllmV0,
-        replicas: 1,
-        router: Router::RoundRobin,
-        max_concurrency: None,
-        frontend_overhead_ns: 0,
-        frontend_per_token_ns: 0,
-        timeline: true,
-        data_parallel: None,
-    }
+    one_replica(SchedulerConfig { enable_chunked_prefill, num_scheduler_steps, ..scheduler(2048, 16, 1000) }, Policy::VllmV0)
 }
 
 /// The inter-token gaps the client saw, sorted.
@@ -239,48 +215,9 @@ proptest! {
 
 // ------------------------------------------------------------------ the engine
 
-/// A deterministic fake forward pass: next token = f(last token, position).
-struct Echo {
-    eos: Option<u32>,
-    step_delay: Duration,
-}
-
-
-fn echo_next(last: u32, pos: u32) -> u32 {
-    32 + (last.wrapping_mul(31).wrapping_add(pos.wrapping_mul(7)).wrapping_add(11)) % 95
-}
-
-impl Executor for Echo {
-    fn forward(&mut self, batch: &Batch, inputs: &StepInputs) -> Result<Vec<u32>, String> {
-        std::thread::sleep(self.step_delay);
-        let sampled = batch.seqs.iter().zip(&inputs.seqs).filter(|(w, _)| w.samples_token);
-        Ok(sampled.map(|(_, i)| echo_next(*i.token_ids.last().unwrap(), *i.positions.last().unwrap())).collect())
-    }
-    fn vocab_size(&self) -> u32 {
-        32_000
-    }
-    fn eos_token(&self) -> Option<u32> {
-        self.eos
-    }
-}
-
 fn engine(num_scheduler_steps: u32, eos: Option<u32>) -> EngineHandle {
-    let config = SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks: 256,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    };
-    EngineHandle::start(Echo { eos, step_delay: Duration::from_millis(10) }, config, Policy::Servesim, 64, 200)
+    let config = SchedulerConfig { num_scheduler_steps, ..scheduler(256, 8, 256) };
+    EngineHandle::start(Echo { eos, step: Duration::from_millis(10) }, config, Policy::Servesim, 64, 200)
 }
 
 /// Each request's tokens, its finish reason, and the size of each delivery.

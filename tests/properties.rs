@@ -2,6 +2,8 @@
 //! tokens are conserved, times are ordered, and (in debug builds, which `cargo test` uses) the
 //! scheduler's invariants are asserted after every step.
 
+mod common;
+
 use proptest::prelude::*;
 
 use servesim::cost::{CostModel, StepCost};
@@ -9,6 +11,8 @@ use servesim::scenario::{Policy, Router};
 use servesim::sched::{Batch, SchedulePolicy, SchedulerConfig, SglangConfig, TgiConfig};
 use servesim::sim::{SimConfig, SimOutput, simulate, simulate_per_sequence};
 use servesim::workload::{RequestSpec, SharedPrefix};
+
+use common::sim::{one_replica, request, scheduler};
 
 /// A simple cost model: fixed per step plus per token, so tests need no hardware.
 struct LinearCost;
@@ -64,23 +68,26 @@ fn assert_same_output(fast: &SimOutput, reference: &SimOutput) -> Result<(), Tes
 
 /// Long outputs, so that decode cohorts form, grow, cross many blocks and finish.
 fn long_requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
-    prop::collection::vec((0u64..80_000_000, 1u32..200, 1u32..200), 1..120).prop_map(|mut v| {
-        v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens), follows: None }).collect()
-    })
+    prop::collection::vec((0u64..80_000_000, 1u32..200, 1u32..200), 1..120).prop_map(two_texts)
 }
 
 fn requests_strategy() -> impl Strategy<Value = Vec<RequestSpec>> {
-    prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(|mut v| {
-        v.sort_by_key(|r| r.0);
-        v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: shared(arrival_ns, input_tokens), follows: None }).collect()
-    })
+    prop::collection::vec((0u64..50_000_000, 1u32..300, 1u32..60), 1..80).prop_map(two_texts)
 }
 
-/// Prompts of two texts (by arrival time's parity): with prefix caching on, those of one text
-/// share the blocks of their common length.
-fn shared(arrival_ns: u64, input_tokens: u32) -> SharedPrefix {
-    SharedPrefix { stream: arrival_ns % 2, tokens: input_tokens }
+/// Requests by arrival time whose prompts are of two texts (by arrival time's parity): with
+/// prefix caching on, those of one text share the blocks of their common length.
+fn two_texts(mut v: Vec<(u64, u32, u32)>) -> Vec<RequestSpec> {
+    v.sort_by_key(|r| r.0);
+    v.into_iter()
+        .map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { prefix: SharedPrefix { stream: arrival_ns % 2, tokens: input_tokens }, ..request(arrival_ns, input_tokens, output_tokens) })
+        .collect()
+}
+
+/// `replicas` of `policy` running `scheduler` behind `router`, at most `max_concurrency`
+/// requests in flight, the front end taking `frontend_overhead_ns` a request.
+fn cluster(scheduler: SchedulerConfig, policy: Policy, replicas: u32, router: Router, max_concurrency: Option<u32>, frontend_overhead_ns: u64) -> SimConfig {
+    SimConfig { replicas, router, max_concurrency, frontend_overhead_ns, ..one_replica(scheduler, policy) }
 }
 
 fn config_strategy() -> impl Strategy<Value = SimConfig> {
@@ -103,20 +110,11 @@ fn sglang_config_strategy() -> impl Strategy<Value = SimConfig> {
         prop_oneof![Just(0.3f64), Just(1.0f64), Just(1.5f64)],
         frontend_overhead_strategy(),
     )
-        .prop_map(|(blocks, page, max_running, chunk, replicas, router, max_concurrency, radix, lpm, conservativeness, frontend_overhead_ns)| SimConfig {
-            scheduler: SchedulerConfig {
-                max_num_batched_tokens: chunk.unwrap_or(16384 + 400),
-                max_num_seqs: max_running,
+        .prop_map(|(blocks, page, max_running, chunk, replicas, router, max_concurrency, radix, lpm, conservativeness, frontend_overhead_ns)| {
+            let scheduler = SchedulerConfig {
                 enable_chunked_prefill: chunk.is_some(),
                 block_size: page,
-                num_gpu_blocks: blocks * 16 / page,
-                kv_blocks_per_seq: 0,
-                watermark: 0.0,
                 enable_prefix_caching: radix,
-                num_scheduler_steps: 1,
-                stream_window_steps: false,
-                speculative: None,
-                tgi: None,
                 sglang: Some(SglangConfig {
                     schedule_policy: if lpm { SchedulePolicy::Lpm } else { SchedulePolicy::Fcfs },
                     chunked_prefill_size: chunk,
@@ -125,15 +123,9 @@ fn sglang_config_strategy() -> impl Strategy<Value = SimConfig> {
                     cuda_graph_bs: vec![1, 2, 4, 8, 16],
                     disable_overlap_schedule: false,
                 }),
-            },
-            policy: Policy::Sglang,
-            replicas,
-            router,
-            max_concurrency,
-            frontend_overhead_ns,
-            frontend_per_token_ns: 0,
-            timeline: true,
-            data_parallel: None,
+                ..scheduler(chunk.unwrap_or(16384 + 400), max_running, blocks * 16 / page)
+            };
+            cluster(scheduler, Policy::Sglang, replicas, router, max_concurrency, frontend_overhead_ns)
         })
 }
 
@@ -154,33 +146,17 @@ fn vllm_config_strategy() -> impl Strategy<Value = SimConfig> {
     )
         .prop_map(|(policy, chunked, max_num_seqs, budget, blocks, block_size, replicas, router, max_concurrency, watermark, frontend_overhead_ns, enable_prefix_caching)| {
             let chunked = chunked || policy == Policy::VllmV1;
-            SimConfig {
-                scheduler: SchedulerConfig {
-                    max_num_batched_tokens: if chunked { budget } else { budget.max(400) },
-                    max_num_seqs,
-                    enable_chunked_prefill: chunked,
-                    block_size,
-                    num_gpu_blocks: blocks,
-                    // A hybrid model's windows and states beside the tokens' blocks, 0 to 3 a
-                    // sequence, drawn from the pool's size (the tuple has no room for a 13th).
-                    kv_blocks_per_seq: blocks % 4,
-                    watermark,
-                    enable_prefix_caching,
-                    num_scheduler_steps: 1,
-                    stream_window_steps: false,
-                    speculative: None,
-                    tgi: None,
-                    sglang: None,
-                },
-                policy,
-                replicas,
-                router,
-                max_concurrency,
-                frontend_overhead_ns,
-                frontend_per_token_ns: 0,
-                timeline: true,
-                data_parallel: None,
-            }
+            let scheduler = SchedulerConfig {
+                enable_chunked_prefill: chunked,
+                block_size,
+                // A hybrid model's windows and states beside the tokens' blocks, 0 to 3 a
+                // sequence, drawn from the pool's size (the tuple has no room for a 13th).
+                kv_blocks_per_seq: blocks % 4,
+                watermark,
+                enable_prefix_caching,
+                ..scheduler(if chunked { budget } else { budget.max(400) }, max_num_seqs, blocks)
+            };
+            cluster(scheduler, policy, replicas, router, max_concurrency, frontend_overhead_ns)
         })
 }
 
@@ -220,31 +196,9 @@ fn tgi_config_strategy() -> impl Strategy<Value = SimConfig> {
                     max_waiting_tokens: waiting,
                     max_concurrent_requests: concurrent,
                 };
-                SimConfig {
-                    scheduler: SchedulerConfig {
-                        max_num_batched_tokens: tgi.prefill_budget_tokens(block_size),
-                        max_num_seqs: u32::MAX,
-                        enable_chunked_prefill: false,
-                        block_size,
-                        num_gpu_blocks: blocks,
-                        kv_blocks_per_seq: 0,
-                        watermark: 0.0,
-                        enable_prefix_caching: false,
-                        num_scheduler_steps: 1,
-                        stream_window_steps: false,
-                        speculative: None,
-                        tgi: Some(tgi),
-                        sglang: None,
-                    },
-                    policy: Policy::Tgi,
-                    replicas,
-                    router,
-                    max_concurrency,
-                    frontend_overhead_ns,
-                    frontend_per_token_ns: 0,
-                    timeline: true,
-                    data_parallel: None,
-                }
+                let budget = tgi.prefill_budget_tokens(block_size);
+                let scheduler = SchedulerConfig { enable_chunked_prefill: false, block_size, tgi: Some(tgi), ..scheduler(budget, u32::MAX, blocks) };
+                cluster(scheduler, Policy::Tgi, replicas, router, max_concurrency, frontend_overhead_ns)
             },
         )
 }
@@ -339,7 +293,7 @@ proptest! {
     fn decode_cohort_matches_the_reference_on_long_outputs(
         requests in prop::collection::vec((0u64..50_000_000, 1u32..100, 900u32..2600), 1..8).prop_map(|mut v| {
             v.sort_by_key(|r| r.0);
-            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: Default::default(), follows: None }).collect::<Vec<_>>()
+            v.into_iter().map(|(arrival_ns, input_tokens, output_tokens)| request(arrival_ns, input_tokens, output_tokens)).collect::<Vec<_>>()
         }),
         config in vllm_config_strategy().prop_filter("chunked prefill", |c| c.scheduler.enable_chunked_prefill),
     ) {
@@ -359,31 +313,7 @@ proptest! {
 
 /// One replica of vLLM V1 whose API server takes `frontend_overhead_ns` per request.
 fn frontend_config(frontend_overhead_ns: u64) -> SimConfig {
-    SimConfig {
-        scheduler: SchedulerConfig {
-            max_num_batched_tokens: 2048,
-            max_num_seqs: 32,
-            enable_chunked_prefill: true,
-            block_size: 16,
-            num_gpu_blocks: 1000,
-            kv_blocks_per_seq: 0,
-            watermark: 0.0,
-            enable_prefix_caching: false,
-            num_scheduler_steps: 1,
-            stream_window_steps: false,
-            speculative: None,
-            tgi: None,
-            sglang: None,
-        },
-        policy: Policy::VllmV1,
-        replicas: 1,
-        router: Router::RoundRobin,
-        max_concurrency: None,
-        frontend_overhead_ns,
-        frontend_per_token_ns: 0,
-        timeline: true,
-        data_parallel: None,
-    }
+    SimConfig { frontend_overhead_ns, ..one_replica(scheduler(2048, 32, 1000), Policy::VllmV1) }
 }
 
 /// A 1,000-request burst through a front end of 2 ms a request: the API server takes the whole
@@ -394,7 +324,7 @@ fn frontend_config(frontend_overhead_ns: u64) -> SimConfig {
 #[test]
 fn a_burst_through_a_front_end_gets_its_first_tokens_late() {
     let requests: Vec<RequestSpec> =
-        (0..1000).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 20, max_tokens: 20, prefix: Default::default(), follows: None }).collect();
+        (0..1000).map(|_| request(0, 100, 20)).collect();
     let out = simulate(&requests, &frontend_config(2_000_000), &LinearCost);
     let records = &out.records.requests;
     assert!(records.iter().all(|r| r.success && r.output_tokens == 20));
@@ -413,7 +343,7 @@ fn a_burst_through_a_front_end_gets_its_first_tokens_late() {
 #[test]
 fn a_front_end_spreads_a_burst_over_the_first_step() {
     let requests: Vec<RequestSpec> =
-        (0..8).map(|_| RequestSpec { arrival_ns: 0, input_tokens: 100, output_tokens: 4, max_tokens: 4, prefix: Default::default(), follows: None }).collect();
+        (0..8).map(|_| request(0, 100, 4)).collect();
     let config = frontend_config;
     let at_once = simulate(&requests, &config(0), &LinearCost);
     assert_eq!((at_once.timeline[0].start_ns, at_once.timeline[0].batch_seqs), (0, 8));

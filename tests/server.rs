@@ -11,6 +11,7 @@ use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, Gene
 use servesim::scenario::Policy;
 use servesim::sched::{Batch, SchedulerConfig};
 
+mod common;
 mod server_support;
 use server_support::{Server, echo_next, expected, serve_engine};
 
@@ -45,21 +46,7 @@ impl Executor for EchoExecutor {
 
 
 fn config(max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+    common::sim::scheduler(256, max_num_seqs, num_gpu_blocks)
 }
 
 async fn start(step_delay_ms: u64, eos: Option<u32>, max_num_seqs: u32, max_waiting: u32, context_len: u32) -> Server {

@@ -3,13 +3,15 @@
 //! and a shutdown that a half-open connection cannot hold up. No test asserts a timing: each
 //! waits for an outcome under a generous deadline.
 
+mod common;
+
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use servesim::engine::server::{Drained, EngineHandle, Executor, HEADER_BYTES_MAX, ServerLimits, StepInputs, serve_with};
 use servesim::scenario::Policy;
-use servesim::sched::{Batch, SchedulerConfig};
+use servesim::sched::Batch;
 use std::io::{Read, Write};
 
 /// Every sampled token is `b'a'`, after `step_delay`.
@@ -47,21 +49,7 @@ impl Server {
 }
 
 async fn start(limits: ServerLimits, max_num_seqs: u32, max_waiting: u32, step_delay: Duration) -> Server {
-    let config = SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks: 64,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    };
+    let config = common::sim::scheduler(256, max_num_seqs, 64);
     let engine = EngineHandle::start(SlowExecutor { step_delay }, config, Policy::VllmV1, max_waiting, 1024).with_model_name("slow");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();

@@ -3,6 +3,7 @@
 //! `model_name` label, aborted requests are counted as such, and the page parses as Prometheus'
 //! text format.
 
+mod common;
 mod server_support;
 use server_support::*;
 

@@ -2,6 +2,7 @@
 //! bench client's `sglang` backend against it, over loopback with the fake executor, whose
 //! tokens are known in advance.
 
+mod common;
 #[path = "server_support/mod.rs"]
 mod support;
 use support::*;

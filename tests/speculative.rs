@@ -8,57 +8,18 @@ mod common;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use servesim::cost::{CostModel, StepCost};
 use servesim::engine::model::{LlamaConfig, LlamaWeights, ModelExecutor, SamplingParams};
 use servesim::engine::server::{EngineHandle, Event, Executor, FinishReason, GenerateParams, ModelEngine, NgramLookup, StepInputs};
-use servesim::scenario::{Policy, Router, Scenario};
+use servesim::scenario::{Policy, Scenario};
 use servesim::sched::{Acceptance, Batch, SchedulerConfig, SpeculativeConfig};
 use servesim::sim::{SimConfig, SimOutput, simulate};
-use servesim::workload::{RequestSpec, SharedPrefix};
+use servesim::workload::RequestSpec;
 
-/// 100 µs a step and 10 µs per token computed (drafts included).
-struct PerToken;
-
-impl CostModel for PerToken {
-    fn predict(&self, batch: &Batch) -> StepCost {
-        let gemm_ns = 10_000 * u64::from(batch.tokens());
-        StepCost { total_ns: 100_000 + gemm_ns, gemm_ns, overhead_ns: 100_000, ..StepCost::default() }
-    }
-    fn source(&self) -> &'static str {
-        "per-token test model"
-    }
-}
-
-fn request(arrival_ns: u64, input_tokens: u32, output_tokens: u32) -> RequestSpec {
-    RequestSpec { arrival_ns, input_tokens, output_tokens, max_tokens: output_tokens, prefix: SharedPrefix::default(), follows: None }
-}
+use common::sim::{PerToken, one_replica, request, scheduler};
 
 fn v1(k: u32, rates: Vec<f64>) -> SimConfig {
-    SimConfig {
-        scheduler: SchedulerConfig {
-            max_num_batched_tokens: 2048,
-            max_num_seqs: 64,
-            enable_chunked_prefill: true,
-            block_size: 16,
-            num_gpu_blocks: 20_000,
-            kv_blocks_per_seq: 0,
-            watermark: 0.0,
-            enable_prefix_caching: false,
-            num_scheduler_steps: 1,
-            stream_window_steps: false,
-            speculative: Some(SpeculativeConfig { num_speculative_tokens: k, acceptance: Acceptance::Drawn { rates, seed: 1 } }),
-            tgi: None,
-            sglang: None,
-        },
-        policy: Policy::VllmV1,
-        replicas: 1,
-        router: Router::RoundRobin,
-        max_concurrency: None,
-        frontend_overhead_ns: 0,
-        frontend_per_token_ns: 0,
-        timeline: true,
-        data_parallel: None,
-    }
+    let speculative = Some(SpeculativeConfig { num_speculative_tokens: k, acceptance: Acceptance::Drawn { rates, seed: 1 } });
+    one_replica(SchedulerConfig { speculative, ..scheduler(2048, 64, 20_000) }, Policy::VllmV1)
 }
 
 /// The gaps the client saw, sorted.
@@ -220,21 +181,7 @@ impl Executor for Cycle {
 }
 
 fn engine_config() -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks: 512,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+    scheduler(256, 8, 512)
 }
 
 const LOOKUP: NgramLookup = NgramLookup { num_speculative_tokens: 4, min_n: 1, max_n: 3 };

@@ -135,11 +135,7 @@ pub fn render_report(summary: &Summary, opts: &ReportOptions) -> String {
 /// vLLM 0.6.x's totals (`benchmark_serving.py` at 0.6.3).
 fn write_legacy_totals(out: &mut impl Write, s: &Summary) -> fmt::Result {
     int_line(out, "Successful requests:", s.completed)?;
-    float_line(out, "Benchmark duration (s):", s.duration_s)?;
-    int_line(out, "Total input tokens:", s.total_input_tokens)?;
-    int_line(out, "Total generated tokens:", s.total_output_tokens)?;
-    float_line(out, "Request throughput (req/s):", s.request_throughput)?;
-    float_line(out, "Output token throughput (tok/s):", s.output_throughput)?;
+    write_run_totals(out, s)?;
     float_line(
         out,
         "Total Token throughput (tok/s):",
@@ -157,11 +153,7 @@ fn write_current_totals(out: &mut impl Write, s: &Summary, opts: &ReportOptions)
     if opts.request_rate.is_finite() {
         float_line(out, "Request rate configured (RPS):", opts.request_rate)?;
     }
-    float_line(out, "Benchmark duration (s):", s.duration_s)?;
-    int_line(out, "Total input tokens:", s.total_input_tokens)?;
-    int_line(out, "Total generated tokens:", s.total_output_tokens)?;
-    float_line(out, "Request throughput (req/s):", s.request_throughput)?;
-    float_line(out, "Output token throughput (tok/s):", s.output_throughput)?;
+    write_run_totals(out, s)?;
     float_line(
         out,
         "Peak output token throughput (tok/s):",
@@ -178,6 +170,15 @@ fn write_current_totals(out: &mut impl Write, s: &Summary, opts: &ReportOptions)
         "Total token throughput (tok/s):",
         s.total_token_throughput,
     )
+}
+
+/// The lines both layouts print alike, in the same order: duration, token totals, throughputs.
+fn write_run_totals(out: &mut impl Write, s: &Summary) -> fmt::Result {
+    float_line(out, "Benchmark duration (s):", s.duration_s)?;
+    int_line(out, "Total input tokens:", s.total_input_tokens)?;
+    int_line(out, "Total generated tokens:", s.total_output_tokens)?;
+    float_line(out, "Request throughput (req/s):", s.request_throughput)?;
+    float_line(out, "Output token throughput (tok/s):", s.output_throughput)
 }
 
 /// One latency section: centred header, mean, median, one line per percentile.
@@ -358,6 +359,27 @@ mod tests {
         }
     }
 
+    /// A summary of `completed` requests over `duration_s` with these token totals, the
+    /// throughputs as their quotients, no failures and no peaks; `[ttft, tpot, itl, e2el]`.
+    fn summary(completed: u64, duration_s: f64, input: u64, output: u64, [ttft, tpot, itl, e2el]: [Stat; 4]) -> Summary {
+        Summary {
+            completed,
+            failed: 0,
+            duration_s,
+            total_input_tokens: input,
+            total_output_tokens: output,
+            request_throughput: completed as f64 / duration_s,
+            output_throughput: output as f64 / duration_s,
+            total_token_throughput: (input + output) as f64 / duration_s,
+            max_output_tokens_per_s: 0.0,
+            max_concurrent_requests: 0,
+            ttft,
+            tpot,
+            itl,
+            e2el,
+        }
+    }
+
     fn options(layout: ReportLayout, metrics: &[LatencyMetric]) -> ReportOptions {
         ReportOptions {
             layout,
@@ -393,22 +415,14 @@ P99 ITL (ms):                            94.22
 
     #[test]
     fn legacy_layout_reproduces_recorded_run_002() {
-        let summary = Summary {
-            completed: 1,
-            failed: 0,
-            duration_s: 4.5333,
-            total_input_tokens: 80,
-            total_output_tokens: 85,
-            request_throughput: 1.0 / 4.5333,
-            output_throughput: 85.0 / 4.5333,
-            total_token_throughput: 165.0 / 4.5333,
-            max_output_tokens_per_s: 30.0,
-            max_concurrent_requests: 1,
-            ttft: stat(314.58, 314.58, &[(99.0, 314.58)]),
-            tpot: stat(50.19, 50.19, &[(99.0, 50.19)]),
-            itl: stat(49.13, 49.66, &[(99.0, 94.22)]),
-            e2el: stat(4532.0, 4532.0, &[(99.0, 4532.0)]),
-        };
+        let stats = [
+            stat(314.58, 314.58, &[(99.0, 314.58)]),
+            stat(50.19, 50.19, &[(99.0, 50.19)]),
+            stat(49.13, 49.66, &[(99.0, 94.22)]),
+            stat(4532.0, 4532.0, &[(99.0, 4532.0)]),
+        ];
+        // The legacy layout leaves the peaks out: these must not show.
+        let summary = Summary { max_output_tokens_per_s: 30.0, max_concurrent_requests: 1, ..summary(1, 4.5333, 80, 85, stats) };
         let opts = options(
             ReportLayout::Legacy,
             &[LatencyMetric::Ttft, LatencyMetric::Tpot, LatencyMetric::Itl],
@@ -445,23 +459,13 @@ P99 ITL (ms):                            9.85
 ";
 
     fn run_000_decode_summary() -> Summary {
-        let duration_s = 30.7444;
-        Summary {
-            completed: 512,
-            failed: 0,
-            duration_s,
-            total_input_tokens: 512,
-            total_output_tokens: 65536,
-            request_throughput: 512.0 / duration_s,
-            output_throughput: 65536.0 / duration_s,
-            total_token_throughput: 66048.0 / duration_s,
-            max_output_tokens_per_s: 2224.0,
-            max_concurrent_requests: 512,
-            ttft: stat(15266.31, 14933.56, &[(99.0, 29780.21)]),
-            tpot: stat(7.28, 7.29, &[(99.0, 7.45)]),
-            itl: stat(7.29, 7.26, &[(99.0, 9.85)]),
-            e2el: stat(16000.0, 16000.0, &[(99.0, 30000.0)]),
-        }
+        let stats = [
+            stat(15266.31, 14933.56, &[(99.0, 29780.21)]),
+            stat(7.28, 7.29, &[(99.0, 7.45)]),
+            stat(7.29, 7.26, &[(99.0, 9.85)]),
+            stat(16000.0, 16000.0, &[(99.0, 30000.0)]),
+        ];
+        Summary { max_output_tokens_per_s: 2224.0, max_concurrent_requests: 512, ..summary(512, 30.7444, 512, 65536, stats) }
     }
 
     #[test]
@@ -520,37 +524,19 @@ P99 E2EL (ms):                           73790.91
 
     #[test]
     fn legacy_layout_reproduces_recorded_run_001_with_e2el_and_five_percentiles() {
-        let duration_s = 1055.1825;
         let ps = |values: [f64; 5]| -> Vec<(f64, f64)> {
             [50.0, 75.0, 90.0, 95.0, 99.0]
                 .into_iter()
                 .zip(values)
                 .collect()
         };
-        let summary = Summary {
-            completed: 3000,
-            failed: 0,
-            duration_s,
-            total_input_tokens: 696991,
-            total_output_tokens: 2004890,
-            request_throughput: 3000.0 / duration_s,
-            output_throughput: 2004890.0 / duration_s,
-            total_token_throughput: (696991.0 + 2004890.0) / duration_s,
-            max_output_tokens_per_s: 0.0,
-            max_concurrent_requests: 0,
-            ttft: stat(
-                463.85,
-                124.74,
-                &ps([124.74, 209.08, 932.55, 3035.43, 5874.28]),
-            ),
-            tpot: stat(66.78, 66.80, &ps([66.80, 68.97, 70.84, 72.10, 88.89])),
-            itl: stat(65.71, 48.17, &ps([48.17, 56.68, 74.48, 164.84, 321.39])),
-            e2el: stat(
-                44313.70,
-                61938.89,
-                &ps([61938.89, 68664.12, 70962.80, 72128.81, 73790.91]),
-            ),
-        };
+        let stats = [
+            stat(463.85, 124.74, &ps([124.74, 209.08, 932.55, 3035.43, 5874.28])),
+            stat(66.78, 66.80, &ps([66.80, 68.97, 70.84, 72.10, 88.89])),
+            stat(65.71, 48.17, &ps([48.17, 56.68, 74.48, 164.84, 321.39])),
+            stat(44313.70, 61938.89, &ps([61938.89, 68664.12, 70962.80, 72128.81, 73790.91])),
+        ];
+        let summary = summary(3000, 1055.1825, 696991, 2004890, stats);
         // Metrics listed out of order on purpose: sections still print in vLLM's fixed order.
         let opts = options(
             ReportLayout::Legacy,

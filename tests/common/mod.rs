@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: run the real binary, write scenario files.
 #![allow(dead_code)]
 
+pub mod sim;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

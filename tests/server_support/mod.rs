@@ -1,5 +1,6 @@
 //! What the server test files share: a deterministic fake executor, an in-process server
-//! on 127.0.0.1 with a chosen tokenizer, and small HTTP helpers.
+//! on 127.0.0.1 with a chosen tokenizer, and small HTTP helpers. A test file that includes it
+//! also includes `common`.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -46,22 +47,9 @@ impl Executor for Echo {
     }
 }
 
+/// The scheduler the servers here run: 8 sequences, 128 blocks of 16 tokens.
 pub fn config() -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 256,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks: 128,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+    crate::common::sim::scheduler(256, 8, 128)
 }
 
 pub struct Server {

@@ -85,15 +85,28 @@ pub(super) fn is_text_modality(v: &Value) -> bool {
     v.as_array().is_some_and(|a| a.len() == 1 && a[0] == "text")
 }
 
+// Rows that several routes' tables hold (OpenAI's, TGI's, SGLang's): each reason said once.
+const NO_PENALTIES: &str = "the sampler has no penalties";
+/// A penalty whose neutral value is 0 (frequency, presence).
+pub(super) const PENALTY_AT_0: Rule = Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: NO_PENALTIES };
+/// A penalty whose neutral value is 1 (repetition).
+pub(super) const PENALTY_AT_1: Rule = Rule::OnlyAt { is_neutral: is_one, neutral: "1", why: NO_PENALTIES };
+pub(super) const MIN_P_AT_0: Rule = Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "the sampler has temperature, top-k and top-p only" };
+pub(super) const MIN_TOKENS_AT_0: Rule = Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "a request may end before any minimum" };
+pub(super) const LOGIT_BIAS_EMPTY: Rule = Rule::OnlyAt { is_neutral: is_empty, neutral: "{}", why: "the sampler does not bias logits" };
+pub(super) const NO_STRUCTURED_OUTPUT: Rule = Rule::Refused("there is no structured output");
+pub(super) const NO_LOGITS_PROCESSORS: Rule = Rule::Refused("the sampler runs no logits processors");
+pub(super) const NEVER_TRUNCATED: Rule = Rule::Refused("prompts are never truncated: one too long is refused");
+
 /// The penalties and filters of vLLM's sampling that this server's sampler does not have, at the
 /// values that switch them off (shared by both OpenAI routes).
 pub(super) const NEUTRAL_SAMPLING: [(&str, Rule); 7] = [
-    ("frequency_penalty", Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "the sampler has no penalties" }),
-    ("presence_penalty", Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "the sampler has no penalties" }),
-    ("repetition_penalty", Rule::OnlyAt { is_neutral: is_one, neutral: "1", why: "the sampler has no penalties" }),
-    ("min_p", Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "the sampler has temperature, top-k and top-p only" }),
-    ("min_tokens", Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "a request may end before any minimum" }),
-    ("logit_bias", Rule::OnlyAt { is_neutral: is_empty, neutral: "{}", why: "the sampler does not bias logits" }),
+    ("frequency_penalty", PENALTY_AT_0),
+    ("presence_penalty", PENALTY_AT_0),
+    ("repetition_penalty", PENALTY_AT_1),
+    ("min_p", MIN_P_AT_0),
+    ("min_tokens", MIN_TOKENS_AT_0),
+    ("logit_bias", LOGIT_BIAS_EMPTY),
     ("use_beam_search", Rule::OnlyAt { is_neutral: is_false, neutral: "false", why: "the engine samples one sequence a request" }),
 ];
 
@@ -103,15 +116,15 @@ pub(super) const REFUSED_VLLM: [(&str, Rule); 13] = [
     ("prompt_logprobs", Rule::Refused("only sampled tokens' log-probabilities are computed (see `logprobs`)")),
     ("return_tokens_as_token_ids", Rule::OnlyAt { is_neutral: is_false, neutral: "false", why: "tokens are reported as text" }),
     ("response_format", Rule::OnlyAt { is_neutral: is_text_format, neutral: "{\"type\": \"text\"}", why: "there is no structured output" }),
-    ("guided_json", Rule::Refused("there is no structured output")),
-    ("guided_regex", Rule::Refused("there is no structured output")),
-    ("guided_choice", Rule::Refused("there is no structured output")),
-    ("guided_grammar", Rule::Refused("there is no structured output")),
-    ("structured_outputs", Rule::Refused("there is no structured output")),
+    ("guided_json", NO_STRUCTURED_OUTPUT),
+    ("guided_regex", NO_STRUCTURED_OUTPUT),
+    ("guided_choice", NO_STRUCTURED_OUTPUT),
+    ("guided_grammar", NO_STRUCTURED_OUTPUT),
+    ("structured_outputs", NO_STRUCTURED_OUTPUT),
     ("length_penalty", Rule::Refused("there is no beam search")),
-    ("truncate_prompt_tokens", Rule::Refused("prompts are never truncated: one too long is refused")),
+    ("truncate_prompt_tokens", NEVER_TRUNCATED),
     ("priority", Rule::OnlyAt { is_neutral: is_zero, neutral: "0", why: "the scheduler has no priorities" }),
-    ("logits_processors", Rule::Refused("the sampler runs no logits processors")),
+    ("logits_processors", NO_LOGITS_PROCESSORS),
 ];
 
 #[cfg(test)]

@@ -508,12 +508,12 @@ const TGI_PARAMETERS: [(&str, Rule); 19] = [
     ("ignore_eos", Rule::Used),
     ("best_of", Rule::Used),
     ("decoder_input_details", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "the prompt's log-probabilities are not computed" }),
-    ("repetition_penalty", Rule::OnlyAt { is_neutral: fields::is_one, neutral: "1", why: "the sampler has no penalties" }),
-    ("frequency_penalty", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "the sampler has no penalties" }),
+    ("repetition_penalty", fields::PENALTY_AT_1),
+    ("frequency_penalty", fields::PENALTY_AT_0),
     ("watermark", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "outputs are not watermarked" }),
     ("typical_p", Rule::Refused("the sampler has temperature, top-k and top-p only")),
-    ("truncate", Rule::Refused("prompts are never truncated: one too long is refused")),
-    ("grammar", Rule::Refused("there is no structured output")),
+    ("truncate", fields::NEVER_TRUNCATED),
+    ("grammar", fields::NO_STRUCTURED_OUTPUT),
 ];
 
 pub(super) fn parse_generate(body: &[u8], prompt_bytes_max: usize) -> Result<ParsedRequest, ApiError> {

@@ -91,6 +91,11 @@ pub async fn server_info(State(front): State<Front>) -> Response {
     json_response(&json!({"model_path": engine.model_name(), "internal_states": [state]}))
 }
 
+// Reasons SGLang's table gives for several fields.
+const NO_LOGPROBS: &str = "this route returns no log-probabilities";
+const NO_DISAGGREGATION: &str = "there is no prefill/decode disaggregation";
+const TEXT_ONLY: &str = "the model takes text only";
+
 /// SGLang 0.4.9's `GenerateReqInput` (python/sglang/srt/managers/io_struct.py), by rule.
 const SGLANG_FIELDS: [(&str, Rule); 23] = [
     ("text", Rule::Used),
@@ -98,25 +103,25 @@ const SGLANG_FIELDS: [(&str, Rule); 23] = [
     ("sampling_params", Rule::Used),
     ("stream", Rule::Used),
     ("rid", Rule::Used),
-    ("return_logprob", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "this route returns no log-probabilities" }),
+    ("return_logprob", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: NO_LOGPROBS }),
     // Read only with `return_logprob`, which must be false.
     ("logprob_start_len", Rule::Inert),
-    ("top_logprobs_num", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "this route returns no log-probabilities" }),
-    ("token_ids_logprob", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "[]", why: "this route returns no log-probabilities" }),
+    ("top_logprobs_num", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: NO_LOGPROBS }),
+    ("token_ids_logprob", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "[]", why: NO_LOGPROBS }),
     ("return_text_in_logprobs", Rule::Inert),
     // Whether SGLang counts the request in its own metrics; this server counts every request.
     ("log_metrics", Rule::Inert),
     ("lora_path", Rule::Refused("there are no LoRA adapters")),
     ("input_embeds", Rule::Refused("prompts are text or token ids")),
-    ("image_data", Rule::Refused("the model takes text only")),
-    ("audio_data", Rule::Refused("the model takes text only")),
-    ("modalities", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "[]", why: "the model takes text only" }),
+    ("image_data", Rule::Refused(TEXT_ONLY)),
+    ("audio_data", Rule::Refused(TEXT_ONLY)),
+    ("modalities", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "[]", why: TEXT_ONLY }),
     ("session_params", Rule::Refused("there are no sessions")),
-    ("custom_logit_processor", Rule::Refused("the sampler runs no logits processors")),
+    ("custom_logit_processor", fields::NO_LOGITS_PROCESSORS),
     ("return_hidden_states", Rule::OnlyAt { is_neutral: fields::is_false, neutral: "false", why: "hidden states are not returned" }),
-    ("bootstrap_host", Rule::Refused("there is no prefill/decode disaggregation")),
-    ("bootstrap_port", Rule::Refused("there is no prefill/decode disaggregation")),
-    ("bootstrap_room", Rule::Refused("there is no prefill/decode disaggregation")),
+    ("bootstrap_host", Rule::Refused(NO_DISAGGREGATION)),
+    ("bootstrap_port", Rule::Refused(NO_DISAGGREGATION)),
+    ("bootstrap_room", Rule::Refused(NO_DISAGGREGATION)),
     ("data_parallel_rank", Rule::Refused("one engine: there are no data-parallel ranks")),
 ];
 
@@ -132,19 +137,19 @@ const SGLANG_SAMPLING: [(&str, Rule); 23] = [
     ("skip_special_tokens", Rule::Used),
     ("no_stop_trim", Rule::Used),
     ("n", Rule::Used),
-    ("min_p", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "the sampler has temperature, top-k and top-p only" }),
-    ("frequency_penalty", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "the sampler has no penalties" }),
-    ("presence_penalty", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "the sampler has no penalties" }),
-    ("repetition_penalty", Rule::OnlyAt { is_neutral: fields::is_one, neutral: "1", why: "the sampler has no penalties" }),
-    ("min_new_tokens", Rule::OnlyAt { is_neutral: fields::is_zero, neutral: "0", why: "a request may end before any minimum" }),
-    ("json_schema", Rule::Refused("there is no structured output")),
-    ("regex", Rule::Refused("there is no structured output")),
-    ("ebnf", Rule::Refused("there is no structured output")),
-    ("structural_tag", Rule::Refused("there is no structured output")),
+    ("min_p", fields::MIN_P_AT_0),
+    ("frequency_penalty", fields::PENALTY_AT_0),
+    ("presence_penalty", fields::PENALTY_AT_0),
+    ("repetition_penalty", fields::PENALTY_AT_1),
+    ("min_new_tokens", fields::MIN_TOKENS_AT_0),
+    ("json_schema", fields::NO_STRUCTURED_OUTPUT),
+    ("regex", fields::NO_STRUCTURED_OUTPUT),
+    ("ebnf", fields::NO_STRUCTURED_OUTPUT),
+    ("structural_tag", fields::NO_STRUCTURED_OUTPUT),
     ("spaces_between_special_tokens", Rule::OnlyAt { is_neutral: fields::is_true, neutral: "true", why: "the text is the tokenizer's own decode" }),
     ("custom_params", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "{}", why: "the sampler runs no custom logits processors" }),
     ("stream_interval", Rule::OnlyAt { is_neutral: fields::is_one, neutral: "1", why: "tokens are streamed as each step delivers them" }),
-    ("logit_bias", Rule::OnlyAt { is_neutral: fields::is_empty, neutral: "{}", why: "the sampler does not bias logits" }),
+    ("logit_bias", fields::LOGIT_BIAS_EMPTY),
 ];
 
 #[derive(Deserialize)]

@@ -6,24 +6,25 @@ use super::{AttentionMix, DsaSpec, Dtype, LinearAttention, MlaSpec, ModelSpec, M
 impl ModelSpec {
     /// A preset by name, case-insensitively, with bf16 weights and KV cache.
     pub fn preset(name: &str) -> Option<ModelSpec> {
-        let want = name.trim().to_ascii_lowercase();
-        PRESETS
-            .iter()
-            .find(|p| p.name.to_ascii_lowercase() == want)
-            .map(Preset::spec)
+        find_preset(name).map(Preset::spec)
     }
 
     /// The Hugging Face repository id of the preset called `name` (case-insensitive), which
     /// deploy commands serve.
     pub fn preset_hf_repo(name: &str) -> Option<&'static str> {
-        let want = name.trim().to_ascii_lowercase();
-        PRESETS.iter().find(|p| p.name.to_ascii_lowercase() == want).map(|p| p.hf_repo)
+        find_preset(name).map(|p| p.hf_repo)
     }
 
     /// The names of all model presets, in the order they are listed in errors.
     pub fn preset_names() -> Vec<&'static str> {
         PRESETS.iter().map(|p| p.name).collect()
     }
+}
+
+/// The preset called `name`, ignoring case and surrounding space.
+fn find_preset(name: &str) -> Option<&'static Preset> {
+    let want = name.trim().to_ascii_lowercase();
+    PRESETS.iter().find(|p| p.name.to_ascii_lowercase() == want)
 }
 
 struct Preset {
