@@ -306,8 +306,18 @@ fn module_rows(
     Some(ModuleRows { context, generation })
 }
 
-fn moe_rows(families: &Families, measured: &str, model: &ModelSpec, tensor_parallel: u32, notes: &mut Vec<String>) -> Option<RowSurface> {
-    let moe = model.moe?;
+/// The fused-MoE rows of `model`'s routed experts at `tensor_parallel` (a `tp` slice of every
+/// expert, or whole experts over `tp` GPUs under expert parallelism), with a note saying which,
+/// or why none. A model whose experts route no token (a data-parallel rank's own layers) has
+/// none to price, and no note.
+pub(crate) fn moe_rows(
+    families: &Families,
+    measured: &str,
+    model: &ModelSpec,
+    tensor_parallel: u32,
+    notes: &mut Vec<String>,
+) -> Option<RowSurface> {
+    let moe = model.moe.filter(|m| m.experts_per_token > 0)?;
     let (tp, ep) = if moe.expert_parallel && tensor_parallel > 1 { (1, tensor_parallel) } else { (tensor_parallel, 1) };
     let flagged = |why: String| format!("cost.profile: {why}, so {}'s routed experts are flagged as roofline", model.name);
     let Some(dtype) = table_dtype(model, Weights::Experts) else {
