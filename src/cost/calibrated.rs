@@ -512,7 +512,7 @@ impl MoePredictors {
         if rows <= 0.0 {
             return 0.0;
         }
-        let measured = fused.eval_ns(rows, 0.0) * 1e-9;
+        let measured = self.even.fused_layer_s(fused, rows);
         if self.routing == self.even {
             return measured;
         }

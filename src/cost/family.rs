@@ -18,10 +18,11 @@
 //! projections' and the cache's dtypes, heads per GPU, the expert sharding); a missing one
 //! leaves that part to the roofline, with a note.
 
+use super::moe::ExpertRouting;
 use super::roofline::{PricedElsewhere, Roofline};
 use super::{CostModel, StepCost, overlap_cpu, to_ns};
 use crate::calibrate::families::{Families, FamilyOp, RowSurface, key_field};
-use crate::scenario::model::{Dtype, MlaSpec, QuantScheme};
+use crate::scenario::model::{Dtype, MlaSpec, MoeSpec, QuantScheme};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
 
@@ -92,8 +93,9 @@ pub struct RowPriced {
     base: Roofline,
     num_layers: f64,
     module: Option<ModuleRows>,
-    /// The fused-MoE table, and the layers with routed experts.
-    moe: Option<(RowSurface, f64)>,
+    /// The fused-MoE table, the layers with routed experts, and how the experts route (evenly,
+    /// as the table's rows did).
+    moe: Option<(RowSurface, f64, ExpertRouting)>,
     gdn: Option<GdnRows>,
 }
 
@@ -147,7 +149,9 @@ impl RowPriced {
         };
         let base = Roofline::new(model, gpu, tensor_parallel, params).without(parts);
         let expert_layers = f64::from(model.expert_layers());
-        let priced = RowPriced { base, num_layers: f64::from(model.num_layers), module, moe: moe.map(|s| (s, expert_layers)), gdn };
+        let routing = model.moe.map(|m| ExpertRouting::new(&MoeSpec { routing_skew: 0.0, ..m }, tensor_parallel));
+        let moe = moe.zip(routing).map(|(s, r)| (s, expert_layers, r));
+        let priced = RowPriced { base, num_layers: f64::from(model.num_layers), module, moe, gdn };
         (Some(priced), notes)
     }
 
@@ -211,12 +215,10 @@ impl CostModel for RowPriced {
             attention_ns += gdn.layers * layer;
         }
         let mut gemm_ns = 0.0;
-        if let Some((table, layers)) = &self.moe {
+        if let Some((table, layers, routing)) = &self.moe {
             let tokens = s.prompt_tokens + s.decode_tokens;
             let rows = batch.graph_size.map_or(tokens, f64::from);
-            if rows > 0.0 {
-                gemm_ns += layers * table.eval_ns(rows, 0.0);
-            }
+            gemm_ns += layers * routing.fused_layer_s(table, rows) * 1e9;
         }
         let (gemm_ns, attention_ns) = (to_ns(gemm_ns * 1e-9), to_ns(attention_ns * 1e-9));
         let cost = StepCost {
