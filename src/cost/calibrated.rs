@@ -246,7 +246,7 @@ impl Calibrated {
             let grouped = ladder
                 .iter()
                 .map(|&a| {
-                    let name = format!("{a} experts' gate+up, down");
+                    let name = format!("{a} {GROUPED_EXPERTS}");
                     let gate_up = resolver.resolve(&name, a * gate_up.0, gate_up.1, dtype, false, &mut missing);
                     let down = resolver.resolve(&name, a * down.0, down.1, dtype, false, &mut missing);
                     (a as f64, gate_up, down)
@@ -337,6 +337,11 @@ impl Calibrated {
     /// layer measured, 0.51 ms as grouped GEMMs). The router stays a GEMM of the profile.
     pub fn with_fused_moe(mut self, rows: RowSurface) -> Calibrated {
         if let Some(moe) = self.moe.as_mut() {
+            // Evenly routed, the grouped GEMMs price nothing now, so what their rows lacked is
+            // no longer worth a note (a skew still reads them, for its ratio).
+            if moe.routing == moe.even {
+                self.notices.retain(|n| !n.contains(GROUPED_EXPERTS));
+            }
             moe.fused = Some(rows);
             self.layer_gemm_s_by_rows = ByRows::new();
             self.decode_non_attention_ns = ByDecodeBatch::new();
@@ -484,6 +489,9 @@ impl GemmResolver<'_> {
         }
     }
 }
+
+/// How the grouped expert GEMMs are named in notices.
+const GROUPED_EXPERTS: &str = "experts' gate+up, down";
 
 /// A mixture-of-experts layer's predictors on one GPU (see [`ExpertRouting`]). The experts of
 /// one launch run as one grouped GEMM (vLLM's fused MoE kernel), priced as one GEMM of their

@@ -608,9 +608,10 @@ mod tests {
     /// priced from the attention rows; at 16,384 they are not, and the roofline prices them.
     #[test]
     fn a_mixture_of_experts_on_a_dense_profile_takes_the_fused_moe_rows() {
-        let mixtral = scenario_cost(&on_h100("Mixtral-8x7B", "bf16", 4096), false).unwrap();
+        let mixtral = scenario_cost(&on_h100("Mixtral-8x7B", "fp16", 4096), false).unwrap();
         assert_eq!((mixtral.kind, mixtral.model.source()), (CostKind::Calibrated, "calibrated profile"));
         assert!(mixtral.notes.iter().any(|n| n.contains("fused-MoE rows") && n.contains("dtype=bfloat16 hidden=4096 inter=14336 topk=2 experts=8 tp=2 ep=1")), "{:?}", mixtral.notes);
+        assert!(!mixtral.notes.iter().any(|n| n.contains("grouped expert GEMMs")), "the grouped GEMMs price nothing: {:?}", mixtral.notes);
         let scout = scenario_cost(&on_h100("Llama-4-Scout", "fp8", 4096), false).unwrap();
         assert_eq!((scout.kind, scout.model.source()), (CostKind::Calibrated, "calibrated profile"));
         assert!(scout.notes.iter().any(|n| n.contains("span max_model_len = 4096")), "{:?}", scout.notes);
