@@ -37,6 +37,7 @@ use super::sampling::SamplingCost;
 use super::weight_only;
 use super::{CostModel, StepCost, to_ns};
 use crate::calibrate::backend::{AttentionPhase, GemmShape, Peak, SamplingMethod};
+use crate::calibrate::families::RowSurface;
 use crate::calibrate::grid::{
     GemmOp, HeadConfig, attention_totals, gemm_dtype, gemm_work,
     model_gemm_nk, model_heads, moe_gemm_nk,
@@ -49,7 +50,7 @@ use crate::calibrate::profile::interpolate::{Curve, GemmCurve};
 pub use crate::calibrate::profile::{
     LEAVE_ONE_OUT_POINTS_PER_GROUP, LeaveOneOut, ProfileIndex, leave_one_gemm_shape_out, leave_one_out,
 };
-use crate::scenario::model::Dtype;
+use crate::scenario::model::{Dtype, MoeSpec};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
 
@@ -245,7 +246,7 @@ impl Calibrated {
             let grouped = ladder
                 .iter()
                 .map(|&a| {
-                    let name = format!("{a} experts' gate+up, down");
+                    let name = format!("{a} {GROUPED_EXPERTS}");
                     let gate_up = resolver.resolve(&name, a * gate_up.0, gate_up.1, dtype, false, &mut missing);
                     let down = resolver.resolve(&name, a * down.0, down.1, dtype, false, &mut missing);
                     (a as f64, gate_up, down)
@@ -256,6 +257,8 @@ impl Calibrated {
             }
             MoePredictors {
                 routing: ExpertRouting::new(&moe, tensor_parallel),
+                even: ExpertRouting::new(&MoeSpec { routing_skew: 0.0, ..moe }, tensor_parallel),
+                fused: None,
                 router: resolver.resolve("router", router.0, router.1, router_dtype, true, &mut notices),
                 grouped,
             }
@@ -323,6 +326,27 @@ impl Calibrated {
             fallback_bytes_per_s: bytes_per_s,
             notices,
         }
+    }
+
+    /// The routed experts priced from `rows`, the fused-MoE layer measured for this model's
+    /// experts on this GPU count (`cost::family::moe_rows`), instead of the grouped GEMMs. The
+    /// rows time the kernel vLLM runs: routing, permute, its Triton or CUTLASS grouped GEMMs
+    /// with each expert's rows padded to the kernel's tile, activation and the weighted sum;
+    /// a dense GEMM table's rows of the same FLOPs run at cuBLAS's efficiency, which at prefill
+    /// sizes the fused kernel does not reach (Mixtral 8×7B at TP 2, 512 tokens: 0.61 ms a
+    /// layer measured, 0.51 ms as grouped GEMMs). The router stays a GEMM of the profile.
+    pub fn with_fused_moe(mut self, rows: RowSurface) -> Calibrated {
+        if let Some(moe) = self.moe.as_mut() {
+            // Evenly routed, the grouped GEMMs price nothing now, so what their rows lacked is
+            // no longer worth a note (a skew still reads them, for its ratio).
+            if moe.routing == moe.even {
+                self.notices.retain(|n| !n.contains(GROUPED_EXPERTS));
+            }
+            moe.fused = Some(rows);
+            self.layer_gemm_s_by_rows = ByRows::new();
+            self.decode_non_attention_ns = ByDecodeBatch::new();
+        }
+        self
     }
 
     /// What the profile did not cover and how it was priced instead, one line each, for the
@@ -466,6 +490,9 @@ impl GemmResolver<'_> {
     }
 }
 
+/// How the grouped expert GEMMs are named in notices.
+const GROUPED_EXPERTS: &str = "experts' gate+up, down";
+
 /// A mixture-of-experts layer's predictors on one GPU (see [`ExpertRouting`]). The experts of
 /// one launch run as one grouped GEMM (vLLM's fused MoE kernel), priced as one GEMM of their
 /// weights side by side: `a` experts' gate+up is `n = a × 2f`, `k = h`, with the same FLOPs
@@ -475,14 +502,33 @@ impl GemmResolver<'_> {
 #[derive(Clone, Debug, PartialEq)]
 struct MoePredictors {
     routing: ExpertRouting,
+    /// The same experts routed evenly, as the fused-MoE rows were measured.
+    even: ExpertRouting,
     router: GemmPredictor,
     /// `(experts a, gate+up of a, down of a)`, `a` ascending.
     grouped: Vec<(f64, GemmPredictor, GemmPredictor)>,
+    /// The measured fused-MoE layer by tokens, where the profile has it for these experts.
+    fused: Option<RowSurface>,
 }
 
 impl MoePredictors {
-    /// One layer's routed experts for `rows` token rows, seconds (the router apart).
+    /// One layer's routed experts for `rows` token rows, seconds (the router apart): the
+    /// measured fused layer where there is one, with a routing skew applied as the ratio of the
+    /// grouped GEMMs' skewed to even time (the rows route evenly); the grouped GEMMs otherwise.
     fn experts_s(&self, rows: f64, peak: &Peak) -> f64 {
+        let Some(fused) = &self.fused else { return self.grouped_s(&self.routing, rows, peak) };
+        if rows <= 0.0 {
+            return 0.0;
+        }
+        let measured = self.even.fused_layer_s(fused, rows);
+        if self.routing == self.even {
+            return measured;
+        }
+        measured * self.grouped_s(&self.routing, rows, peak) / self.grouped_s(&self.even, rows, peak)
+    }
+
+    /// The experts as grouped GEMMs of the profile's GEMM rows, routed by `routing`.
+    fn grouped_s(&self, routing: &ExpertRouting, rows: f64, peak: &Peak) -> f64 {
         let grouped = |i: usize, r: f64| {
             let (a, gate_up, down) = &self.grouped[i];
             (gate_up.time_s(r, peak) + down.time_s(r, peak)) / a
@@ -499,7 +545,7 @@ impl MoePredictors {
             };
             launched * per_expert
         };
-        self.routing.experts_s(rows, experts_s)
+        routing.experts_s(rows, experts_s)
     }
 
     fn time_s(&self, rows: f64, peak: &Peak) -> f64 {

@@ -18,10 +18,11 @@
 //! projections' and the cache's dtypes, heads per GPU, the expert sharding); a missing one
 //! leaves that part to the roofline, with a note.
 
+use super::moe::ExpertRouting;
 use super::roofline::{PricedElsewhere, Roofline};
 use super::{CostModel, StepCost, overlap_cpu, to_ns};
 use crate::calibrate::families::{Families, FamilyOp, RowSurface, key_field};
-use crate::scenario::model::{Dtype, MlaSpec, QuantScheme};
+use crate::scenario::model::{Dtype, MlaSpec, MoeSpec, QuantScheme};
 use crate::scenario::{CostParams, GpuSpec, ModelSpec};
 use crate::sched::batch::Batch;
 
@@ -92,8 +93,9 @@ pub struct RowPriced {
     base: Roofline,
     num_layers: f64,
     module: Option<ModuleRows>,
-    /// The fused-MoE table, and the layers with routed experts.
-    moe: Option<(RowSurface, f64)>,
+    /// The fused-MoE table, the layers with routed experts, and how the experts route (evenly,
+    /// as the table's rows did).
+    moe: Option<(RowSurface, f64, ExpertRouting)>,
     gdn: Option<GdnRows>,
 }
 
@@ -147,7 +149,9 @@ impl RowPriced {
         };
         let base = Roofline::new(model, gpu, tensor_parallel, params).without(parts);
         let expert_layers = f64::from(model.expert_layers());
-        let priced = RowPriced { base, num_layers: f64::from(model.num_layers), module, moe: moe.map(|s| (s, expert_layers)), gdn };
+        let routing = model.moe.map(|m| ExpertRouting::new(&MoeSpec { routing_skew: 0.0, ..m }, tensor_parallel));
+        let moe = moe.zip(routing).map(|(s, r)| (s, expert_layers, r));
+        let priced = RowPriced { base, num_layers: f64::from(model.num_layers), module, moe, gdn };
         (Some(priced), notes)
     }
 
@@ -211,12 +215,10 @@ impl CostModel for RowPriced {
             attention_ns += gdn.layers * layer;
         }
         let mut gemm_ns = 0.0;
-        if let Some((table, layers)) = &self.moe {
+        if let Some((table, layers, routing)) = &self.moe {
             let tokens = s.prompt_tokens + s.decode_tokens;
             let rows = batch.graph_size.map_or(tokens, f64::from);
-            if rows > 0.0 {
-                gemm_ns += layers * table.eval_ns(rows, 0.0);
-            }
+            gemm_ns += layers * routing.fused_layer_s(table, rows) * 1e9;
         }
         let (gemm_ns, attention_ns) = (to_ns(gemm_ns * 1e-9), to_ns(attention_ns * 1e-9));
         let cost = StepCost {
@@ -306,8 +308,18 @@ fn module_rows(
     Some(ModuleRows { context, generation })
 }
 
-fn moe_rows(families: &Families, measured: &str, model: &ModelSpec, tensor_parallel: u32, notes: &mut Vec<String>) -> Option<RowSurface> {
-    let moe = model.moe?;
+/// The fused-MoE rows of `model`'s routed experts at `tensor_parallel` (a `tp` slice of every
+/// expert, or whole experts over `tp` GPUs under expert parallelism), with a note saying which,
+/// or why none. A model whose experts route no token (a data-parallel rank's own layers) has
+/// none to price, and no note.
+pub(crate) fn moe_rows(
+    families: &Families,
+    measured: &str,
+    model: &ModelSpec,
+    tensor_parallel: u32,
+    notes: &mut Vec<String>,
+) -> Option<RowSurface> {
+    let moe = model.moe.filter(|m| m.experts_per_token > 0)?;
     let (tp, ep) = if moe.expert_parallel && tensor_parallel > 1 { (1, tensor_parallel) } else { (tensor_parallel, 1) };
     let flagged = |why: String| format!("cost.profile: {why}, so {}'s routed experts are flagged as roofline", model.name);
     let Some(dtype) = table_dtype(model, Weights::Experts) else {

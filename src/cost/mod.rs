@@ -29,6 +29,8 @@ mod tests_dsa;
 #[cfg(test)]
 mod tests_family;
 #[cfg(test)]
+mod tests_fused_moe;
+#[cfg(test)]
 mod tests_mla;
 #[cfg(test)]
 mod tests_hybrid;

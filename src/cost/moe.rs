@@ -14,6 +14,7 @@
 //! - expert parallel: GPU `g` holds experts `g·E/t … (g+1)·E/t − 1` whole; with skewed routing
 //!   the GPU holding the most popular experts (expert 0 first) sets the pace.
 
+use crate::calibrate::families::RowSurface;
 use crate::scenario::model::MoeSpec;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +67,29 @@ impl ExpertRouting {
     pub fn experts_launched(&self, tokens: f64) -> f64 {
         self.probability.iter().map(|&p| launch(p, tokens).0).sum()
     }
+
+    /// One layer's routed experts for `tokens` tokens, seconds, from a measured fused-MoE layer
+    /// (`table`: nanoseconds by tokens). The rows route round-robin (aiconfigurator's
+    /// `balanced`), which launches `min(E, T·k)` experts: every one of them once `T·k ≥ E`.
+    /// Routed as this model routes, `T` tokens launch fewer at small batches (top-1 of 16 at 24
+    /// decodes: 12.6 of 16, not 16), and a decode step is bound by the weights of those it
+    /// launches. So the table is read at `T`, scaled by its own launch-bound curve: its value at
+    /// the tokens whose round-robin routing launches that many experts, over its value at those
+    /// that launch round-robin's; 1 once every expert runs (prefill), or at one token.
+    pub fn fused_layer_s(&self, table: &RowSurface, tokens: f64) -> f64 {
+        if tokens <= 0.0 {
+            return 0.0;
+        }
+        let at = |t: f64| table.eval_ns(t, 0.0) * 1e-9;
+        let k: f64 = self.probability.iter().sum();
+        let experts = self.probability.len() as f64;
+        let launched = self.experts_launched(tokens);
+        let round_robin = (tokens * k).min(experts);
+        if k <= 0.0 || launched >= round_robin {
+            return at(tokens);
+        }
+        at(tokens) * at(launched / k) / at(round_robin / k)
+    }
 }
 
 /// `(P(launched), rows when launched)` of an expert that each of `tokens` tokens reaches with
@@ -96,6 +120,22 @@ mod tests {
             let rows = routing.experts_s(tokens, |launched, rows| launched * rows);
             assert!((rows - tokens * 8.0).abs() < 1e-6 * tokens * 8.0, "{tokens}: {rows}");
         }
+    }
+
+    /// A table of 50 µs per launched expert (round-robin: min(16, T) experts for top-1 of 16).
+    /// One token launches one expert either way; 24 decodes launch 16 round-robin but
+    /// 16 × (1 − (15/16)²⁴) = 12.61 when routed at random, so the layer costs 12.61 experts'
+    /// time; 4,096 tokens launch all 16 either way, and the table stands.
+    #[test]
+    fn a_fused_layer_is_priced_at_the_experts_random_routing_launches() {
+        let table = RowSurface::new((0..=14).map(|i| 1u64 << i).map(|t| (t, 0, 50e3 * (t.min(16) as f64)))).unwrap();
+        let routing = ExpertRouting::new(&moe(16, 1, 0.0, false), 1);
+        assert!((routing.fused_layer_s(&table, 1.0) - 50e-6).abs() < 1e-12);
+        let launched = 16.0 * (1.0 - (15.0f64 / 16.0).powi(24));
+        let priced = routing.fused_layer_s(&table, 24.0);
+        assert!((priced - 50e-6 * launched).abs() < 0.02 * 50e-6 * launched, "{priced} against {}", 50e-6 * launched);
+        assert!(priced < 0.8 * 16.0 * 50e-6, "{priced}");
+        assert!((routing.fused_layer_s(&table, 4096.0) - 16.0 * 50e-6).abs() < 1e-9);
     }
 
     #[test]

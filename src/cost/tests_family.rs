@@ -118,10 +118,17 @@ fn routed_experts_come_from_the_fused_moe_rows() {
     let (priced, notes) = RowPriced::new(&families, "H200, vllm 0.24.0", &fp8, &gpu, 8, &params);
     let priced = priced.expect("the MoE rows price its experts");
     assert!(notes.iter().any(|n| n.contains("fp8 experts are priced from the fp8_block fused-MoE rows")), "{notes:?}");
-    // 32 tokens: halfway in ln tokens, √(250 × 500) µs, in each of the 58 expert layers.
+    // 32 decodes route 256 copies round-robin in the rows, launching all 256 experts; at
+    // random they launch 256 × (1 − (248/256)³²) = 163.3, which round-robin launches at
+    // 163.3 / 8 = 20.4 tokens: the table there, ln-ln between 16 and 64 tokens, in each of
+    // the 58 expert layers.
     let batch = decodes(32, 100);
     let parts = PricedElsewhere { routed_experts: true, ..PricedElsewhere::default() };
     let base = Roofline::new(&fp8, &gpu, 8, &params).without(parts).predict(&batch);
-    let moe_ns = to_ns(58.0 * (250.0f64 * 500.0).sqrt() * 1e-6);
-    assert_eq!(priced.predict(&batch).gemm_ns, base.gemm_ns + moe_ns);
+    let tokens = 256.0 * (1.0 - (248.0f64 / 256.0).powi(32)) / 8.0;
+    let us = 250.0 * 2f64.powf((tokens / 16.0).ln() / 4f64.ln());
+    let moe_ns = to_ns(58.0 * us * 1e-6);
+    let priced_ns = priced.predict(&batch).gemm_ns;
+    assert!(priced_ns.abs_diff(base.gemm_ns + moe_ns) <= 2, "{priced_ns} against {}", base.gemm_ns + moe_ns);
+    assert!(us < 0.9 * (250.0f64 * 500.0).sqrt(), "below the round-robin row at 32 tokens: {us}");
 }

@@ -224,7 +224,7 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         };
         ScenarioCost { model: Box::new(model), kind, label, notes, warnings }
     };
-    let unprofiled_layers = scenario.model.unprofiled_layers();
+    let unprofiled_layers = scenario.model.unprofiled_layers_within(scenario.engine.max_model_len);
     let unprofiled_weights = crate::cost::quant::unprofiled(&scenario.model);
     // The profile's whole-module rows price what its GEMM and attention rows cannot, where
     // it has them; what they leave is said with the note below.
@@ -308,8 +308,17 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
         }
     };
     let calibrated = Calibrated::from_index(index, &scenario.model, gpu, tp, &scenario.cost);
+    let (calibrated, moe_notes) = rows::with_fused_moe(scenario, calibrated, &provenance.measured_on())?;
     let label = format!("{} ({name}, measured on {})", calibrated.source(), provenance.measured_on());
     notes.extend_from_slice(calibrated.notices());
+    notes.extend(moe_notes);
+    let mix = &scenario.model.attention;
+    if mix.sliding_layers > 0 || mix.chunked_layers > 0 {
+        notes.push(format!(
+            "cost.profile: {}'s sliding-window or chunked layers span max_model_len = {}, so they attend as full attention and are priced from the profile's attention rows",
+            scenario.model.name, scenario.engine.max_model_len
+        ));
+    }
     notes.extend(crate::cost::quant::note(&scenario.model));
     Ok(ScenarioCost { model: Box::new(calibrated), kind: CostKind::Calibrated, label, notes, warnings })
 }
@@ -583,5 +592,30 @@ mod tests {
         assert_eq!((glm.kind, glm.model.source()), (CostKind::Roofline, "roofline"));
         assert!(glm.notes.iter().any(|n| n.contains("no rows for dense layers among expert layers")), "{:?}", glm.notes);
         assert!(glm.notes.iter().any(|n| n.contains("no fused-MoE rows")), "{:?}", glm.notes);
+    }
+
+    fn on_h100(preset: &str, dtype: &str, max_model_len: u32) -> Scenario {
+        let text = format!(
+            "[model]\npreset = \"{preset}\"\ndtype = \"{dtype}\"\n[hardware]\ngpu = \"H100-SXM\"\ncount = 2\n[engine]\ntensor_parallel = 2\n\
+             max_model_len = {max_model_len}\n[cost]\nprofile = \"auto\"\n[workload]\nnum_prompts = 1\n[workload.dataset]\nkind = \"fixed\"\ninput_len = 8\noutput_len = 8\n"
+        );
+        Scenario::from_toml_str(&text, std::path::Path::new("s.toml"), &[]).unwrap()
+    }
+
+    /// On the bundled H100 profile, Mixtral's routed experts take aiconfigurator's fused-MoE
+    /// rows (its GEMMs and attention their own rows), and Llama 4 Scout's chunked layers, whose
+    /// 8,192-token chunks hold any sequence of a 4,096-token `max_model_len`, are full attention
+    /// priced from the attention rows; at 16,384 they are not, and the roofline prices them.
+    #[test]
+    fn a_mixture_of_experts_on_a_dense_profile_takes_the_fused_moe_rows() {
+        let mixtral = scenario_cost(&on_h100("Mixtral-8x7B", "fp16", 4096), false).unwrap();
+        assert_eq!((mixtral.kind, mixtral.model.source()), (CostKind::Calibrated, "calibrated profile"));
+        assert!(mixtral.notes.iter().any(|n| n.contains("fused-MoE rows") && n.contains("dtype=bfloat16 hidden=4096 inter=14336 topk=2 experts=8 tp=2 ep=1")), "{:?}", mixtral.notes);
+        assert!(!mixtral.notes.iter().any(|n| n.contains("grouped expert GEMMs")), "the grouped GEMMs price nothing: {:?}", mixtral.notes);
+        let scout = scenario_cost(&on_h100("Llama-4-Scout", "fp8", 4096), false).unwrap();
+        assert_eq!((scout.kind, scout.model.source()), (CostKind::Calibrated, "calibrated profile"));
+        assert!(scout.notes.iter().any(|n| n.contains("span max_model_len = 4096")), "{:?}", scout.notes);
+        let long = scenario_cost(&on_h100("Llama-4-Scout", "fp8", 16384), false).unwrap();
+        assert_eq!(long.model.source(), "calibrated profile rows");
     }
 }

@@ -3,10 +3,11 @@
 //! whole-module rows have its parts ([`RowPriced`]).
 
 use super::{CostKind, ScenarioCost, auto_notes, read_profile};
-use crate::calibrate::families::Families;
+use crate::calibrate::families::{Families, FamilyOp};
 use crate::cost::CostModel;
 use crate::cost::bundled;
-use crate::cost::family::RowPriced;
+use crate::cost::calibrated::Calibrated;
+use crate::cost::family::{RowPriced, moe_rows};
 use crate::cost::profile_match::kernel_profile_mismatches;
 use crate::calibrate::profile::ProfileFacts;
 use crate::scenario::{KernelProfile, Scenario, ScenarioError};
@@ -67,4 +68,54 @@ pub(super) fn row_priced(scenario: &Scenario, allow_mismatch: bool) -> Result<Ro
     notes.extend(row_notes);
     let label = format!("{} ({name}, measured on {measured_on})", model.source());
     Ok(Rows::Priced(ScenarioCost { model: Box::new(model), kind: CostKind::Calibrated, label, notes, warnings }))
+}
+
+/// `calibrated` with the model's routed experts priced from the profile's fused-MoE rows
+/// (measured on `measured_on`), where the profile has rows for them, and the notes that say
+/// which rows, or why none. A dense model, or a profile without whole-module rows, is left as
+/// it was, without a note.
+pub(super) fn with_fused_moe(
+    scenario: &Scenario,
+    calibrated: Calibrated,
+    measured_on: &str,
+) -> Result<(Calibrated, Vec<String>), ScenarioError> {
+    if scenario.model.moe.is_none_or(|m| m.experts_per_token == 0) {
+        return Ok((calibrated, Vec::new()));
+    }
+    let from_file;
+    let families: &Families = match &scenario.kernel_profile {
+        None => return Ok((calibrated, Vec::new())),
+        Some(KernelProfile::Auto) => {
+            match bundled::for_policy(&scenario.hardware.gpu, scenario.engine.policy.name()).and_then(|b| b.families()) {
+                Some(f) => f,
+                None => return Ok((calibrated, Vec::new())),
+            }
+        }
+        Some(KernelProfile::File(path)) => {
+            let read = Families::read_beside(path).map_err(|e| ScenarioError::Invalid {
+                file: scenario.path.clone(),
+                field: "cost.profile".into(),
+                value: format!("{:?}", path.display().to_string()),
+                reason: e.to_string(),
+            })?;
+            match read {
+                Some(f) => {
+                    from_file = f;
+                    &from_file
+                }
+                None => return Ok((calibrated, Vec::new())),
+            }
+        }
+    };
+    if !families.rows.iter().any(|r| r.op == FamilyOp::Moe) {
+        return Ok((calibrated, Vec::new()));
+    }
+    let source = &families.provenance;
+    let measured = format!("{measured_on}, {} {}", source.engine, source.engine_version);
+    let mut notes = Vec::new();
+    let tp = scenario.engine.tensor_parallel;
+    match moe_rows(families, &measured, &scenario.model, tp, &mut notes) {
+        Some(rows) => Ok((calibrated.with_fused_moe(rows), notes)),
+        None => Ok((calibrated, notes)),
+    }
 }

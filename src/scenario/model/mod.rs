@@ -207,7 +207,18 @@ impl ModelSpec {
     /// anything: a calibrated model would price it as the fused-QKV decoder whose every layer
     /// is alike, so it is priced by the roofline instead (and the calibration grid leaves it out).
     pub fn unprofiled_layers(&self) -> Option<&'static str> {
-        if self.attention.is_mixed() || self.attention.output_gate {
+        self.unprofiled_layers_within(u32::MAX)
+    }
+
+    /// [`Self::unprofiled_layers`] for sequences of at most `max_len` tokens: a sliding-window
+    /// or chunked layer whose window or chunk holds the whole sequence attends to every earlier
+    /// token, as a full-attention layer does (Llama 4's 8,192-token chunks at a `max_model_len`
+    /// of 8,192 or less), so the profile's attention rows describe it.
+    pub fn unprofiled_layers_within(&self, max_len: u32) -> Option<&'static str> {
+        let mix = &self.attention;
+        let local_is_full =
+            (mix.sliding_layers == 0 || mix.sliding_window >= max_len) && (mix.chunked_layers == 0 || mix.attention_chunk >= max_len);
+        if mix.linear.is_some() || mix.output_gate || !local_is_full {
             return Some("sliding-window, chunked or linear attention layers");
         }
         match (self.mla.is_some(), self.leading_dense_layers() > 0) {
