@@ -16,21 +16,19 @@
 //! prompts) is refused: one prompt a request. `meta_info.cached_tokens` is left out: the engine
 //! reports no prefix-cache hits per request.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use futures_util::stream;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::fields::{self, Rule};
 use super::front::{Ask, Front, json_response, prompt_ids, start};
-use super::generation::{Finish, Generation};
+use super::generation::{Finish, Generation, Piece};
 use super::request::{ApiError, OutputOptions, ParsedRequest, PromptInput, ReplyOptions, StopField, check_one_completion, parse_object, sampling, stop_strings, text_prompt, typed};
-use super::sse::{data_line, sse_response};
+use super::sse::{Events, data_line, piece_stream};
 
 /// SGLang's `max_new_tokens` when a request gives none (`SamplingParams`' default).
 pub const SGLANG_MAX_NEW_TOKENS_DEFAULT: u32 = 128;
@@ -298,45 +296,29 @@ impl Meta {
     }
 }
 
-struct SglangStream {
-    generation: Generation,
+struct SglangEvents {
     meta: Meta,
     /// The output so far: SGLang sends the whole of it in every chunk.
     text: String,
-    queued: VecDeque<Bytes>,
-    over: bool,
 }
 
 /// A chunk a delivery (the tokens the engine delivered together), each with the whole text so
-/// far, then `data: [DONE]`; an engine error is SGLang's `{"error": {"message"}}` event, then
-/// `[DONE]`.
+/// far; an engine error is SGLang's `{"error": {"message"}}` event.
+impl Events for SglangEvents {
+    fn piece(&mut self, generation: &Generation, piece: &Piece) -> Vec<Bytes> {
+        self.text.push_str(&piece.text);
+        self.meta.last_id = piece.ids.last().copied().or(self.meta.last_id);
+        vec![data_line(&json!({"text": self.text, "meta_info": self.meta.info(generation, piece.finish.as_ref())}))]
+    }
+
+    fn error(&self, message: &str) -> Bytes {
+        data_line(&json!({"error": {"message": message}}))
+    }
+}
+
+/// [`SglangEvents`]' stream, then `data: [DONE]`.
 fn stream_response(generation: Generation, meta: Meta) -> Response {
-    let state = SglangStream { generation, meta, text: String::new(), queued: VecDeque::new(), over: false };
-    sse_response(stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(line) = s.queued.pop_front() {
-                return Some((Ok(line), s));
-            }
-            if s.over {
-                return None;
-            }
-            match s.generation.next().await {
-                Some(Ok(piece)) => {
-                    s.text.push_str(&piece.text);
-                    s.meta.last_id = piece.ids.last().copied().or(s.meta.last_id);
-                    let chunk = json!({"text": s.text, "meta_info": s.meta.info(&s.generation, piece.finish.as_ref())});
-                    s.queued.push_back(data_line(&chunk));
-                    if piece.finish.is_none() {
-                        continue;
-                    }
-                }
-                Some(Err(m)) => s.queued.push_back(data_line(&json!({"error": {"message": m}}))),
-                None => {}
-            }
-            s.queued.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-            s.over = true;
-        }
-    }))
+    piece_stream(generation, SglangEvents { meta, text: String::new() })
 }
 
 #[cfg(test)]
