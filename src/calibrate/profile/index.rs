@@ -55,29 +55,23 @@ fn ln_utilisation(row: &ProfileRow, peak: &Peak) -> f64 {
 /// configuration (128 × 128 × 128, cluster 2 × 1) for every m above 128: m = 257 and m = 512 launch
 /// the same clusters, so the slower row is not the kernel's cost at that m. Each m is priced at
 /// most as the smallest time measured at or above it. `roofline_ns` maps utilisation to time and
-/// back. Equal m are averaged first, as [`Curve::new`] would.
+/// back. Equal m are averaged first, by [`Curve::new`].
 ///
 /// FP8 only: the argument is the cutlass FP8 dispatch's. 16-bit GEMMs go through cuBLAS, whose
 /// heuristics do pick other kernels by m, so their measured steps are kept (capping them too
 /// raised the 0.15.1 training runs' median TPOT error from 9.9% to 11.6%, `scripts/accuracy.sh`).
-fn monotone_in_rows(mut points: Vec<(u32, f64)>, roofline_ns: &BTreeMap<u32, f64>) -> Vec<(u32, f64)> {
-    points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let mut merged: Vec<(u32, f64, f64)> = Vec::with_capacity(points.len());
-    for (m, u) in points {
-        match merged.last_mut() {
-            Some((last, sum, count)) if *last == m => {
-                *sum += u;
-                *count += 1.0;
-            }
-            _ => merged.push((m, u, 1.0)),
-        }
-    }
+fn monotone_in_rows(points: Vec<(u32, f64)>, roofline_ns: &BTreeMap<u32, f64>) -> Vec<(u32, f64)> {
+    let Some(merged) = Curve::new(points.into_iter().map(|(m, u)| (f64::from(m), u)).collect()) else {
+        return Vec::new();
+    };
     let mut cap_ns = f64::INFINITY;
     let mut out: Vec<(u32, f64)> = merged
-        .into_iter()
+        .xs
+        .iter()
+        .zip(&merged.ys)
         .rev()
-        .map(|(m, sum, count)| {
-            let u = sum / count;
+        .map(|(&m, &u)| {
+            let m = m as u32;
             let roof = roofline_ns[&m];
             let ns = roof / u.exp();
             if ns < cap_ns {
