@@ -123,7 +123,9 @@ impl ProfileIndex {
                 Shape::Gemm(g) => {
                     let key = (g.dtype, g.n, g.k);
                     gemm_points.entry(key).or_default().push((g.m, ln_utilisation(row, &peak)));
-                    gemm_rooflines.entry(key).or_default().insert(g.m, row.shape.work().roofline_s(&peak) * NS_PER_S);
+                    if g.dtype == Dtype::Fp8 {
+                        gemm_rooflines.entry(key).or_default().insert(g.m, row.shape.work().roofline_s(&peak) * NS_PER_S);
+                    }
                 }
                 Shape::Attention(a) => attention_points.entry(attention_key(a)).or_default().push((
                     attention_coords(a.batch as f64, a.query_len as f64, a.context_len as f64),
