@@ -15,21 +15,25 @@ if [ -z "${SERVESIM:-}" ]; then
 fi
 mkdir -p target/accuracy
 
-# vLLM 0.9-0.15 (V1): the 0.15.1 runs of inference-sim's two collections, timed by the client
-# (inference-perf over the OpenAI API), so the API server's time is in TTFT. Llama 4 Scout's
-# four runs are left out of the fit and predicted after it (below): their kernels are priced
-# from the bundled rows now (its chunked layers span max_model_len), but fitted with the rest
-# they still move the engine time (docs/accuracy.md, "Llama 4 Scout").
+# vLLM 0.14-0.15 (V1, async scheduling on by default, 90% of the CPU time hidden): the 0.15.1 runs
+# of inference-sim's two collections, timed by the client (inference-perf over the OpenAI API), so
+# the API server's time is in TTFT. The same CPU times go into the 0.9-0.13 profile, which runs
+# them in series with the GPU (those releases schedule synchronously); the MLPerf vLLM 0.9.2 runs
+# below check that. Llama 4 Scout's four runs are left out of the fit and predicted after it
+# (below): their kernels are priced from the bundled rows now (its chunked layers span
+# max_model_len), but fitted with the rest they still move the engine time (docs/accuracy.md,
+# "Llama 4 Scout").
 "$SERVESIM" fit --kernels --robust \
   --params step_overhead_graph_us,seq_overhead_us,frontend_overhead_us,frontend_per_token_us \
   --max-evals 40 --leave-one-out --fold-evals 25 \
-  --table docs/accuracy-vllm-v1-0.9.md \
+  --table docs/accuracy-vllm-v1-0.14.md \
+  --engine-profile calibration/engine/vllm-v1-0.14.toml \
   --engine-profile calibration/engine/vllm-v1-0.9.toml \
-  --out target/accuracy/vllm-v1-0.9.toml \
+  --out target/accuracy/vllm-v1-0.14.toml \
   scenarios/public-runs/isim-*.toml $(ls scenarios/public-runs/s2r-*.toml | grep -v llama-4-scout)
 
 # Llama 4 Scout (FP8, TP 2, EP 2, vLLM 0.15.1): predicted with the engine time just fitted.
-python3 scripts/predicted_table.py "$SERVESIM" docs/accuracy-scout.md target/accuracy/vllm-v1-0.9.toml \
+python3 scripts/predicted_table.py "$SERVESIM" docs/accuracy-scout.md target/accuracy/vllm-v1-0.14.toml \
   scenarios/public-runs/s2r-*-llama-4-scout-*.toml
 
 # vLLM 0.16 onwards (V1, async scheduling): LLMServingSim's 0.19.0 runs, timed from the engine
@@ -66,7 +70,7 @@ python3 scripts/predicted_table.py "$SERVESIM" docs/accuracy-scout.md target/acc
   scenarios/recorded/run-002-vllm-long.toml scenarios/recorded/run-003-tgi-80.toml
 
 # MLPerf v5.1 (Krai): vLLM 0.9.2 on 8-24 H200 and 8 H100, Llama-3.1-70B FP8, loadgen's server,
-# interactive and offline scenarios. Not fitted: predicted by the 0.9-0.15 profile fitted above
-# (its engine time was fitted on 0.15.1 runs of at most 128 sequences; these run 400 and more), and
+# interactive and offline scenarios. Not fitted: predicted by the 0.9-0.13 profile, whose CPU times
+# were fitted above on 0.15.1 runs of at most 128 sequences (these run 400 and more), and
 # tabled with signed errors. Their prompts are drawn, not replayed (scripts/public_runs.py).
 python3 scripts/mlperf_table.py "$SERVESIM" docs/accuracy-mlperf.md scenarios/public-runs/mlperf51-*vllm_092*.toml

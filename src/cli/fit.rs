@@ -68,8 +68,10 @@ pub struct FitArgs {
     pub table: Option<PathBuf>,
     /// Also write the fitted engine-time values into this engine profile (a file of
     /// calibration/engine/), each with the command as its source; its other keys are kept.
+    /// Repeatable: releases that run the same CPU code but hide a different share of it
+    /// (`cpu_overlap`) take the same values.
     #[arg(long, value_name = "FILE")]
-    pub engine_profile: Option<PathBuf>,
+    pub engine_profile: Vec<PathBuf>,
     /// Where to write the profile (TOML with provenance).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
@@ -129,8 +131,8 @@ pub(super) fn run(args: FitArgs) -> Result<(), Error> {
             eprintln!("wrote {}", path.display());
         }
     }
-    if let Some(path) = &args.engine_profile {
-        let source = format!("fitted on {} recorded runs by `{command_line}`", config.targets.len());
+    let source = format!("fitted on {} recorded runs by `{command_line}`", config.targets.len());
+    for path in &args.engine_profile {
         crate::fit::engine_profile::rewrite(path, &result.values, &source)?;
         eprintln!("wrote {}", path.display());
     }

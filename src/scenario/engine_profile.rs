@@ -152,12 +152,13 @@ impl EngineProfile {
 }
 
 /// The bundled profiles' files, by name.
-const BUNDLED: [(&str, &str); 8] = [
+const BUNDLED: [(&str, &str); 9] = [
     ("vllm-0.5", include_str!("../../calibration/engine/vllm-0.5.toml")),
     ("vllm-0.6", include_str!("../../calibration/engine/vllm-0.6.toml")),
     ("vllm-0.6.3", include_str!("../../calibration/engine/vllm-0.6.3.toml")),
     ("vllm-v1-0.8", include_str!("../../calibration/engine/vllm-v1-0.8.toml")),
     ("vllm-v1-0.9", include_str!("../../calibration/engine/vllm-v1-0.9.toml")),
+    ("vllm-v1-0.14", include_str!("../../calibration/engine/vllm-v1-0.14.toml")),
     ("vllm-v1-0.19", include_str!("../../calibration/engine/vllm-v1-0.19.toml")),
     ("tgi-2.3", include_str!("../../calibration/engine/tgi-2.3.toml")),
     ("sglang-0.4", include_str!("../../calibration/engine/sglang-0.4.toml")),
@@ -373,6 +374,9 @@ mod tests {
         assert_eq!(select(Policy::VllmV0, Some(v("0.6.3"))).unwrap().name, "vllm-0.6.3");
         assert_eq!(select(Policy::VllmV1, Some(v("0.8.5"))).unwrap().name, "vllm-v1-0.8");
         assert_eq!(select(Policy::VllmV1, Some(v("0.11.0"))).unwrap().name, "vllm-v1-0.9");
+        assert_eq!(select(Policy::VllmV1, Some(v("0.13.0"))).unwrap().name, "vllm-v1-0.9");
+        assert_eq!(select(Policy::VllmV1, Some(v("0.14.0"))).unwrap().name, "vllm-v1-0.14");
+        assert_eq!(select(Policy::VllmV1, Some(v("0.15.1"))).unwrap().name, "vllm-v1-0.14");
         assert_eq!(select(Policy::VllmV1, Some(v("0.19.0"))).unwrap().name, "vllm-v1-0.19");
         assert_eq!(select(Policy::VllmV1, None).unwrap().name, "vllm-v1-0.19");
         assert_eq!(select(Policy::Tgi, None).unwrap().name, "tgi-2.3");

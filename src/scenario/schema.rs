@@ -198,6 +198,9 @@ pub struct RawEngine {
     pub num_scheduler_steps: Option<u32>,
     /// `[engine.speculative]`: speculative decoding (policies "vllm-v1" and "servesim").
     pub speculative: Option<RawSpeculative>,
+    /// vLLM V1's `--async-scheduling` / `--no-async-scheduling` (0.10 on). Default: the release's
+    /// (on from 0.14, unless a draft-model or n-gram proposer turns it off).
+    pub async_scheduling: Option<bool>,
     /// Overrides the estimated activation + runtime reserve per GPU, GiB.
     pub activation_reserve_gib: Option<f64>,
     // TGI's launcher flags (policy "tgi" only), under their own names.

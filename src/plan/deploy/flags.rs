@@ -70,12 +70,13 @@ struct RawTable {
     pd_proxy: Option<PdProxy>,
 }
 
-const BUNDLED: [(&str, &str); 8] = [
+const BUNDLED: [(&str, &str); 9] = [
     ("vllm-0.5", include_str!("../../../calibration/engine/flags/vllm-0.5.toml")),
     ("vllm-0.6", include_str!("../../../calibration/engine/flags/vllm-0.6.toml")),
     ("vllm-0.6.3", include_str!("../../../calibration/engine/flags/vllm-0.6.3.toml")),
     ("vllm-v1-0.8", include_str!("../../../calibration/engine/flags/vllm-v1-0.8.toml")),
     ("vllm-v1-0.9", include_str!("../../../calibration/engine/flags/vllm-v1-0.9.toml")),
+    ("vllm-v1-0.14", include_str!("../../../calibration/engine/flags/vllm-v1-0.14.toml")),
     ("vllm-v1-0.19", include_str!("../../../calibration/engine/flags/vllm-v1-0.19.toml")),
     ("tgi-2.3", include_str!("../../../calibration/engine/flags/tgi-2.3.toml")),
     ("sglang-0.4", include_str!("../../../calibration/engine/flags/sglang-0.4.toml")),

@@ -8,6 +8,7 @@ use super::speculative::resolve_speculative;
 use crate::scenario::engine_profile::{self, EngineProfile, EngineVersion};
 use crate::scenario::model::ModelSpec;
 use crate::scenario::schema::{RawEngine, RawVersion};
+use crate::scenario::speculative::SpecMethod;
 use crate::scenario::{EngineConfig, GpuSpec, Policy, Router, ScenarioError, TgiConfig};
 
 /// vLLM (both engines): `--block-size` 16, `--gpu-memory-utilization` 0.90,
@@ -145,6 +146,9 @@ pub(super) fn resolve_engine(
     let replicas = positive("replicas", raw.replicas, 1)?;
     let block_size = positive("block_size", raw.block_size, DEFAULT_BLOCK_SIZE)?;
     reject_other_policy_fields(raw, policy, cx)?;
+    if let (Some(on), false) = (raw.async_scheduling, policy == Policy::VllmV1) {
+        return Err(cx.invalid("engine.async_scheduling", on, format!("vLLM V1's --async-scheduling; policy {:?} has none", policy.name())));
+    }
     let profile = resolve_profile(policy, version, raw, cx)?;
     // Prefix caching is on by default in vLLM V1 and off in V0 and TGI 2.3 (the profiles say);
     // servesim's own engine caches only when asked (`serve --enable-prefix-caching`).
@@ -320,7 +324,7 @@ pub(super) fn resolve_engine(
     let num_scheduler_steps =
         resolve_num_scheduler_steps(raw, policy, enable_chunked_prefill, max_num_batched_tokens, max_model_len, cx)?;
 
-    Ok(EngineConfig {
+    let mut engine = EngineConfig {
         policy,
         tensor_parallel: tp,
         replicas,
@@ -345,7 +349,48 @@ pub(super) fn resolve_engine(
         version,
         // Filled in by `parallel::resolve_data_parallel`, which needs the experts placed.
         data_parallel: None,
-    })
+    };
+    resolve_async_scheduling(raw, &mut engine, cx)?;
+    Ok(engine)
+}
+
+/// vLLM V1's async scheduling: the next step is scheduled while the GPU runs this one, which hides
+/// the profile's CPU time (`cpu_overlap`). The profile carries the release's default (on from
+/// 0.14); `engine.async_scheduling` is `--[no-]async-scheduling`. vLLM turns the default off for
+/// a proposer other than an EAGLE/MTP head, and refuses async scheduling asked for with one
+/// (vllm/config/vllm.py: the same rule in the 0.14.0 and 0.19.0 wheels).
+fn resolve_async_scheduling(raw: &RawEngine, engine: &mut EngineConfig, cx: &Cx) -> Result<(), ScenarioError> {
+    const FIELD: &str = "engine.async_scheduling";
+    let asked = raw.async_scheduling;
+    let serial_proposer = engine.speculative.as_ref().map(|s| s.method).filter(|m| *m != SpecMethod::Mtp);
+    // Other policies' `async_scheduling` is refused with the policy, before their defaults.
+    let (Some(profile), Policy::VllmV1) = (engine.profile.as_mut(), engine.policy) else { return Ok(()) };
+    let (share, source) = match (asked, serial_proposer) {
+        (Some(true), Some(method)) => {
+            return Err(cx.invalid(FIELD, true, format!("vLLM refuses async scheduling with {} speculation (EAGLE/MTP heads only)", method.name())));
+        }
+        (Some(true), None) => {
+            let first = EngineVersion { major: 0, minor: 10, patch: 0 };
+            if engine.version.is_some_and(|v| v < first) {
+                let v = engine.version.map(|v| v.to_string()).unwrap_or_default();
+                return Err(cx.invalid(FIELD, true, format!("vLLM {v} has no async scheduling (added in 0.10.0)")));
+            }
+            // Releases that default to it hide this share; 0.10 to 0.13 run the same scheduler when asked.
+            let newest = engine_profile::select(Policy::VllmV1, None).map_err(|reason| cx.invalid(FIELD, true, reason))?;
+            let share = newest.engine_time.iter().find(|(name, _, _)| name == "cpu_overlap").map_or(0.0, |(_, v, _)| *v);
+            (share, format!("engine.async_scheduling = true: the share {} hides", newest.name))
+        }
+        (Some(false), _) => (0.0, "engine.async_scheduling = false: steps scheduled in series".to_string()),
+        (None, Some(method)) => (0.0, format!("async scheduling off: vLLM disables it for {} speculation", method.name())),
+        (None, None) => return Ok(()),
+    };
+    for (name, value, why) in &mut profile.engine_time {
+        if name == "cpu_overlap" && *value != share {
+            *value = share;
+            *why = source.clone();
+        }
+    }
+    Ok(())
 }
 
 /// The longest multi-step window a scenario takes. vLLM 0.6 takes any positive number; its

@@ -243,3 +243,44 @@ fn the_release_decides_defaults_and_engine_time() {
     let msg = invalid(&["engine.version=0.10"], "engine.version", "0.1");
     assert!(msg.contains("as a string"), "{msg}");
 }
+
+#[test]
+fn async_scheduling_starts_at_vllm_0_14_and_stops_for_draft_and_ngram_speculation() {
+    let at = |version: &str, spec: Option<&str>| {
+        let mut text = good_text().replace("policy = \"vllm-v1\"\n", &format!("policy = \"vllm-v1\"\nversion = \"{version}\"\n"));
+        if let Some(method) = spec {
+            let proposer = if method == "draft" { "draft_model = \"Llama-3.2-1B\"\n" } else { "" };
+            text.push_str(&format!("\n[engine.speculative]\nmethod = \"{method}\"\n{proposer}num_speculative_tokens = 3\nacceptance_rate = 0.6\n"));
+        }
+        let s = load_text(&text, &[]).unwrap();
+        (s.engine.profile.unwrap().name, s.cost.cpu_overlap)
+    };
+    // 0.13 schedules in series, 0.14 overlaps (vllm/config/scheduler.py's default: False, then None).
+    assert_eq!(at("0.13.0", None), ("vllm-v1-0.9".into(), 0.0));
+    assert_eq!(at("0.14.0", None), ("vllm-v1-0.14".into(), 0.9));
+    assert_eq!(at("0.15.1", Some("mtp")), ("vllm-v1-0.14".into(), 0.9));
+    assert_eq!(at("0.15.1", Some("ngram")), ("vllm-v1-0.14".into(), 0.0));
+    assert_eq!(at("0.19.0", Some("draft")), ("vllm-v1-0.19".into(), 0.0));
+    // The two profiles share the CPU times fitted on the 0.15.1 runs; only the hidden share differs.
+    let sync = load_text(&good_text().replace("policy = \"vllm-v1\"\n", "policy = \"vllm-v1\"\nversion = \"0.9.2\"\n"), &[]).unwrap();
+    let overlapped = load_text(&good_text().replace("policy = \"vllm-v1\"\n", "policy = \"vllm-v1\"\nversion = \"0.15.1\"\n"), &[]).unwrap();
+    assert_eq!(sync.cost.step_overhead_graph_us, overlapped.cost.step_overhead_graph_us);
+    assert_eq!(sync.cost.seq_overhead_us, overlapped.cost.seq_overhead_us);
+}
+
+#[test]
+fn engine_async_scheduling_is_vllms_flag_where_vllm_has_it() {
+    let overlap = |sets: &[&str]| good(sets).cost.cpu_overlap;
+    // Asked on 0.10-0.13, where it is off by default: the share the newest profile hides.
+    assert_eq!(overlap(&["engine.version=0.11.0"]), 0.0);
+    assert_eq!(overlap(&["engine.version=0.11.0", "engine.async_scheduling=true"]), 0.9);
+    assert_eq!(overlap(&["engine.version=0.15.1", "engine.async_scheduling=false"]), 0.0);
+    assert_eq!(overlap(&["engine.async_scheduling=true"]), 0.9);
+    let msg = invalid(&["engine.version=0.9.2", "engine.async_scheduling=true"], "engine.async_scheduling", "true");
+    assert!(msg.contains("0.10.0"), "{msg}");
+    let msg = invalid(&["engine.policy=tgi", "engine.async_scheduling=false"], "engine.async_scheduling", "false");
+    assert!(msg.contains("tgi"), "{msg}");
+    let ngram = format!("{}\n[engine.speculative]\nmethod = \"ngram\"\nnum_speculative_tokens = 3\nacceptance_rate = 0.6\n", good_text());
+    let msg = load_text(&ngram, &["engine.async_scheduling=true"]).unwrap_err().to_string();
+    assert!(msg.contains("engine.async_scheduling") && msg.contains("ngram"), "{msg}");
+}
