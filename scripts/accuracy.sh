@@ -17,9 +17,10 @@ mkdir -p target/accuracy
 
 # vLLM 0.14-0.15 (V1, async scheduling on by default, 90% of the CPU time hidden): the 0.15.1 runs
 # of inference-sim's two collections, timed by the client (inference-perf over the OpenAI API), so
-# the API server's time is in TTFT. The same CPU times go into the 0.9-0.13 profile, which runs
-# them in series with the GPU (those releases schedule synchronously); the MLPerf vLLM 0.9.2 runs
-# below check that. Llama 4 Scout's four runs are left out of the fit and predicted after it
+# the API server's time is in TTFT. The same CPU times go into the 0.9-0.13 and 0.8 profiles,
+# which run them in series with the GPU (those releases schedule synchronously; the training set
+# has no 0.8 run, and 0.8 has the same engine-core and API-server processes); the MLPerf vLLM
+# 0.9.2 runs below check that. Llama 4 Scout's four runs are left out of the fit and predicted after it
 # (below): their kernels are priced from the bundled rows now (its chunked layers span
 # max_model_len), but fitted with the rest they still move the engine time (docs/accuracy.md,
 # "Llama 4 Scout").
@@ -29,6 +30,7 @@ mkdir -p target/accuracy
   --table docs/accuracy-vllm-v1-0.14.md \
   --engine-profile calibration/engine/vllm-v1-0.14.toml \
   --engine-profile calibration/engine/vllm-v1-0.9.toml \
+  --engine-profile calibration/engine/vllm-v1-0.8.toml \
   --out target/accuracy/vllm-v1-0.14.toml \
   scenarios/public-runs/isim-*.toml $(ls scenarios/public-runs/s2r-*.toml | grep -v llama-4-scout)
 
