@@ -139,6 +139,16 @@ fn a_dropped_setting_is_said_so() {
 
 #[test]
 fn a_disaggregated_deployment_has_both_sides_and_the_proxy() {
+    // 0.9.2's own NIXL scripts give both sides kv_role "kv_both".
+    let old = scenario(
+        "preset = \"Llama-3.1-8B\"",
+        "",
+        "policy = \"vllm-v1\"\nversion = \"0.9.2\"",
+        "[cluster]\nmode = \"disaggregated\"\nlink = \"nvlink\"\n[[cluster.pools]]\nrole = \"prefill\"\ngpu = \"H100-SXM\"\ntensor_parallel = 1\nreplicas = 1\n[[cluster.pools]]\nrole = \"decode\"\ngpu = \"H100-SXM\"\ntensor_parallel = 1\nreplicas = 1\n",
+    );
+    let d = deployment(&old, 1, None).unwrap();
+    assert!(d.unknown_flags.is_empty() && d.image.ends_with("0.9.2"), "{:?} {}", d.unknown_flags, d.image);
+    assert!(d.instances.iter().all(|i| i.args.words().iter().any(|w| w.contains("\"kv_both\""))), "{}", d.script("pd"));
     let s = scenario(
         "preset = \"Llama-3.1-8B\"",
         "",
