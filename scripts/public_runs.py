@@ -431,6 +431,13 @@ def scenario_text(row, trace_name, trace_note, blocks_override, recorded_index, 
                   "[engine.sglang]",
                   f"mem_fraction_static = {number(row['gpu_memory_utilization']):g}  # recorded",
                   f"max_running_requests = {int(number(row['max_num_seqs']))}  # recorded"]
+        if "pre-quantized" in row["weights_dtype"]:
+            # docs/sglang.md, "FP8 GEMMs": the checkpoint folder names Meta-Llama-3.1-70B-Instruct-FP8, the
+            # name of Neural Magic's per-tensor FP8 Llama 3.1 (its per-channel one is "-FP8-dynamic").
+            lines += ["# Assumed: per-tensor weight scales (the result files name the checkpoint folder, not its",
+                      "# quantization config). SGLang runs those through torch._scaled_mm (cuBLASLt), not sgl-kernel's",
+                      "# cutlass fp8_scaled_mm.",
+                      'fp8_weight_scale = "tensor"']
     if mlperf:
         workload, note = mlperf_workload(row)
         lines += ["", f"# {note}", "[workload]"] + workload

@@ -122,6 +122,7 @@ fn sglang_config_strategy() -> impl Strategy<Value = SimConfig> {
                     schedule_conservativeness: conservativeness,
                     cuda_graph_bs: vec![1, 2, 4, 8, 16],
                     disable_overlap_schedule: false,
+                    fp8_tensor_scales: false,
                 }),
                 ..scheduler(chunk.unwrap_or(16384 + 400), max_running, blocks * 16 / page)
             };

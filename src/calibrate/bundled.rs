@@ -216,6 +216,43 @@ fn load(i: usize) -> &'static Bundled {
     })
 }
 
+/// cuBLASLt's per-tensor FP8 GEMMs, timed apart from the engines' own kernels (aiconfigurator's
+/// TRT-LLM rows: its FP8 `Linear` runs `cublas_scaled_mm`, the cuBLASLt call `torch._scaled_mm`
+/// makes). SGLang runs a checkpoint with per-tensor FP8 scales through `torch._scaled_mm`
+/// (`src/run/fp8_gemms.rs`); its own tables time only its cutlass kernel.
+struct GemmFiles {
+    gpu: &'static str,
+    name: &'static str,
+    csv_zst: &'static [u8],
+    provenance: &'static str,
+}
+
+const CUBLASLT_FP8: [GemmFiles; 1] = [GemmFiles {
+    gpu: "H200",
+    name: "h200-sxm--trtllm-1.3.0rc20.fp8-gemm",
+    csv_zst: include_bytes!("../../calibration/public/h200-sxm--trtllm-1.3.0rc20.fp8-gemm.csv.zst"),
+    provenance: include_str!("../../calibration/public/h200-sxm--trtllm-1.3.0rc20.fp8-gemm.provenance.toml"),
+}];
+
+/// A bundled table of GEMMs alone, loaded: its file name and its index.
+pub struct BundledGemms {
+    pub name: &'static str,
+    pub index: ProfileIndex,
+}
+
+static CUBLASLT_LOADED: [OnceLock<BundledGemms>; CUBLASLT_FP8.len()] = [const { OnceLock::new() }; CUBLASLT_FP8.len()];
+
+/// cuBLASLt's per-tensor FP8 GEMMs measured on `gpu`'s preset (parsed on first use); `None`
+/// where none is bundled (only the H200's are).
+pub fn cublaslt_fp8_gemms(gpu: &GpuSpec) -> Option<&'static BundledGemms> {
+    let i = CUBLASLT_FP8.iter().position(|f| f.gpu == gpu.name)?;
+    Some(CUBLASLT_LOADED[i].get_or_init(|| {
+        let f = &CUBLASLT_FP8[i];
+        let provenance = parse_provenance(f.provenance, std::path::Path::new(f.name)).expect("bundled provenance parses");
+        BundledGemms { name: f.name, index: ProfileIndex::new(&parse_rows(f.name, f.csv_zst, provenance)) }
+    }))
+}
+
 /// The GPU presets that have a bundled profile.
 pub fn gpus() -> Vec<&'static str> {
     BUNDLED.iter().filter(|b| b.engine == EngineFamily::Vllm).map(|b| b.gpu).collect()
@@ -236,6 +273,17 @@ mod tests {
         for gpu in gpus() {
             assert_eq!(nearest_to(gpu), Some(gpu), "a bundled GPU is nearest to itself");
         }
+    }
+
+    #[test]
+    fn the_cublaslt_table_holds_fp8_gemms_alone_against_the_sglang_profiles_peak() {
+        let h200 = GpuSpec::preset("H200").unwrap();
+        let gemms = cublaslt_fp8_gemms(&h200).expect("bundled for the H200");
+        assert!(gemms.index.gemm.keys().all(|key| key.0 == crate::scenario::model::Dtype::Fp8));
+        assert!(gemms.index.attention.len() == 0 && gemms.index.allreduce.is_empty());
+        let sglang = bundled_profile_for(&h200, EngineFamily::Sglang).unwrap();
+        assert!(sglang.index.with_fp8_gemms_of(&gemms.index).is_some(), "measured against the same peaks");
+        assert!(cublaslt_fp8_gemms(&GpuSpec::preset("B200").unwrap()).is_none());
     }
 
     /// Each packed index is this crate's own index of its CSV, byte for byte, and reads back as

@@ -2,6 +2,7 @@
 
 mod csv_line;
 mod data_parallel;
+mod fp8_gemms;
 pub mod output;
 mod rows;
 
@@ -306,6 +307,10 @@ fn target_cost_of_profile(scenario: &Scenario, allow_mismatch: bool) -> Result<S
             (index, provenance, name, notes) =
                 (ProfileIndex::new(&from_file), &from_file.provenance, path.display().to_string(), Vec::new());
         }
+    };
+    let (index, name) = match scenario.kernel_profile {
+        Some(KernelProfile::Auto) => fp8_gemms::for_scenario(scenario, index, name, &mut notes),
+        _ => (index, name),
     };
     let calibrated = Calibrated::from_index(index, &scenario.model, gpu, tp, &scenario.cost);
     let (calibrated, moe_notes) = rows::with_fused_moe(scenario, calibrated, &provenance.measured_on())?;

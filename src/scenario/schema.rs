@@ -244,6 +244,9 @@ pub struct RawSglang {
     pub cuda_graph_max_bs: Option<u32>,
     pub disable_cuda_graph: Option<bool>,
     pub disable_overlap_schedule: Option<bool>,
+    /// An FP8 checkpoint's weight scales: "channel" (default; also `--quantization fp8`'s online
+    /// quantization) or "tensor" (one per tensor): docs/sglang.md.
+    pub fp8_weight_scale: Option<String>,
     /// The model's context length, overridden.
     pub context_length: Option<u32>,
 }

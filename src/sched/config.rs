@@ -71,6 +71,10 @@ pub struct SglangConfig {
     pub cuda_graph_bs: Vec<u32>,
     /// `--disable-overlap-schedule`: the CPU's scheduling runs in series with the GPU.
     pub disable_overlap_schedule: bool,
+    /// The FP8 checkpoint holds one weight scale per tensor: SGLang multiplies through
+    /// `torch._scaled_mm` (cuBLASLt), not its cutlass `fp8_scaled_mm` (`run::fp8_gemms`). Only
+    /// the cost model reads it.
+    pub fp8_tensor_scales: bool,
 }
 
 /// TGI's limits, resolved (launcher and router flags, and what warm-up measured).

@@ -27,6 +27,7 @@ pub(in crate::sched) fn sglang_config(pages: u32, page: u32, chunk: Option<u32>,
             schedule_conservativeness: conservativeness,
             cuda_graph_bs: vec![1, 2, 4, 8],
             disable_overlap_schedule: false,
+            fp8_tensor_scales: false,
         }),
     }
 }

@@ -190,6 +190,13 @@ impl ProfileIndex {
     /// published tables do, on round sizes that miss most models' 14336 or 28672), one
     /// interpolated bilinearly in (ln n, ln k) between the four surrounding curves, held at the
     /// grid's edge beyond it. `None` when a surrounding curve is missing.
+    /// This index with its FP8 GEMMs replaced by `other`'s: another kernel's rows of the same
+    /// GPU (SGLang runs per-tensor FP8 checkpoints through cuBLASLt, not its own cutlass kernel).
+    /// `None` where the two were measured against different peaks, whose utilisations differ.
+    pub fn with_fp8_gemms_of(&self, other: &ProfileIndex) -> Option<ProfileIndex> {
+        (self.peak == other.peak).then(|| ProfileIndex { gemm: self.gemm.spliced(&other.gemm, |key| key.0 == Dtype::Fp8), ..self.clone() })
+    }
+
     pub(crate) fn gemm_curve(&self, dtype: Dtype, n: u32, k: u32) -> Option<GemmCurve> {
         if let Some(curve) = self.gemm.get(&(dtype, n, k)) {
             return Some(curve.clone());

@@ -52,6 +52,21 @@ impl<K: Ord, V> LazyMap<K, V> {
         self.slots.len()
     }
 
+    /// This map's entries where `from_other` does not hold, and `other`'s where it does (built
+    /// now): one table's values for a kind of key in place of another's.
+    pub(crate) fn spliced(&self, other: &LazyMap<K, V>, from_other: impl Fn(&K) -> bool) -> LazyMap<K, V>
+    where
+        K: Clone,
+        V: Clone,
+    {
+        let own = self.slots.iter().filter(|(k, _)| !from_other(k));
+        let mut slots: BTreeMap<K, Slot<V>> =
+            own.map(|(k, slot)| (k.clone(), Slot { value: slot.value.clone(), packed: slot.packed })).collect();
+        let theirs = other.iter().filter(|(k, _)| from_other(k));
+        slots.extend(theirs.map(|(k, v)| (k.clone(), Slot { value: OnceLock::from(v.clone()), packed: &[] })));
+        LazyMap { slots: Arc::new(slots), unpack: self.unpack }
+    }
+
     fn value<'a>(&self, slot: &'a Slot<V>) -> &'a V {
         slot.value.get_or_init(|| (self.unpack)(slot.packed))
     }
@@ -91,5 +106,15 @@ mod tests {
         assert!(format!("{clone:?}").contains("Some(6)"), "a clone shares what was built");
         assert_eq!(map, LazyMap::built([(7, 3), (9, 6)].into_iter().collect()));
         assert_ne!(map, LazyMap::built([(7, 3), (9, 5)].into_iter().collect()));
+    }
+
+    #[test]
+    fn a_splice_takes_the_other_maps_values_for_its_keys_and_keeps_the_rest_unbuilt() {
+        static BYTES: [u8; 3] = [1, 2, 3];
+        let map = LazyMap::packed([(7u32, &BYTES[..2]), (9, &BYTES[..])], |b: &[u8]| b.iter().map(|&x| x as u32).sum::<u32>());
+        let other = LazyMap::built([(8, 80), (9, 90), (10, 100)].into_iter().collect());
+        let spliced = map.spliced(&other, |&k| k >= 9);
+        assert!(format!("{spliced:?}").contains("7: None"), "its own values are still built on first read");
+        assert_eq!(spliced, LazyMap::built([(7, 3), (9, 90), (10, 100)].into_iter().collect()));
     }
 }

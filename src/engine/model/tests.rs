@@ -508,6 +508,7 @@ fn serve_in_sequence_by(policy: crate::sched::Policy, prompts: &[Vec<u32>], enab
             schedule_conservativeness: 1.0,
             cuda_graph_bs: Vec::new(),
             disable_overlap_schedule: true,
+            fp8_tensor_scales: false,
         }),
     };
     let mut s = Scheduler::new(knobs.clone(), policy.build(&knobs));

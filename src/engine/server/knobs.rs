@@ -81,6 +81,7 @@ impl EngineKnobs {
             schedule_conservativeness: 1.0,
             cuda_graph_bs: Vec::new(),
             disable_overlap_schedule: true,
+            fp8_tensor_scales: false,
         })
     }
 

@@ -66,7 +66,10 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, dp_size: u32) -> Args {
     if sglang.disable_overlap_schedule {
         a.switch("--disable-overlap-schedule");
     }
-    if model.weight_dtype == Dtype::Fp8 {
+    if model.weight_dtype == Dtype::Fp8 && sglang.fp8_tensor_scales {
+        // A pre-quantized checkpoint: SGLang reads its quantization from its config.
+        a.note("the simulation priced a checkpoint with per-tensor FP8 scales (engine.sglang.fp8_weight_scale = \"tensor\"): serve that checkpoint, without --quantization");
+    } else if model.weight_dtype == Dtype::Fp8 {
         // SGLang quantizes a 16-bit checkpoint's linear layers to FP8 on load, as vLLM does.
         a.flag("--quantization", "fp8");
     }

@@ -256,4 +256,9 @@ fn sglang_settings_are_launch_server_flags_of_0_4_9() {
     assert!(has(&d, "--dp-size", Some("1")) && d.notes.iter().any(|n| n.contains("load balancer")), "{:?}", d.notes);
     let yaml = kubernetes::manifest(&d, "sglang", "H200");
     assert!(yaml.contains("sglang.launch_server") && yaml.contains("--model-path"), "{yaml}");
+    // A per-tensor FP8 checkpoint is served as it is: SGLang reads its quantization config.
+    let s = scenario("preset = \"Llama-3.1-70B\"\ndtype = \"fp8\"", "H200", "policy = \"sglang\"", "[engine.sglang]\nfp8_weight_scale = \"tensor\"");
+    let d = deployment(&s, 1, None).unwrap();
+    assert!(!has(&d, "--quantization", None) && !has(&d, "--quantization", Some("fp8")), "{}", d.script("sglang"));
+    assert!(d.notes.iter().any(|n| n.contains("per-tensor FP8")), "{:?}", d.notes);
 }

@@ -235,7 +235,7 @@ pub(super) fn resolve_engine(
             data_parallel: None,
         };
         if policy == Policy::Sglang {
-            return resolve_sglang(raw, model.max_position_embeddings, gpu, common, cx);
+            return resolve_sglang(raw, model, gpu, common, cx);
         }
         return resolve_tgi(raw, model, common, cx);
     }

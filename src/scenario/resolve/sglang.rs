@@ -4,8 +4,9 @@
 //! tensor-parallel degree, and its KV pool sized as `model_runner.profile_max_num_token` sizes it.
 
 use super::context::{Cx, positive_or, quote};
+use crate::scenario::model::Dtype;
 use crate::scenario::schema::{RawEngine, RawSglang};
-use crate::scenario::{EngineConfig, GpuSpec, Router, ScenarioError, SglangConfig};
+use crate::scenario::{EngineConfig, GpuSpec, ModelSpec, Router, ScenarioError, SglangConfig};
 use crate::sched::SchedulePolicy;
 
 /// `server_args.py` defaults: `--max-prefill-tokens`, `--page-size`, `--schedule-conservativeness`.
@@ -125,7 +126,7 @@ fn reject_vllm_names(raw: &RawEngine, cx: &Cx) -> Result<(), ScenarioError> {
 /// it. `engine` comes with the common fields set.
 pub(super) fn resolve_sglang(
     raw: &RawEngine,
-    max_position_embeddings: u32,
+    model: &ModelSpec,
     gpu: Option<&GpuSpec>,
     mut engine: EngineConfig,
     cx: &Cx,
@@ -174,7 +175,8 @@ pub(super) fn resolve_sglang(
     if r.cuda_graph_max_bs == Some(0) {
         return Err(cx.invalid(&field("cuda_graph_max_bs"), 0, "must be at least 1"));
     }
-    let context_length = positive_or(cx, &field("context_length"), r.context_length, max_position_embeddings)?;
+    let context_length = positive_or(cx, &field("context_length"), r.context_length, model.max_position_embeddings)?;
+    let fp8_tensor_scales = fp8_tensor_scales(r.fp8_weight_scale.as_deref(), model, cx)?;
     let disable_radix_cache = r.disable_radix_cache.unwrap_or(false);
     if disable_radix_cache && engine.router == Router::PrefixAware {
         return Err(cx.invalid(
@@ -215,8 +217,27 @@ pub(super) fn resolve_sglang(
         schedule_conservativeness: conservativeness,
         cuda_graph_bs: Vec::new(),
         disable_overlap_schedule,
+        fp8_tensor_scales,
     });
     Ok(engine)
+}
+
+/// `engine.sglang.fp8_weight_scale`: whether an FP8 checkpoint's weights have one scale per
+/// tensor ("tensor") or per output channel ("channel", the default: what `--quantization fp8`
+/// makes of a 16-bit checkpoint, `Fp8LinearMethod.process_weights_after_loading`). SGLang runs
+/// the two through different GEMM kernels (`run::fp8_gemms`).
+fn fp8_tensor_scales(given: Option<&str>, model: &ModelSpec, cx: &Cx) -> Result<bool, ScenarioError> {
+    let field = "engine.sglang.fp8_weight_scale";
+    match given.map(str::trim) {
+        None | Some("channel") => Ok(false),
+        Some("tensor") if model.weight_dtype == Dtype::Fp8 && model.weight_quant.is_none() => Ok(true),
+        Some("tensor") => Err(cx.invalid(
+            field,
+            quote("tensor"),
+            format!("is for FP8 checkpoints (model.dtype = \"fp8\", no other quantization scheme), and {}'s are not", model.name),
+        )),
+        Some(other) => Err(cx.invalid(field, quote(other), "known: \"channel\", \"tensor\"")),
+    }
 }
 
 /// After the KV pool is sized (`num_gpu_blocks` pages from `mem_fraction_static`, with no
