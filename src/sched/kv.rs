@@ -603,6 +603,8 @@ mod tests {
             assert_eq!((kv.pool().blocks_free(), kv.blocks_held_as_own()), (8, 0));
             assert!(kv.allocate(1, 1, 0));
             assert_eq!(kv.pool().blocks_free(), 5);
+            // Compiled in debug builds only, so `cargo test --release --lib` builds too.
+            #[cfg(debug_assertions)]
             kv.check_refcounts();
         }
     }
