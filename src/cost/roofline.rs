@@ -447,7 +447,7 @@ impl Roofline {
             expert_parallel.map_or(0.0, |moe| alltoall_send_bytes_per_token(&moe, hidden, act_bytes, t));
         let (alltoall_s_per_token_per_layer, alltoall_latency_s_per_layer) = match expert_parallel {
             Some(_) => {
-                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
+                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.all_to_all_bandwidth_bytes_per_s(tensor_parallel))
                     * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
                 let bytes_per_token = alltoall_send_bytes_per_token * (t - 1.0) / t;
                 // Only the expert layers dispatch: the leading dense ones have no experts.
@@ -461,7 +461,7 @@ impl Roofline {
         };
         let (allreduce_s_per_token_per_layer, allreduce_latency_s_per_layer, logit_gather_s_per_sampled, logit_gather_latency_s) =
             if tensor_parallel > 1 {
-                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.interconnect_bandwidth_bytes_per_s)
+                let link_bytes_per_s = positive("gpu interconnect_bandwidth_bytes_per_s", gpu.ring_bandwidth_bytes_per_s(tensor_parallel))
                     * positive("collective_bandwidth_efficiency", params.collective_bandwidth_efficiency);
                 let latency_s = params.collective_latency_us * S_PER_US;
                 let ring_factor = 2.0 * (t - 1.0) / t;

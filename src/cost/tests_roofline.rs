@@ -38,6 +38,7 @@ pub(crate) fn tiny_gpu() -> GpuSpec {
         memory_bytes: 1 << 30,
         memory_bandwidth_bytes_per_s: 1e10,
         interconnect_bandwidth_bytes_per_s: 1e9,
+        scale_out_bandwidth_bytes_per_s: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn h100_like() -> GpuSpec {
         memory_bytes: 80 << 30,
         memory_bandwidth_bytes_per_s: 3.35e12,
         interconnect_bandwidth_bytes_per_s: 450e9,
+        scale_out_bandwidth_bytes_per_s: None,
     }
 }
 
@@ -404,4 +406,22 @@ fn prediction_is_deterministic() {
     let roofline = Roofline::new(&llama_8b_like(), &h100_like(), 2, &realistic_params());
     assert_eq!(roofline.decode_cost(37, 1234), roofline.decode_cost(37, 1234));
     assert_eq!(roofline.prefill_cost(777), roofline.clone().prefill_cost(777));
+}
+
+/// Past one node a tensor-parallel all-reduce runs at the network's speed, its ring's slowest
+/// link: Llama-3.1-405B at TP 16 on H100s pays 450/50 = 9 times the per-token link time of a
+/// ring that stayed on NVLink (the latency per collective is the same).
+#[test]
+fn a_tensor_parallel_ring_past_one_node_runs_at_the_network() {
+    let params = realistic_params();
+    let model = ModelSpec::preset("Llama-3.1-405B").expect("preset");
+    let h100 = GpuSpec::preset("H100-SXM").expect("preset");
+    let nvlink_only = GpuSpec { scale_out_bandwidth_bytes_per_s: None, ..h100.clone() };
+    let across = Roofline::new(&model, &h100, 16, &params);
+    let within_node = Roofline::new(&model, &nvlink_only, 16, &params);
+    let per_token = |r: &Roofline| r.layer_allreduces_s(2.0) - r.layer_allreduces_s(1.0);
+    assert!(within(per_token(&across), 9.0 * per_token(&within_node), 1e-9));
+    // At TP 8 the ring stays in the node either way.
+    let (a, b) = (Roofline::new(&model, &h100, 8, &params), Roofline::new(&model, &nvlink_only, 8, &params));
+    assert_eq!(a.layer_allreduces_s(64.0), b.layer_allreduces_s(64.0));
 }

@@ -100,7 +100,8 @@ impl TokenExchange {
             );
             return (exchange(Price::Measured { dispatch: gather, combine: scatter }), note);
         }
-        let link = gpu.interconnect_bandwidth_bytes_per_s * params.collective_bandwidth_efficiency;
+        let link = params.collective_bandwidth_efficiency
+            * if backend.is_all_to_all() { gpu.all_to_all_bandwidth_bytes_per_s(gpus) } else { gpu.ring_bandwidth_bytes_per_s(gpus) };
         // Bytes each GPU receives in the dispatch, per token of a rank (the combine mirrors it).
         let (dispatch_bytes, combine_bytes) = match backend {
             All2AllBackend::AllgatherReducescatter => ((d - 1.0) * token_bytes, (d - 1.0) * token_bytes),
@@ -120,10 +121,17 @@ impl TokenExchange {
             backend.name()
         );
         if gpus > GPUS_PER_NODE {
-            note += &format!(
-                "; all {gpus} GPUs are taken to share {}'s GPU-to-GPU link, where past {GPUS_PER_NODE} a deployment spans nodes and crosses their network",
-                gpu.name
-            );
+            note += &match gpu.scale_out_bandwidth_bytes_per_s {
+                Some(network) => format!(
+                    "; the {gpus} GPUs span nodes of {GPUS_PER_NODE}, whose network carries {:.0} GB/s a GPU ({} reference server)",
+                    network / 1e9,
+                    gpu.name
+                ),
+                None => format!(
+                    "; all {gpus} GPUs are taken to share {}'s GPU-to-GPU link, where past {GPUS_PER_NODE} a deployment spans nodes and crosses their network (no reference server gives {}'s: set hardware.scale_out_gbps)",
+                    gpu.name, gpu.name
+                ),
+            };
         }
         let price = Price::Formula {
             s_per_token: tokens_per_gpu_per_rank_token * (dispatch_bytes + combine_bytes) / link,
@@ -223,4 +231,23 @@ mod tests {
         assert!(measured_curves("A100-80G-SXM", "low_latency", 7168, 256, 8).is_none());
         assert!(measured_curves("H200", "low_latency", 7168, 257, 8).is_none());
     }
+
+    /// DeepSeek-V3 over 16 H200 ranks (two nodes) with DeepEP: measured on 8 GPUs only, so the
+    /// formula prices it, and 8/15 of each GPU's bytes cross the network at 50 GB/s: 4.8 times
+    /// NVLink's time per token (450 / 93.75), the latency the same.
+    #[test]
+    fn an_exchange_past_one_node_crosses_the_network() {
+        let model = ModelSpec::preset("DeepSeek-V3").expect("preset");
+        let h200 = GpuSpec::preset("H200").expect("preset");
+        let nvlink_only = GpuSpec { scale_out_bandwidth_bytes_per_s: None, ..h200.clone() };
+        let dp = DataParallel { ranks: 16, all2all: All2AllBackend::DeepepLowLatency, lockstep: true };
+        let params = CostParams::default();
+        let (across, note) = TokenExchange::new(&model, &h200, 1, &dp, &params);
+        let (within, old_note) = TokenExchange::new(&model, &nvlink_only, 1, &dp, &params);
+        let per_token = |x: &TokenExchange| x.time_s(2.0) - x.time_s(1.0);
+        assert!((per_token(&across) / per_token(&within) - 4.8).abs() < 1e-9, "{} {}", per_token(&across), per_token(&within));
+        assert!(note.contains("span nodes") && note.contains("50 GB/s"), "{note}");
+        assert!(old_note.contains("hardware.scale_out_gbps"), "{old_note}");
+    }
+
 }

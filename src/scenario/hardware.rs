@@ -29,6 +29,11 @@ pub struct GpuSpec {
     pub memory_bandwidth_bytes_per_s: f64,
     /// GPU-to-GPU bandwidth per GPU per direction (NVLink, Infinity Fabric or PCIe), bytes/s.
     pub interconnect_bandwidth_bytes_per_s: f64,
+    /// The network between nodes, per GPU per direction (a NIC per GPU, as NVIDIA's DGX and
+    /// Azure's ND servers have): what a collective over more than one node's GPUs crosses.
+    /// `None` where no reference server says; such a collective is then priced on the
+    /// GPU-to-GPU link, and says so.
+    pub scale_out_bandwidth_bytes_per_s: Option<f64>,
 }
 
 /// The GPUs of a deployment: one kind, `count` of them.
@@ -37,6 +42,8 @@ pub struct Hardware {
     pub gpu: GpuSpec,
     pub count: u32,
 }
+
+use super::parallel::GPUS_PER_NODE;
 
 const MIB: u64 = 1 << 20;
 
@@ -61,6 +68,30 @@ impl GpuSpec {
     /// tensor cores runs at the 16-bit rate (weights are upcast, as vLLM's Marlin/weight-only
     /// FP8 path does on Ampere); fp32 is counted at the 16-bit tensor rate too (TF32/BF16
     /// kernels), which only matters for fp32 models, none of the presets.
+    /// Bandwidth per GPU of a ring collective (all-reduce, all-gather, reduce-scatter) over
+    /// `gpus` GPUs: a ring runs at its slowest link, which past one node is the network.
+    pub fn ring_bandwidth_bytes_per_s(&self, gpus: u32) -> f64 {
+        match self.scale_out_bandwidth_bytes_per_s {
+            Some(network) if gpus > GPUS_PER_NODE => network.min(self.interconnect_bandwidth_bytes_per_s),
+            _ => self.interconnect_bandwidth_bytes_per_s,
+        }
+    }
+
+    /// Bandwidth per GPU of an all-to-all over `gpus` GPUs, for the bytes each GPU sends to the
+    /// others: past one node, (gpus − node)/(gpus − 1) of them cross the network while the rest
+    /// use the GPU-to-GPU link at the same time, so the slower share sets the time.
+    pub fn all_to_all_bandwidth_bytes_per_s(&self, gpus: u32) -> f64 {
+        match self.scale_out_bandwidth_bytes_per_s {
+            Some(network) if gpus > GPUS_PER_NODE => {
+                let others = f64::from(gpus - 1);
+                let off_node = f64::from(gpus - GPUS_PER_NODE) / others;
+                let on_node = f64::from(GPUS_PER_NODE - 1) / others;
+                (network / off_node).min(self.interconnect_bandwidth_bytes_per_s / on_node)
+            }
+            _ => self.interconnect_bandwidth_bytes_per_s,
+        }
+    }
+
     pub fn peak_flops(&self, dtype: super::Dtype) -> f64 {
         match dtype {
             super::Dtype::Fp8 => self.peak_flops_fp8.unwrap_or(self.peak_flops_16bit),
@@ -80,6 +111,7 @@ struct Preset {
     memory_tb_per_s: f64,
     /// GB/s per direction (decimal)
     interconnect_gb_per_s: f64,
+    scale_out_gb_per_s: Option<f64>,
 }
 
 impl Preset {
@@ -92,6 +124,7 @@ impl Preset {
             memory_bytes: self.memory_bytes,
             memory_bandwidth_bytes_per_s: self.memory_tb_per_s * 1e12,
             interconnect_bandwidth_bytes_per_s: self.interconnect_gb_per_s * 1e9,
+            scale_out_bandwidth_bytes_per_s: self.scale_out_gb_per_s.map(|g| g * 1e9),
         }
     }
 }
@@ -109,6 +142,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 81_559 * MIB,
         memory_tb_per_s: 3.35,
         interconnect_gb_per_s: 450.0,
+        // NVIDIA DGX H100 datasheet: eight single-port ConnectX-7 at 400 Gb/s, one per GPU.
+        scale_out_gb_per_s: Some(50.0),
     },
     // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): same compute as H100 SXM (BF16
     // 1,979 / FP8 3,958 TFLOPS with sparsity); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s →
@@ -122,6 +157,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 143_771 * MIB,
         memory_tb_per_s: 4.8,
         interconnect_gb_per_s: 450.0,
+        // NVIDIA DGX H200 datasheet: eight single-port ConnectX-7 at 400 Gb/s, one per GPU.
+        scale_out_gb_per_s: Some(50.0),
     },
     // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): BF16 312 TFLOPS dense (624
     // with sparsity), no FP8; 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s → 300 GB/s per
@@ -135,6 +172,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 81_920 * MIB,
         memory_tb_per_s: 2.039,
         interconnect_gb_per_s: 300.0,
+        // NVIDIA DGX A100 datasheet: eight single-port ConnectX-6 at 200 Gb/s (HDR), one per GPU.
+        scale_out_gb_per_s: Some(25.0),
     },
     // AMD Instinct MI300X data sheet: peak BF16 1,307.4 TFLOPS and FP8 2,614.9 TFLOPS dense (the
     // sheet prints 2,614.9 / 5,229.8 with sparsity); 192 GB HBM3 at 5.3 TB/s; 7 Infinity Fabric
@@ -149,6 +188,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 205_822_885_888,
         memory_tb_per_s: 5.3,
         interconnect_gb_per_s: 448.0,
+        // Azure ND MI300X v5: eight 400 Gb/s InfiniBand links per eight-GPU VM, one per GPU.
+        scale_out_gb_per_s: Some(50.0),
     },
     // NVIDIA L40S datasheet: BF16 362.05 TFLOPS and FP8 733 TFLOPS dense (733 / 1,466 with
     // sparsity); 48 GB GDDR6 with ECC at 864 GB/s; no NVLink: PCIe Gen4 x16, 64 GB/s
@@ -162,6 +203,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 46_068 * MIB,
         memory_tb_per_s: 0.864,
         interconnect_gb_per_s: 32.0,
+        // A PCIe card: no reference server fixes its network.
+        scale_out_gb_per_s: None,
     },
     // NVIDIA DGX B200 datasheet (8 GPUs: 72 PFLOPS FP8 training, 1,440 GB HBM3e, 64 TB/s, NVLink 5
     // 14.4 TB/s aggregate) → per GPU: FP8 4,500 TFLOPS and BF16 2,250 TFLOPS dense, 180 GB at
@@ -177,6 +220,8 @@ const PRESETS: &[Preset] = &[
         memory_bytes: 180_000_000_000,
         memory_tb_per_s: 8.0,
         interconnect_gb_per_s: 900.0,
+        // NVIDIA DGX B200 datasheet: eight single-port ConnectX-7 at 400 Gb/s, one per GPU.
+        scale_out_gb_per_s: Some(50.0),
     },
 ];
 
@@ -207,4 +252,22 @@ mod tests {
         assert_eq!(a100.peak_flops_fp8, None);
         assert_eq!(a100.peak_flops(Dtype::Fp8), 312e12);
     }
+
+    /// A ring over two nodes runs at the network's 50 GB/s; an all-to-all over 16 GPUs sends
+    /// 8/15 of its bytes over the network and 7/15 over NVLink at once, so the network's share
+    /// sets it: 50 / (8/15) = 93.75 GB/s. One node, or a GPU with no reference network, keeps
+    /// the GPU-to-GPU link.
+    #[test]
+    fn collectives_past_one_node_cross_the_network() {
+        let h200 = GpuSpec::preset("H200").unwrap();
+        assert_eq!(h200.ring_bandwidth_bytes_per_s(8), 450e9);
+        assert_eq!(h200.all_to_all_bandwidth_bytes_per_s(8), 450e9);
+        assert_eq!(h200.ring_bandwidth_bytes_per_s(16), 50e9);
+        assert!((h200.all_to_all_bandwidth_bytes_per_s(16) - 93.75e9).abs() < 1.0);
+        assert!(h200.all_to_all_bandwidth_bytes_per_s(64) < h200.all_to_all_bandwidth_bytes_per_s(16));
+        assert_eq!(GpuSpec::preset("A100").unwrap().ring_bandwidth_bytes_per_s(16), 25e9);
+        let l40s = GpuSpec::preset("L40S").unwrap();
+        assert_eq!(l40s.ring_bandwidth_bytes_per_s(16), l40s.interconnect_bandwidth_bytes_per_s);
+    }
+
 }

@@ -156,6 +156,9 @@ pub struct RawHardware {
     pub memory_bandwidth_gbps: Option<f64>,
     /// GPU-to-GPU bandwidth per GPU per direction, GB/s.
     pub interconnect_gbps: Option<f64>,
+    /// The network between nodes per GPU per direction, GB/s: what a collective over more
+    /// than one node's GPUs (past 8) crosses.
+    pub scale_out_gbps: Option<f64>,
 }
 
 /// `[engine]`. Every field defaults the way the chosen `policy`'s engine defaults it.

@@ -136,6 +136,8 @@ pub fn from_file(file: &Path) -> Result<GpuSpec, ImportError> {
             1e9,
             b.map(|g| g.interconnect_bandwidth_bytes_per_s),
         )?,
+        // A kernel table's GPU crosses no network: the base GPU's, for its scenarios.
+        scale_out_bandwidth_bytes_per_s: b.and_then(|g| g.scale_out_bandwidth_bytes_per_s),
     })
 }
 

@@ -122,6 +122,14 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
         1e9,
         b.map(|g| g.interconnect_bandwidth_bytes_per_s),
     )?;
+    // Optional: without it a collective past one node is priced on the GPU-to-GPU link.
+    let scale_out_bandwidth_bytes_per_s = match raw.scale_out_gbps {
+        Some(v) if !(v.is_finite() && v > 0.0) => {
+            return Err(cx.invalid("hardware.scale_out_gbps", super::context::number(v), "must be a positive number of GB/s"));
+        }
+        Some(v) => Some(v * 1e9),
+        None => b.and_then(|g| g.scale_out_bandwidth_bytes_per_s),
+    };
     Ok(GpuSpec {
         name,
         peak_flops_16bit,
@@ -131,6 +139,7 @@ pub(super) fn resolve_gpu(raw: &RawHardware, cx: &Cx) -> Result<GpuSpec, Scenari
         memory_bytes,
         memory_bandwidth_bytes_per_s,
         interconnect_bandwidth_bytes_per_s,
+        scale_out_bandwidth_bytes_per_s,
     })
 }
 

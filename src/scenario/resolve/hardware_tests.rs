@@ -40,6 +40,15 @@ fn fully_explicit_model_and_gpu() {
 }
 
 #[test]
+fn the_network_between_nodes_comes_with_the_preset_or_its_key() {
+    // An explicit GPU has none unless given; a preset carries its reference server's.
+    assert_eq!(good(&[]).hardware.gpu.scale_out_bandwidth_bytes_per_s, Some(50e9));
+    assert_eq!(good(&["hardware.scale_out_gbps=100"]).hardware.gpu.scale_out_bandwidth_bytes_per_s, Some(100e9));
+    invalid(&["hardware.scale_out_gbps=-1"], "hardware.scale_out_gbps", "-1");
+    invalid(&["hardware.scale_out_gbps=0"], "hardware.scale_out_gbps", "0");
+}
+
+#[test]
 fn bad_parallelism_and_gpu_count() {
     invalid(&["engine.tensor_parallel=0"], "engine.tensor_parallel", "0");
     let msg = invalid(&["engine.tensor_parallel=3"], "engine.tensor_parallel", "3");
