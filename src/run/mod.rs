@@ -14,7 +14,7 @@ use crate::calibrate::profile::{Profile, ProfileFacts, ProfileIndex, Provenance}
 use crate::cost::calibrated::Calibrated;
 use crate::cost::bundled;
 use crate::cost::profile_match::{fitted_profile_mismatches, kernel_mismatches, kernel_profile_mismatches};
-use crate::scenario::{KernelProfile, PoolRole, Scenario, ScenarioError, SweepPoint, transfer};
+use crate::scenario::{KernelProfile, Policy, PoolRole, Scenario, ScenarioError, SweepPoint, transfer};
 use crate::sim::link::LinkSpec;
 use crate::sched::{Batch, SchedulerConfig, SeqWork};
 use crate::sim::{self, SimConfig, SimOutput};
@@ -46,6 +46,7 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
             .profile
             .as_ref()
             .is_some_and(|p| p.defaults.multi_step_streaming == crate::scenario::engine_profile::MultiStepStreaming::EveryStep),
+        schedule_ahead: schedules_ahead(scenario),
         speculative: e.speculative.as_ref().map(|s| s.scheduler.clone()),
         // TGI's limits; its budget fields above were resolved to its prefill budget, no cap
         // on sequences, no chunking and no watermark.
@@ -53,6 +54,14 @@ pub fn scheduler_config(scenario: &Scenario) -> SchedulerConfig {
         // SGLang's knobs; its max_running_requests, page size and token pool are above.
         sglang: e.sglang.clone(),
     }
+}
+
+/// Whether the engine forms each batch while the step before it runs: vLLM V1 with async
+/// scheduling and SGLang with its overlap scheduler, both of which hide CPU time behind the GPU
+/// that way (`cpu_overlap` above 0); vLLM V0's async output processing hides some too, but
+/// schedules in series.
+fn schedules_ahead(scenario: &Scenario) -> bool {
+    matches!(scenario.engine.policy, Policy::VllmV1 | Policy::Sglang) && scenario.cost.cpu_overlap > 0.0
 }
 
 /// The simulated deployment and client of a scenario.

@@ -29,6 +29,11 @@ pub struct SchedulerConfig {
     /// a window's at its end (0.6.0–0.6.2). Requests still finish, and free their KV, when the
     /// window ends.
     pub stream_window_steps: bool,
+    /// The engine schedules a step while the one before it runs (vLLM V1's async scheduling,
+    /// SGLang's overlap scheduler), so a request that arrives during a step joins the batch
+    /// after next: that batch was formed when the running one started. From an idle engine it
+    /// joins the next. The CPU time this hides is the cost model's (`cpu_overlap`).
+    pub schedule_ahead: bool,
     /// Speculative decoding (`sched::speculative`); `None` = off.
     pub speculative: Option<SpeculativeConfig>,
     /// TGI's limits: `Some` exactly when the policy is TGI's.

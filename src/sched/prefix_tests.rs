@@ -19,6 +19,7 @@ pub(in crate::sched) fn config(num_gpu_blocks: u32, enable_prefix_caching: bool)
         enable_prefix_caching,
         num_scheduler_steps: 1,
         stream_window_steps: false,
+        schedule_ahead: false,
         speculative: None,
         tgi: None,
         sglang: None,

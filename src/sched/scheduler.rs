@@ -20,6 +20,9 @@ pub struct Scheduler {
     batch: Batch,
     outcome: StepOutcome,
     step_in_flight: bool,
+    /// With [`SchedulerConfig::schedule_ahead`]: requests that arrived during the step in
+    /// flight, in arrival order; the batch after next is the first they can join.
+    arrived_in_step: Vec<u32>,
     /// The multi-step window in flight (`sched::window`); never open with one step per
     /// decision.
     window: Window,
@@ -37,6 +40,7 @@ impl Scheduler {
             batch: Batch::default(),
             outcome: StepOutcome::default(),
             step_in_flight: false,
+            arrived_in_step: Vec::new(),
             window: Window::default(),
             carried: StepOutcome::default(),
         }
@@ -129,7 +133,7 @@ impl Scheduler {
     }
 
     pub fn num_waiting(&self) -> u32 {
-        self.state.waiting.len() as u32
+        (self.state.waiting.len() + self.arrived_in_step.len()) as u32
     }
 
     pub fn num_running(&self) -> u32 {
@@ -137,7 +141,7 @@ impl Scheduler {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.state.waiting.is_empty() || self.state.num_running() > 0 || self.carries_deliveries()
+        !self.state.waiting.is_empty() || !self.arrived_in_step.is_empty() || self.state.num_running() > 0 || self.carries_deliveries()
     }
 
     /// Whether a window that ended between steps left deliveries for the next outcome.
@@ -185,7 +189,11 @@ impl Scheduler {
         }
         let slot = state.insert(Seq::new(request_id, prompt_tokens, output_tokens, max_tokens));
         state.set_prompt_hashes(slot, prompt_hashes);
-        state.waiting.push_back(slot);
+        if state.config.schedule_ahead && self.step_in_flight {
+            self.arrived_in_step.push(slot);
+        } else {
+            state.waiting.push_back(slot);
+        }
         Admission::Queued { seq: slot }
     }
 
@@ -218,7 +226,15 @@ impl Scheduler {
         if self.window.is_open() {
             self.window.next_step(&self.state, &mut self.batch, self.policy.advances_windows_on_device());
         } else {
+            // Scheduling ahead, this batch was formed when the step just ended began, before
+            // the requests that arrived during it; from an idle engine they join at once.
             self.policy.schedule(&mut self.state, &mut self.batch);
+            if !self.arrived_in_step.is_empty() {
+                self.state.waiting.extend(self.arrived_in_step.drain(..));
+                if self.batch.is_empty() {
+                    self.policy.schedule(&mut self.state, &mut self.batch);
+                }
+            }
             let steps = self.state.config.num_scheduler_steps;
             self.window.open(&mut self.batch, steps, self.state.config.enable_chunked_prefill);
         }
@@ -388,6 +404,11 @@ impl Scheduler {
         if state.seqs.get(seq as usize).is_some_and(|s| s.cohort_index != NOT_MEMBER) {
             state.dissolve_cohort();
         }
+        if let Some(i) = self.arrived_in_step.iter().position(|&s| s == seq) {
+            self.arrived_in_step.remove(i);
+            state.release(seq);
+            return Some(state.seqs[seq as usize].finished());
+        }
         let in_running = state.running.iter().position(|&s| s == seq);
         let in_waiting = state.waiting.iter().position(|&s| s == seq);
         match (in_running, in_waiting) {
@@ -467,3 +488,7 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "ahead_tests.rs"]
+mod ahead_tests;

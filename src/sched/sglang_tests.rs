@@ -18,6 +18,7 @@ pub(in crate::sched) fn sglang_config(pages: u32, page: u32, chunk: Option<u32>,
         enable_prefix_caching: true,
         num_scheduler_steps: 1,
         stream_window_steps: false,
+        schedule_ahead: false,
         speculative: None,
         tgi: None,
         sglang: Some(SglangConfig {

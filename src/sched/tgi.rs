@@ -256,6 +256,7 @@ mod tests {
             enable_prefix_caching: false,
             num_scheduler_steps: 1,
             stream_window_steps: false,
+            schedule_ahead: false,
             speculative: None,
             tgi: Some(tgi),
             sglang: None,

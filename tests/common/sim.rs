@@ -22,6 +22,7 @@ pub fn scheduler(max_num_batched_tokens: u32, max_num_seqs: u32, num_gpu_blocks:
         enable_prefix_caching: false,
         num_scheduler_steps: 1,
         stream_window_steps: false,
+        schedule_ahead: false,
         speculative: None,
         tgi: None,
         sglang: None,

@@ -499,6 +499,7 @@ fn serve_in_sequence_by(policy: crate::sched::Policy, prompts: &[Vec<u32>], enab
         enable_prefix_caching,
         num_scheduler_steps: 1,
         stream_window_steps: false,
+        schedule_ahead: false,
         speculative: None,
         tgi: None,
         sglang: (policy == crate::sched::Policy::Sglang).then(|| SglangConfig {

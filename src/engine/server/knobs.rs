@@ -100,6 +100,8 @@ impl EngineKnobs {
             num_scheduler_steps: self.num_scheduler_steps,
             // servesim's engine hands a window's tokens out at its end.
             stream_window_steps: false,
+            // servesim's engine runs its steps in series.
+            schedule_ahead: false,
             speculative: self.speculative(),
             tgi: None,
             sglang: self.sglang_config(),
