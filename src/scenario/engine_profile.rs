@@ -120,6 +120,22 @@ impl EngineProfile {
         version >= self.min_version && self.below_version.is_none_or(|below| version < below)
     }
 
+    /// The engine-time value called `name`, if the profile sets it.
+    pub fn engine_time_value(&self, name: &str) -> Option<f64> {
+        self.engine_time.iter().find(|(n, _, _)| n == name).map(|(_, value, _)| *value)
+    }
+
+    /// Replaces the engine-time value called `name` (where the profile sets it and it differs)
+    /// with `value`, for `source`: a scenario key that changes what the release would do.
+    pub fn override_engine_time(&mut self, name: &str, value: f64, source: &str) {
+        for (n, v, why) in &mut self.engine_time {
+            if n == name && *v != value {
+                *v = value;
+                *why = source.to_string();
+            }
+        }
+    }
+
     /// `params` with this profile's engine-time values in place.
     pub fn apply(&self, params: &mut CostParams) {
         for (name, value, _) in &self.engine_time {

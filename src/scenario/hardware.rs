@@ -12,6 +12,8 @@
 //! MiB lower still (driver reservations); that remainder is absorbed by the fixed runtime part
 //! of the activation reserve (see `resolve/hardware.rs`).
 
+use super::parallel::GPUS_PER_NODE;
+
 /// One accelerator's datasheet figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSpec {
@@ -43,8 +45,6 @@ pub struct Hardware {
     pub count: u32,
 }
 
-use super::parallel::GPUS_PER_NODE;
-
 const MIB: u64 = 1 << 20;
 
 impl GpuSpec {
@@ -64,10 +64,6 @@ impl GpuSpec {
         PRESETS.iter().map(|p| p.name).collect()
     }
 
-    /// Peak dense tensor FLOP/s for GEMMs whose operands are `dtype`. FP8 on a GPU without FP8
-    /// tensor cores runs at the 16-bit rate (weights are upcast, as vLLM's Marlin/weight-only
-    /// FP8 path does on Ampere); fp32 is counted at the 16-bit tensor rate too (TF32/BF16
-    /// kernels), which only matters for fp32 models, none of the presets.
     /// Bandwidth per GPU of a ring collective (all-reduce, all-gather, reduce-scatter) over
     /// `gpus` GPUs: a ring runs at its slowest link, which past one node is the network.
     pub fn ring_bandwidth_bytes_per_s(&self, gpus: u32) -> f64 {
@@ -92,6 +88,10 @@ impl GpuSpec {
         }
     }
 
+    /// Peak dense tensor FLOP/s for GEMMs whose operands are `dtype`. FP8 on a GPU without FP8
+    /// tensor cores runs at the 16-bit rate (weights are upcast, as vLLM's Marlin/weight-only
+    /// FP8 path does on Ampere); fp32 is counted at the 16-bit tensor rate too (TF32/BF16
+    /// kernels), which only matters for fp32 models, none of the presets.
     pub fn peak_flops(&self, dtype: super::Dtype) -> f64 {
         match dtype {
             super::Dtype::Fp8 => self.peak_flops_fp8.unwrap_or(self.peak_flops_16bit),

@@ -47,23 +47,27 @@ fn a_request_arriving_during_a_step_waits_one_more_batch() {
 
 #[test]
 fn an_idle_engine_takes_a_request_that_arrived_during_its_last_step() {
-    let mut s = scheduler(true);
-    add(&mut s, 0);
     // A one-token answer: its prefill is its whole life, so nothing runs after it.
-    let mut s1 = scheduler(true);
-    match s1.add_request(0, 32, 1, 1) {
+    let mut s = scheduler(true);
+    match s.add_request(0, 32, 1, 1) {
         Admission::Queued { .. } => {}
         other => panic!("{other:?}"),
     }
-    assert_eq!(s1.schedule().num_seqs(), 1);
-    let late = add(&mut s1, 1);
-    s1.finish_step();
-    let batch = s1.schedule();
+    assert_eq!(s.schedule().num_seqs(), 1);
+    let late = add(&mut s, 1);
+    s.finish_step();
+    let batch = s.schedule();
     assert!(batch.seqs.iter().any(|w| w.seq == late && !w.is_decode()), "nothing else ran, so the engine scheduled it at once");
-    // And a request stopped before it was scheduled leaves no trace.
+}
+
+#[test]
+fn a_request_stopped_before_it_was_scheduled_leaves_no_trace() {
+    let mut s = scheduler(true);
+    add(&mut s, 0);
     s.schedule();
     let gone = add(&mut s, 2);
     s.finish_step();
     assert!(s.finish_early(gone).is_some());
     assert_eq!(s.num_waiting(), 0);
+    assert!(s.finish_early(gone).is_none(), "stopped once");
 }

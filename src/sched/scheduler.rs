@@ -404,21 +404,20 @@ impl Scheduler {
         if state.seqs.get(seq as usize).is_some_and(|s| s.cohort_index != NOT_MEMBER) {
             state.dissolve_cohort();
         }
-        if let Some(i) = self.arrived_in_step.iter().position(|&s| s == seq) {
-            self.arrived_in_step.remove(i);
-            state.release(seq);
-            return Some(state.seqs[seq as usize].finished());
-        }
         let in_running = state.running.iter().position(|&s| s == seq);
         let in_waiting = state.waiting.iter().position(|&s| s == seq);
-        match (in_running, in_waiting) {
-            (Some(i), _) => {
+        let in_arrived = self.arrived_in_step.iter().position(|&s| s == seq);
+        match (in_running, in_waiting, in_arrived) {
+            (Some(i), _, _) => {
                 state.running.remove(i);
             }
-            (None, Some(i)) => {
+            (None, Some(i), _) => {
                 state.waiting.remove(i);
             }
-            (None, None) => return None,
+            (None, None, Some(i)) => {
+                self.arrived_in_step.remove(i);
+            }
+            (None, None, None) => return None,
         }
         state.release(seq);
         Some(state.seqs[seq as usize].finished())

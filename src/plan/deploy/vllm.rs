@@ -110,8 +110,7 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, version: EngineVersion, dr
         // The profile's CPU overlap is V1's async scheduling (the V0 families' is async output
         // processing, which has no flag).
         if engine.policy == Policy::VllmV1 && profile.engine == "vllm" {
-            let overlapped = profile.engine_time.iter().any(|(name, value, _)| name == "cpu_overlap" && *value > 0.0);
-            if overlapped {
+            if profile.engine_time_value("cpu_overlap").is_some_and(|share| share > 0.0) {
                 a.switch("--async-scheduling");
             } else if version >= release(0, 10) {
                 a.switch("--no-async-scheduling");

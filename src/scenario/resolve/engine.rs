@@ -371,25 +371,19 @@ fn resolve_async_scheduling(raw: &RawEngine, engine: &mut EngineConfig, cx: &Cx)
         }
         (Some(true), None) => {
             let first = EngineVersion { major: 0, minor: 10, patch: 0 };
-            if engine.version.is_some_and(|v| v < first) {
-                let v = engine.version.map(|v| v.to_string()).unwrap_or_default();
+            if let Some(v) = engine.version.filter(|v| *v < first) {
                 return Err(cx.invalid(FIELD, true, format!("vLLM {v} has no async scheduling (added in 0.10.0)")));
             }
             // Releases that default to it hide this share; 0.10 to 0.13 run the same scheduler when asked.
             let newest = engine_profile::select(Policy::VllmV1, None).map_err(|reason| cx.invalid(FIELD, true, reason))?;
-            let share = newest.engine_time.iter().find(|(name, _, _)| name == "cpu_overlap").map_or(0.0, |(_, v, _)| *v);
+            let share = newest.engine_time_value("cpu_overlap").unwrap_or(0.0);
             (share, format!("engine.async_scheduling = true: the share {} hides", newest.name))
         }
         (Some(false), _) => (0.0, "engine.async_scheduling = false: steps scheduled in series".to_string()),
         (None, Some(method)) => (0.0, format!("async scheduling off: vLLM disables it for {} speculation", method.name())),
         (None, None) => return Ok(()),
     };
-    for (name, value, why) in &mut profile.engine_time {
-        if name == "cpu_overlap" && *value != share {
-            *value = share;
-            *why = source.clone();
-        }
-    }
+    profile.override_engine_time("cpu_overlap", share, &source);
     Ok(())
 }
 

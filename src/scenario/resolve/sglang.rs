@@ -202,12 +202,11 @@ pub(super) fn resolve_sglang(
         // The overlap scheduler is what hides the CPU's time behind the GPU's (the profile's
         // cpu_overlap); without it, SGLang's event_loop_normal runs them in series.
         if let Some(profile) = engine.profile.as_mut() {
-            for (name, value, source) in &mut profile.engine_time {
-                if name == "cpu_overlap" {
-                    *value = 0.0;
-                    *source = "engine.sglang.disable_overlap_schedule = true: event_loop_normal, CPU and GPU in series".into();
-                }
-            }
+            profile.override_engine_time(
+                "cpu_overlap",
+                0.0,
+                "engine.sglang.disable_overlap_schedule = true: event_loop_normal, CPU and GPU in series",
+            );
         }
     }
     engine.sglang = Some(SglangConfig {
