@@ -148,6 +148,9 @@ enum Event {
     LinkDone { replica: u32, generation: u64 },
     /// A prefilled request's KV reached its decode replica.
     KvArrived { request: u32, replica: u32 },
+    /// A request's end reaches its client after the step that ended it: its first token was
+    /// held back by the front end (`deliver_step`).
+    Released { request: u32 },
 }
 
 /// The state of one simulated benchmark.
@@ -300,6 +303,10 @@ fn simulate_with<'a>(requests: &'a [RequestSpec], config: &SimConfig, pools: &[P
             Event::StepEnd { replica } => sim.on_step_end(replica),
             Event::LinkDone { replica, generation } => sim.on_link_done(replica, generation),
             Event::KvArrived { request, replica } => sim.on_kv_arrived(request, replica),
+            Event::Released { request } => {
+                sim.release(request);
+                sim.open_gate();
+            }
         }
     }
     sim.finish()
@@ -593,8 +600,21 @@ impl Simulation<'_> {
         record.success = success;
         // Not before its first token, which the front end may have held back.
         record.end_ns = self.now_ns.max(record.first_token_ns.unwrap_or(0));
+        let end_ns = record.end_ns;
         let duration_ns = &mut self.out.records.duration_ns;
-        *duration_ns = (*duration_ns).max(record.end_ns);
+        *duration_ns = (*duration_ns).max(end_ns);
+        if end_ns > self.now_ns {
+            // The client sees the end with the held-back first token, not before: its permit
+            // and its session's think time wait for that too.
+            self.events.push(end_ns, Event::Released { request: id });
+        } else {
+            self.release(id);
+        }
+    }
+
+    /// The client has the whole answer of request `id`: a permit of its gate is free, and its
+    /// session's next turn starts thinking.
+    fn release(&mut self, id: u32) {
         self.in_flight -= 1;
         let next = self.next_turn.get(id as usize).copied().unwrap_or(NO_TURN);
         if let Some(follows) = self.requests.get(next as usize).and_then(|r| r.follows) {
