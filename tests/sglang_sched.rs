@@ -36,3 +36,19 @@ fn the_cache_aware_router_finds_more_than_round_robin() {
     let (round_robin, _) = run("scenarios/sglang-router.toml", &["engine.router=round-robin"]);
     assert!(cache_aware > round_robin + 3.0, "cache-aware {cache_aware}%, round robin {round_robin}%");
 }
+
+/// DeepSeek-V3 under SGLang takes its MLA from SGLang's own kernel and absorbed-BMM rows (per-
+/// tensor FP8: FP8 multiplies), as docs/calibration.md works through, not from the roofline.
+#[test]
+fn deepseek_on_sglang_prices_mla_from_sglangs_kernel_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = servesim(&["simulate", "scenarios/deepseek-v3-sglang.toml", "--set", "workload.num_prompts=100", "--out", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("multi-head latent attention is priced from the measured attention-kernel rows (H200, sglang 0.5.14: kv=bfloat16 heads=16)")
+            && err.contains("absorbed multiplies' rows (dtype=fp8 heads=16)"),
+        "{err}"
+    );
+    assert!(!err.contains("latent attention is flagged as roofline"), "{err}");
+}

@@ -74,9 +74,21 @@ fn kv_name(dtype: Dtype) -> &'static str {
 
 /// A latent-attention module's tables at one key.
 #[derive(Clone, Debug, PartialEq)]
-struct ModuleRows {
-    context: RowSurface,
-    generation: RowSurface,
+enum ModuleRows {
+    /// vLLM's rows: the whole module, projections, attention and o_proj.
+    Whole { context: RowSurface, generation: RowSurface },
+    /// SGLang's rows: the attention kernel alone, and the absorbed multiplies around a decode's
+    /// (`w_kc` before it, `w_vc` after); the projections stay the roofline's, as every GEMM
+    /// without module rows does.
+    Kernel { context: RowSurface, generation: RowSurface, bmm: [RowSurface; 2] },
+}
+
+impl ModuleRows {
+    fn phases(&self) -> (&RowSurface, &RowSurface) {
+        match self {
+            ModuleRows::Whole { context, generation } | ModuleRows::Kernel { context, generation, .. } => (context, generation),
+        }
+    }
 }
 
 /// Gated DeltaNet's tables at one key, and the layers that run it.
@@ -143,7 +155,8 @@ impl RowPriced {
                 .into(),
         );
         let parts = PricedElsewhere {
-            latent_attention: module.is_some(),
+            latent_attention: matches!(module, Some(ModuleRows::Whole { .. })),
+            latent_attention_kernel: matches!(module, Some(ModuleRows::Kernel { .. })),
             routed_experts: moe.is_some(),
             linear_attention_core: gdn.is_some(),
         };
@@ -198,11 +211,17 @@ impl CostModel for RowPriced {
         }
         let serial = self.base.predict_serial(batch);
         let s = Self::sums(batch);
-        let mut attention_ns = 0.0;
+        let (mut attention_ns, mut gemm_ns) = (0.0, 0.0);
         if let Some(module) = &self.module {
-            let mut layer = Self::context_ns(&module.context, &s);
+            let (context, generation) = module.phases();
+            let mut layer = Self::context_ns(context, &s);
             if s.decodes > 0.0 {
-                layer += module.generation.eval_ns(s.decode_tokens, s.decode_length / s.decodes);
+                layer += generation.eval_ns(s.decode_tokens, s.decode_length / s.decodes);
+                if let ModuleRows::Kernel { bmm, .. } = module {
+                    // A graph replays them at its padded size, as the collector timed them.
+                    let rows = batch.graph_size.map_or(s.decode_tokens, f64::from);
+                    gemm_ns += self.num_layers * bmm.iter().map(|t| t.eval_ns(rows, 0.0)).sum::<f64>();
+                }
             }
             attention_ns += self.num_layers * layer;
         }
@@ -214,7 +233,6 @@ impl CostModel for RowPriced {
             }
             attention_ns += gdn.layers * layer;
         }
-        let mut gemm_ns = 0.0;
         if let Some((table, layers, routing)) = &self.moe {
             let tokens = s.prompt_tokens + s.decode_tokens;
             let rows = batch.graph_size.map_or(tokens, f64::from);
@@ -239,6 +257,12 @@ impl CostModel for RowPriced {
     }
 }
 
+/// `want` where `keys` has it, else the key equal to it but for `heads`, with the heads nearest
+/// in ratio.
+fn key_at_heads<'a>(keys: &std::collections::BTreeSet<&'a str>, want: &str, heads: u64) -> Option<&'a str> {
+    keys.get(want).copied().or_else(|| nearest_heads(keys.iter().copied(), want, heads))
+}
+
 /// The key among `keys` equal to `want` but for `heads`, with the heads nearest in ratio.
 fn nearest_heads<'a>(keys: impl Iterator<Item = &'a str>, want: &str, heads: u64) -> Option<&'a str> {
     let stem = |k: &str| k.rsplit_once(" heads=").map(|(s, _)| s.to_string());
@@ -260,6 +284,9 @@ fn module_rows(
     tensor_parallel: u32,
     notes: &mut Vec<String>,
 ) -> Option<ModuleRows> {
+    if model.dsa.is_none() && families.keys(FamilyOp::MlaGeneration).is_empty() && !families.keys(FamilyOp::MlaKernelGeneration).is_empty() {
+        return kernel_rows(families, measured, model, mla, tensor_parallel, notes);
+    }
     let (what, context_op, generation_op, timed) = match model.dsa {
         Some(_) => ("DeepSeek sparse attention", FamilyOp::DsaContext, FamilyOp::DsaGeneration, "DeepSeek-V3.2"),
         None => ("multi-head latent attention", FamilyOp::MlaContext, FamilyOp::MlaGeneration, "DeepSeek-V3"),
@@ -281,7 +308,7 @@ fn module_rows(
     let mut chosen = None;
     for g in std::iter::once(gemm).chain(stand_in(gemm)) {
         let want = key_of(g);
-        if let Some(k) = keys.get(want.as_str()).copied().or_else(|| nearest_heads(keys.iter().copied(), &want, heads)) {
+        if let Some(k) = key_at_heads(&keys, &want, heads) {
             chosen = Some((g, k));
             break;
         }
@@ -305,7 +332,67 @@ fn module_rows(
          o_proj of one layer); a prompt chunk over a cached prefix is priced as a prompt of its whole length scaled to its new tokens",
         model.name
     ));
-    Some(ModuleRows { context, generation })
+    Some(ModuleRows::Whole { context, generation })
+}
+
+/// SGLang's MLA rows for `model`: its attention kernel (FA3 on Hopper) at the heads per GPU
+/// and the cache's dtype, and the absorbed multiplies in the dtype SGLang runs them, with a
+/// note for each choice.
+fn kernel_rows(
+    families: &Families,
+    measured: &str,
+    model: &ModelSpec,
+    mla: &MlaSpec,
+    tensor_parallel: u32,
+    notes: &mut Vec<String>,
+) -> Option<ModuleRows> {
+    let flagged = |why: String| format!("cost.profile: {why}, so {}'s multi-head latent attention is flagged as roofline", model.name);
+    // The query latent's rank changes only q_a and q_b, which the roofline prices.
+    if *mla != (MlaSpec { q_lora_rank: mla.q_lora_rank, ..TIMED_MLA }) {
+        notes.push(flagged(format!("the MLA kernel rows ({measured}) time DeepSeek-V3's latent and head widths only")));
+        return None;
+    }
+    let heads = model.shard(tensor_parallel).heads;
+    let kv = kv_name(model.kv_dtype);
+    // SGLang's `post_load_weights` splits kv_b_proj into w_kc and w_vc: 128 × 128 block-FP8
+    // weights are dequantized to bf16 (unless SGL_USE_DEEPGEMM_BMM), other FP8 ones requantized
+    // per tensor and multiplied by `bmm_fp8`.
+    let block_128 = model.weight_quant.is_some_and(|q| q.scope.attention && q.scheme == QuantScheme::Fp8Block { block_n: 128, block_k: 128 });
+    let bmm_dtype = match table_dtype(model, Weights::Attention) {
+        Some("fp8" | "fp8_block") if !block_128 => "fp8",
+        _ => "bfloat16",
+    };
+    let nearest = |op: FamilyOp, want: String| key_at_heads(&families.keys(op), &want, heads).map(str::to_string);
+    let Some(key) = nearest(FamilyOp::MlaKernelGeneration, format!("kv={kv} heads={heads}")) else {
+        notes.push(flagged(format!("no MLA kernel rows ({measured}) with a {kv} latent cache")));
+        return None;
+    };
+    let Some(bmm_key) = nearest(FamilyOp::MlaBmmPre, format!("dtype={bmm_dtype} heads={heads}")) else {
+        notes.push(flagged(format!("no absorbed-BMM rows ({measured}) in {bmm_dtype}")));
+        return None;
+    };
+    let surfaces = (
+        families.surface(FamilyOp::MlaKernelContext, &key),
+        families.surface(FamilyOp::MlaKernelGeneration, &key),
+        families.surface(FamilyOp::MlaBmmPre, &bmm_key),
+        families.surface(FamilyOp::MlaBmmPost, &bmm_key),
+    );
+    let (Some(context), Some(generation), Some(pre), Some(post)) = surfaces else {
+        notes.push(flagged(format!("the MLA kernel rows ({measured}) at {key} and {bmm_key} lack a phase or a multiply")));
+        return None;
+    };
+    for chosen in [&key, &bmm_key] {
+        if key_field(chosen, "heads") != Some(heads.to_string().as_str()) {
+            notes.push(format!("cost.profile: no MLA rows for {heads} heads per GPU; using the nearest measured ({chosen})"));
+        }
+    }
+    notes.push(format!(
+        "cost.profile: {}'s multi-head latent attention is priced from the measured attention-kernel rows ({measured}: {key}) and, \
+         in decodes, the absorbed multiplies' rows ({bmm_key}); its projections (q_a and kv_a, q_b, kv_b in prefill, o_proj) by the \
+         roofline; a prompt chunk over a cached prefix is priced as a prompt of its whole length scaled to its new tokens",
+        model.name
+    ));
+    Some(ModuleRows::Kernel { context, generation, bmm: [pre, post] })
 }
 
 /// The fused-MoE rows of `model`'s routed experts at `tensor_parallel` (a `tp` slice of every

@@ -228,6 +228,9 @@ struct MlaLayer {
     /// kv_b: one row per decode token (absorbed into queries and outputs) and per key prefill
     /// decompresses.
     kv_up: GemmOp,
+    /// Whether kv_b's decode rows (the absorbed multiplies) are priced by another source, so
+    /// that only prefill's decompression is this model's.
+    absorbed_elsewhere: bool,
     /// DeepSeek sparse attention's indexer, and its replicated projections (wq_b; wk fused
     /// with weights_proj), where the model has one.
     indexer: Option<(DsaIndexer, [GemmOp; 2])>,
@@ -370,6 +373,7 @@ impl Roofline {
             down,
             q_up,
             kv_up,
+            absorbed_elsewhere: false,
             indexer,
             attention: MlaAttention::new(&spec, heads_per_gpu, model.kv_dtype.bytes() as f64, act_bytes),
             attention_s_per_flop: 1.0 / (peak_16bit * attention_eff),
@@ -696,7 +700,8 @@ impl Roofline {
             let gemm_rows = batch.graph_size.map_or(tokens_count, u64::from);
             let layer_gemm_s = self.layer_gemm_s_by_rows.get_whole(gemm_rows, || self.layer_gemm_s(count_to_f64(gemm_rows)));
             let kv_up_s = self.mla.as_ref().map_or(0.0, |mla| {
-                self.num_layers * mla.kv_up.time_s(count_to_f64(gemm_rows + prefill_prefix_tokens))
+                let rows = if mla.absorbed_elsewhere { tokens_count - decode_tokens } else { gemm_rows };
+                self.num_layers * mla.kv_up.time_s(count_to_f64(rows + prefill_prefix_tokens))
             });
             let gemm_s = self.num_layers * layer_gemm_s + self.lm_head.time_s(sampled) + kv_up_s;
             let [elementwise_ns, communication_ns, overhead_ns] = self.predict_non_kernel(batch, tokens, sampled, prefill_seqs);
@@ -724,6 +729,9 @@ pub(crate) struct PricedElsewhere {
     /// MLA's whole attention module: its projections (q_a and kv_a, q_b, kv_b, o_proj), the
     /// attention, and DeepSeek sparse attention's indexer with its projections.
     pub latent_attention: bool,
+    /// MLA's attention kernel and, in decodes, the absorbed multiplies around it (kv_b's rows
+    /// for decode tokens); its projections stay.
+    pub latent_attention_kernel: bool,
     /// A mixture of experts' routed experts (the router stays).
     pub routed_experts: bool,
     /// Linear-attention layers' kernels (their projections stay).
@@ -745,6 +753,12 @@ impl Roofline {
             }
             // An MLA model's output projection is MLA's o_proj.
             self.layer_gemms[1] = free;
+        }
+        if parts.latent_attention_kernel
+            && let Some(mla) = &mut self.mla
+        {
+            (mla.attention_s_per_flop, mla.prefix_attention_s_per_flop, mla.s_per_byte) = (0.0, 0.0, 0.0);
+            mla.absorbed_elsewhere = true;
         }
         if parts.routed_experts
             && let Some(moe) = &mut self.moe

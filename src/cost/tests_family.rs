@@ -132,3 +132,84 @@ fn routed_experts_come_from_the_fused_moe_rows() {
     assert!(priced_ns.abs_diff(base.gemm_ns + moe_ns) <= 2, "{priced_ns} against {}", base.gemm_ns + moe_ns);
     assert!(us < 0.9 * (250.0f64 * 500.0).sqrt(), "below the round-robin row at 32 tokens: {us}");
 }
+
+const KERNEL_KEY: &str = "kv=bfloat16 heads=16";
+
+/// SGLang's tables: the attention kernel alone at 16 heads per GPU, and the absorbed
+/// multiplies in bf16 and FP8 at 1 and 64 tokens.
+fn sglang_tables() -> Families {
+    let (g, c) = (FamilyOp::MlaKernelGeneration, FamilyOp::MlaKernelContext);
+    let (pre, post) = (FamilyOp::MlaBmmPre, FamilyOp::MlaBmmPost);
+    let mut rows = vec![row(g, KERNEL_KEY, 8, 1024, 20.0), row(g, KERNEL_KEY, 32, 1024, 40.0), row(c, KERNEL_KEY, 1, 512, 50.0), row(c, KERNEL_KEY, 1, 1024, 90.0)];
+    for (dtype, us) in [("bfloat16", 4.0), ("fp8", 8.0)] {
+        let key = format!("dtype={dtype} heads=16");
+        rows.extend([row(pre, &key, 1, 0, us), row(pre, &key, 64, 0, 2.0 * us), row(post, &key, 1, 0, us), row(post, &key, 64, 0, 2.0 * us)]);
+    }
+    Families { rows, ..Families::default() }
+}
+
+/// 16 decodes of 1,024 tokens on SGLang's rows: the kernel at √(20 × 40) µs a layer (halfway
+/// in ln batch), the two absorbed multiplies at 16 tokens (two thirds of the way in ln tokens
+/// from 1 to 64: 2^(2/3) × their one-token time each), and the roofline's projections, which the whole-module
+/// rows would have replaced and these do not.
+#[test]
+fn sglang_mla_kernel_rows_price_the_attention_and_absorbed_multiplies_by_hand() {
+    let (model, gpu, params) = (deepseek_bf16(), GpuSpec::preset("H200").unwrap(), CostParams::default());
+    let (priced, notes) = RowPriced::new(&sglang_tables(), "H200, sglang 0.5.14", &model, &gpu, 8, &params);
+    let priced = priced.expect("the kernel rows price DeepSeek-V3's attention");
+    assert!(notes.iter().any(|n| n.contains("attention-kernel rows (H200, sglang 0.5.14: kv=bfloat16 heads=16)") && n.contains("(dtype=bfloat16 heads=16)")), "{notes:?}");
+
+    let batch = decodes(16, 1023);
+    let step = priced.predict(&batch);
+    assert_eq!(step.attention_ns, to_ns(61.0 * (20.0f64 * 40.0).sqrt() * 1e-6));
+    let kernel_only = PricedElsewhere { latent_attention_kernel: true, ..PricedElsewhere::default() };
+    let base = Roofline::new(&model, &gpu, 8, &params).without(kernel_only).predict(&batch);
+    assert_eq!(base.attention_ns, 0, "the roofline prices none of the kernel");
+    let bmm_us = 2.0 * 4.0 * 2.0f64.powf(2.0 / 3.0);
+    assert_eq!(step.gemm_ns, base.gemm_ns + to_ns(61.0 * bmm_us * 1e-6));
+    // The projections stay: more GEMM time than without the whole module, less than the full
+    // roofline, which also multiplies kv_b on every decode token.
+    let whole = PricedElsewhere { latent_attention: true, ..PricedElsewhere::default() };
+    let without_module = Roofline::new(&model, &gpu, 8, &params).without(whole).predict(&batch);
+    let full = Roofline::new(&model, &gpu, 8, &params).predict(&batch);
+    assert!(without_module.gemm_ns < base.gemm_ns && base.gemm_ns < full.gemm_ns, "{without_module:?} {base:?} {full:?}");
+
+    // A prompt takes no absorbed multiply: its kernel row, and kv_b's decompression by the roofline.
+    let mut prompt = Batch::default();
+    prompt.push(SeqWork { seq: 0, new_tokens: 1024, context_tokens: 0, samples_token: true, draft_tokens: 0 });
+    let step = priced.predict(&prompt);
+    assert_eq!(step.attention_ns, to_ns(61.0 * 90e-6));
+    assert_eq!(step.gemm_ns, Roofline::new(&model, &gpu, 8, &params).without(kernel_only).predict(&prompt).gemm_ns);
+    assert_eq!(step.gemm_ns, full_gemm_ns(&model, &gpu, &params, &prompt), "kv_b decompresses every prompt token as before");
+}
+
+fn full_gemm_ns(model: &ModelSpec, gpu: &GpuSpec, params: &CostParams, batch: &Batch) -> u64 {
+    Roofline::new(model, gpu, 8, params).predict(batch).gemm_ns
+}
+
+/// A per-tensor FP8 checkpoint's absorbed multiplies run in FP8, a 128 × 128 block-FP8 one's in
+/// bf16 (SGLang dequantizes that `kv_b_proj` when it splits it), and other latent widths are not
+/// priced from DeepSeek-V3's kernel rows.
+#[test]
+fn sglang_mla_kernel_rows_follow_the_checkpoint_and_refuse_other_widths() {
+    let (gpu, params) = (GpuSpec::preset("H200").unwrap(), CostParams::default());
+    let mut fp8 = deepseek_bf16();
+    fp8.weight_dtype = Dtype::Fp8;
+    let (priced, notes) = RowPriced::new(&sglang_tables(), "H200, sglang 0.5.14", &fp8, &gpu, 8, &params);
+    assert!(priced.is_some() && notes.iter().any(|n| n.contains("(dtype=fp8 heads=16)")), "{notes:?}");
+    let mut block = deepseek_bf16();
+    block.weight_quant = crate::scenario::model::WeightQuant::from_scenario_name("fp8-block").unwrap();
+    block.weight_dtype = Dtype::Fp8;
+    let (priced, notes) = RowPriced::new(&sglang_tables(), "H200, sglang 0.5.14", &block, &gpu, 8, &params);
+    assert!(priced.is_some() && notes.iter().any(|n| n.contains("(dtype=bfloat16 heads=16)")), "{notes:?}");
+
+    let mut narrow = deepseek_bf16();
+    narrow.mla = narrow.mla.map(|m| crate::scenario::model::MlaSpec { kv_lora_rank: 256, ..m });
+    let (priced, notes) = RowPriced::new(&sglang_tables(), "H200, sglang 0.5.14", &narrow, &gpu, 8, &params);
+    assert!(priced.is_none() && notes.iter().any(|n| n.contains("latent and head widths only") && n.contains("flagged as roofline")), "{notes:?}");
+    // An FP8 latent cache has no kernel rows here: the roofline, said.
+    let mut fp8_cache = deepseek_bf16();
+    fp8_cache.kv_dtype = Dtype::Fp8;
+    let (priced, notes) = RowPriced::new(&sglang_tables(), "H200, sglang 0.5.14", &fp8_cache, &gpu, 8, &params);
+    assert!(priced.is_none() && notes.iter().any(|n| n.contains("no MLA kernel rows") && n.contains("fp8 latent cache")), "{notes:?}");
+}
