@@ -45,6 +45,29 @@ pub struct SchedulerConfig {
 }
 
 impl SchedulerConfig {
+    /// A plain vLLM-style scheduler: chunked prefill within `max_num_batched_tokens`, at most
+    /// `max_num_seqs` running, `num_gpu_blocks` blocks of `block_size` tokens, and none of the
+    /// rest (no watermark, prefix cache, multi-step window, step ahead, speculation, TGI or
+    /// SGLang knobs). Callers name what differs with `SchedulerConfig { .., ..plain }`.
+    pub fn plain(max_num_batched_tokens: u32, max_num_seqs: u32, block_size: u32, num_gpu_blocks: u32) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_batched_tokens,
+            max_num_seqs,
+            enable_chunked_prefill: true,
+            block_size,
+            num_gpu_blocks,
+            kv_blocks_per_seq: 0,
+            watermark: 0.0,
+            enable_prefix_caching: false,
+            num_scheduler_steps: 1,
+            stream_window_steps: false,
+            schedule_ahead: false,
+            speculative: None,
+            tgi: None,
+            sglang: None,
+        }
+    }
+
     pub fn watermark_blocks(&self) -> u32 {
         (self.watermark * self.num_gpu_blocks as f64).floor() as u32
     }

@@ -8,22 +8,7 @@ pub(in crate::sched) const BLOCK: u32 = 16;
 
 /// The scheduler knobs these tests and `preemption_tests` run with.
 pub(in crate::sched) fn config(num_gpu_blocks: u32, enable_prefix_caching: bool) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens: 2048,
-        max_num_seqs: 8,
-        enable_chunked_prefill: true,
-        block_size: BLOCK,
-        num_gpu_blocks,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        schedule_ahead: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+    SchedulerConfig { enable_prefix_caching, ..SchedulerConfig::plain(2048, 8, BLOCK, num_gpu_blocks) }
 }
 
 fn scheduler(policy: Policy, num_gpu_blocks: u32, enable_prefix_caching: bool) -> Scheduler {

@@ -8,19 +8,8 @@ use super::*;
 
 pub(in crate::sched) fn sglang_config(pages: u32, page: u32, chunk: Option<u32>, conservativeness: f64) -> SchedulerConfig {
     SchedulerConfig {
-        max_num_batched_tokens: chunk.unwrap_or(1 << 20),
-        max_num_seqs: 64,
         enable_chunked_prefill: chunk.is_some(),
-        block_size: page,
-        num_gpu_blocks: pages,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
         enable_prefix_caching: true,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        schedule_ahead: false,
-        speculative: None,
-        tgi: None,
         sglang: Some(SglangConfig {
             schedule_policy: SchedulePolicy::Fcfs,
             chunked_prefill_size: chunk,
@@ -30,6 +19,7 @@ pub(in crate::sched) fn sglang_config(pages: u32, page: u32, chunk: Option<u32>,
             disable_overlap_schedule: false,
             fp8_tensor_scales: false,
         }),
+        ..SchedulerConfig::plain(chunk.unwrap_or(1 << 20), 64, page, pages)
     }
 }
 

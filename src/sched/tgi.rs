@@ -246,20 +246,9 @@ mod tests {
 
     fn scheduler_with(tgi: TgiConfig, num_gpu_blocks: u32) -> Scheduler {
         let config = SchedulerConfig {
-            max_num_batched_tokens: tgi.prefill_budget_tokens(BLOCK),
-            max_num_seqs: u32::MAX,
             enable_chunked_prefill: false,
-            block_size: BLOCK,
-            num_gpu_blocks,
-            kv_blocks_per_seq: 0,
-            watermark: 0.0,
-            enable_prefix_caching: false,
-            num_scheduler_steps: 1,
-            stream_window_steps: false,
-            schedule_ahead: false,
-            speculative: None,
             tgi: Some(tgi),
-            sglang: None,
+            ..SchedulerConfig::plain(tgi.prefill_budget_tokens(BLOCK), u32::MAX, BLOCK, num_gpu_blocks)
         };
         let policy = Box::new(Tgi::new(&config));
         Scheduler::new(config, policy)

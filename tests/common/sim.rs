@@ -11,22 +11,7 @@ use servesim::workload::{RequestSpec, SharedPrefix};
 /// of 16 tokens, chunked prefill on; no watermark, prefix cache, multi-step, speculation, nor
 /// TGI's or SGLang's knobs. Tests change what they test with `SchedulerConfig { .., ..base }`.
 pub fn scheduler(max_num_batched_tokens: u32, max_num_seqs: u32, num_gpu_blocks: u32) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_batched_tokens,
-        max_num_seqs,
-        enable_chunked_prefill: true,
-        block_size: 16,
-        num_gpu_blocks,
-        kv_blocks_per_seq: 0,
-        watermark: 0.0,
-        enable_prefix_caching: false,
-        num_scheduler_steps: 1,
-        stream_window_steps: false,
-        schedule_ahead: false,
-        speculative: None,
-        tgi: None,
-        sglang: None,
-    }
+    SchedulerConfig::plain(max_num_batched_tokens, max_num_seqs, 16, num_gpu_blocks)
 }
 
 /// One replica of `policy` running `scheduler`, round-robin, no client concurrency cap, no
