@@ -105,6 +105,43 @@ fn a_lockstep_step_is_the_slowest_rank_plus_the_expert_layers() {
     assert!(padded.total_ns.abs_diff(expected) <= 2, "{} against {expected} by hand", padded.total_ns);
 }
 
+/// Under DeepEP's low-latency kernels vLLM loops a rank's expert layers over chunks of 256
+/// tokens (`VLLM_MOE_DP_CHUNK_SIZE`), as many as the largest rank needs: a 600-token prompt
+/// beside a 10-token decode batch runs three rounds of 256 + 10, 256 + 1 (the small rank runs
+/// its last token again) and 88 + 1 rows, each with a dummy token from each of six idle ranks, with
+/// DeepEP's dispatch and combine at 256, 256 and 88 tokens. The default backend runs one round.
+#[test]
+fn deepep_low_latency_runs_the_expert_layers_in_chunks_of_256_tokens() {
+    let s = deepseek("tensor_parallel = 1\ndata_parallel = 8\nexpert_parallel = true\nall2all_backend = \"deepep_low_latency\"").unwrap();
+    let cost = scenario_cost(&s, false).unwrap();
+    assert!(cost.notes.iter().any(|n| n.contains("rounds of at most 256 token rows a rank")), "{:?}", cost.notes);
+    let mut prompt = Batch::default();
+    prompt.push(SeqWork { seq: 0, new_tokens: 600, context_tokens: 0, samples_token: true, draft_tokens: 0 });
+    let (light, idle) = (decodes(10, 3000), Batch::default());
+    let step = cost.model.predict_ranks(&[&prompt, &light, &idle, &idle, &idle, &idle, &idle, &idle]);
+
+    let moe = s.model.moe.unwrap();
+    let mut rank_model = s.model.clone();
+    rank_model.moe = Some(MoeSpec { experts_per_token: 0, expert_parallel: false, ..moe });
+    let rank = Roofline::new(&rank_model, &s.hardware.gpu, 1, &s.cost);
+    let experts = Roofline::new(&s.model, &s.hardware.gpu, 8, &s.cost);
+    let experts_ns = to_ns([272.0, 263.0, 95.0].iter().map(|&rows| experts.routed_experts_s(rows)).sum::<f64>());
+    // DeepEP's H200 rows for DeepSeek-V3: 60.522 + 124.475 µs at 256 tokens; 88 between 64 and
+    // 128, log-log.
+    let between = |a: f64, b: f64| (a.ln() + (b / a).ln() * (88.0f64 / 64.0).ln() / 2.0f64.ln()).exp();
+    let at_88 = between(22.994, 35.119) + between(38.757, 67.745);
+    let exchange_ns = to_ns(58.0 * (2.0 * (60.522 + 124.475) + at_88) * 1e-6);
+    let expected = rank.predict(&prompt).total_ns + experts_ns + exchange_ns;
+    assert!(step.total_ns.abs_diff(expected) <= 3, "{} against {expected} by hand", step.total_ns);
+    // One round would price the experts once, on 616 rows.
+    let one_round = rank.predict(&prompt).total_ns + to_ns(experts.routed_experts_s(616.0));
+    assert!(step.total_ns > one_round + exchange_ns / 2, "chunks re-read the experts' weights");
+
+    let default = deepseek("tensor_parallel = 1\ndata_parallel = 8\nexpert_parallel = true").unwrap();
+    let cost = scenario_cost(&default, false).unwrap();
+    assert!(!cost.notes.iter().any(|n| n.contains("rounds of at most")), "{:?}", cost.notes);
+}
+
 /// vLLM's default backend gathers every rank's tokens and scatters them back: by hand from the
 /// link, (d − 1) × T tokens of hidden × 2 bytes each way, plus a collective's latency, per
 /// expert layer.

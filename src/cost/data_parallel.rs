@@ -30,36 +30,57 @@ pub struct DataParallelCost {
     experts: Box<dyn CostModel + Sync>,
     exchange: TokenExchange,
     ranks: u32,
+    /// Token rows a rank sends through the expert layers at once, where the engine splits a
+    /// larger step into rounds of dispatch, experts and combine (vLLM's
+    /// `VLLM_MOE_DP_CHUNK_SIZE` under DeepEP's low-latency kernels); `None`: one round.
+    chunk_rows: Option<u32>,
 }
 
 impl DataParallelCost {
     /// `rank`: one rank's model without its routed experts; `experts`: the model on every
-    /// rank's GPUs; `ranks`: the data-parallel size.
-    pub fn new(rank: Box<dyn CostModel + Sync>, experts: Box<dyn CostModel + Sync>, exchange: TokenExchange, ranks: u32) -> DataParallelCost {
+    /// rank's GPUs; `ranks`: the data-parallel size; `chunk_rows`: see the field.
+    pub fn new(
+        rank: Box<dyn CostModel + Sync>,
+        experts: Box<dyn CostModel + Sync>,
+        exchange: TokenExchange,
+        ranks: u32,
+        chunk_rows: Option<u32>,
+    ) -> DataParallelCost {
         assert!(ranks >= 1, "at least one rank");
-        DataParallelCost { rank, experts, exchange, ranks }
+        assert!(chunk_rows != Some(0), "a chunk holds a row at least");
+        DataParallelCost { rank, experts, exchange, ranks, chunk_rows }
     }
 
-    /// The expert layers of a step whose experts receive `rows` token rows from all ranks, and
-    /// whose largest rank sends `rows_largest`: `(experts_ns, exchange_ns)`.
-    pub fn expert_layers_ns(&self, rows: f64, rows_largest: u32) -> (u64, u64) {
-        (to_ns(self.experts.routed_experts_s(rows)), to_ns(self.exchange.time_s(f64::from(rows_largest))))
+    /// The expert layers of a step whose ranks send `rows` token rows each: `(experts_ns,
+    /// exchange_ns)`, over every round. The experts see all ranks' rows of a round at once; the
+    /// exchange waits for the largest rank's.
+    pub fn expert_layers_ns(&self, rows: &[u32]) -> (u64, u64) {
+        let largest = rows.iter().copied().max().unwrap_or(1).max(1);
+        let chunk = self.chunk_rows.unwrap_or(largest).min(largest);
+        let (mut experts_s, mut exchange_s) = (0.0, 0.0);
+        for start in (0..largest).step_by(chunk as usize) {
+            // vLLM clamps a rank that has run out of rows to its last one, which it runs again.
+            let round: f64 = rows.iter().map(|&r| f64::from(r.saturating_sub(start).clamp(1, chunk))).sum();
+            experts_s += self.experts.routed_experts_s(round);
+            exchange_s += self.exchange.time_s(f64::from((largest - start).min(chunk)));
+        }
+        (to_ns(experts_s), to_ns(exchange_s))
     }
 }
 
-/// `(rows, rows_largest)`: the token rows the experts receive from the `ranks` ranks, whose
-/// batches are `batches` (an empty batch, or one not listed, is an idle rank's dummy batch of one
-/// token), and the largest rank's rows, which the exchange waits for.
-fn expert_rows(batches: &[&Batch], ranks: u32) -> (f64, u32) {
+/// The token rows each of the `ranks` ranks sends through the expert layers, whose batches are
+/// `batches` (an empty batch, or one not listed, is an idle rank's dummy batch of one token).
+/// When every busy rank replays a graph, all are padded to the largest one's size.
+fn rank_rows(batches: &[&Batch], ranks: u32) -> Vec<u32> {
     let busy = || batches.iter().filter(|b| !b.is_empty());
-    let largest = busy().map(|b| b.graph_size.unwrap_or_else(|| b.tokens())).max().unwrap_or(0).max(1);
-    let idle = ranks.saturating_sub(busy().count() as u32);
-    let rows = if busy().all(|b| b.graph_size.is_some()) {
-        f64::from(ranks) * f64::from(largest)
+    let mut rows: Vec<u32> = if busy().all(|b| b.graph_size.is_some()) {
+        let largest = busy().filter_map(|b| b.graph_size).max().unwrap_or(1).max(1);
+        vec![largest; ranks as usize]
     } else {
-        busy().map(|b| f64::from(b.tokens())).sum::<f64>() + f64::from(idle)
+        busy().map(|b| b.tokens().max(1)).collect()
     };
-    (rows, largest)
+    rows.resize(rows.len().max(ranks as usize), 1);
+    rows
 }
 
 impl CostModel for DataParallelCost {
@@ -71,8 +92,7 @@ impl CostModel for DataParallelCost {
     fn predict_ranks(&self, ranks: &[&Batch]) -> StepCost {
         let slowest = ranks.iter().filter(|b| !b.is_empty()).map(|b| self.rank.predict(b)).max_by_key(|c| c.total_ns);
         let Some(slowest) = slowest else { return StepCost::default() };
-        let (rows, rows_largest) = expert_rows(ranks, self.ranks);
-        let (experts_ns, exchange_ns) = self.expert_layers_ns(rows, rows_largest);
+        let (experts_ns, exchange_ns) = self.expert_layers_ns(&rank_rows(ranks, self.ranks));
         StepCost {
             total_ns: slowest.total_ns + experts_ns + exchange_ns,
             gemm_ns: slowest.gemm_ns + experts_ns,

@@ -6,7 +6,16 @@ use super::ScenarioCost;
 use crate::cost::data_parallel::DataParallelCost;
 use crate::cost::token_exchange::TokenExchange;
 use crate::scenario::model::MoeSpec;
+use crate::scenario::parallel::All2AllBackend;
 use crate::scenario::{Scenario, ScenarioError};
+
+/// vLLM's `VLLM_MOE_DP_CHUNK_SIZE` (`vllm/envs.py`, 256 in 0.19.0): under DeepEP's low-latency
+/// kernels `DefaultMoERunner.use_dp_chunking` loops the expert layer over chunks of this many
+/// tokens a rank, as many as the largest rank needs (the low-latency buffers are sized for it).
+/// It does so for MoRI, FlashInfer's NVLink two-sided and NIXL EP kernels too, which servesim
+/// does not offer; 0.19.0 has no pplx backend (it falls back to `allgather_reducescatter`), and
+/// earlier releases' chunking of pplx is not modelled.
+const VLLM_MOE_DP_CHUNK_SIZE: u32 = 256;
 
 /// `scenario`'s cost when its ranks step in lockstep, from `cost_of` (which prices a scenario
 /// of one engine); `None` when they do not (one rank, or a model without experts).
@@ -42,7 +51,14 @@ pub(super) fn lockstep_cost(
         warnings.extend(extra);
         notes.push(note);
         let label = format!("{label}; {} data-parallel ranks, experts over {} GPUs", dp.ranks, tp * dp.ranks);
-        let model = Box::new(DataParallelCost::new(model, experts_cost.model, exchange, dp.ranks));
+        let chunk_rows = (dp.all2all == All2AllBackend::DeepepLowLatency).then_some(VLLM_MOE_DP_CHUNK_SIZE);
+        if let Some(rows) = chunk_rows {
+            notes.push(format!(
+                "data parallel: a step's expert layers run in rounds of at most {rows} token rows a rank (vLLM's VLLM_MOE_DP_CHUNK_SIZE under {}), each a dispatch, the experts and a combine",
+                dp.all2all.name()
+            ));
+        }
+        let model = Box::new(DataParallelCost::new(model, experts_cost.model, exchange, dp.ranks, chunk_rows));
         Ok(ScenarioCost { model, kind, label, notes, warnings })
     })())
 }
