@@ -13,6 +13,7 @@ use servesim::plan::Plan;
 use servesim::plan::deploy::deployment;
 use servesim::run::{run_scenario, scenario_cost};
 use servesim::scenario::model::MoeSpec;
+use servesim::scenario::parallel::All2AllBackend;
 use servesim::scenario::{Policy, Scenario, ScenarioError};
 use servesim::sched::{Batch, SeqWork};
 use servesim::sim::{DataParallelSim, SimConfig, simulate, simulate_per_sequence};
@@ -274,6 +275,14 @@ fn what_vllm_refuses_is_refused_by_name() {
     refused("tensor_parallel = 1\ndata_parallel = 8\nall2all_backend = \"deepep\"", "engine.all2all_backend", "unknown backend; known: naive");
     refused("tensor_parallel = 8\nall2all_backend = \"naive\"", "engine.all2all_backend", "engine.data_parallel is 1");
     refused("tensor_parallel = 1\ndata_parallel = 8\nall2all_backend = \"pplx\"", "engine.all2all_backend", "only with expert parallelism");
+    // What each release has (the wheels' vllm/envs.py and vllm/config/parallel.py).
+    let ep = "tensor_parallel = 1\ndata_parallel = 8\nexpert_parallel = true";
+    refused(&format!("{ep}\nversion = \"0.19.0\"\nall2all_backend = \"naive\""), "engine.all2all_backend", "removed in 0.19.0");
+    refused(&format!("{ep}\nversion = \"0.17.0\"\nall2all_backend = \"pplx\""), "engine.all2all_backend", "removed in 0.17.0");
+    refused(&format!("{ep}\nversion = \"0.10.2\"\nall2all_backend = \"allgather_reducescatter\""), "engine.all2all_backend", "added in 0.11.0");
+    let at = |version: &str| deepseek(&format!("{ep}\nversion = \"{version}\"")).unwrap().engine.data_parallel.unwrap().all2all;
+    assert_eq!((at("0.10.2"), at("0.11.0"), at("0.19.0")), (All2AllBackend::Naive, All2AllBackend::AllgatherReducescatter, All2AllBackend::AllgatherReducescatter));
+    assert!(deepseek(&format!("{ep}\nversion = \"0.15.1\"\nall2all_backend = \"naive\"")).is_ok());
     let short = Scenario::from_toml_str(&DEEPSEEK.replace("ENGINE", "tensor_parallel = 8\ndata_parallel = 2"), Path::new("dp.toml"), &["hardware.count=8".into()]);
     let e = short.unwrap_err().to_string();
     assert!(e.contains("field `hardware.count` = 8") && e.contains("tensor_parallel × data_parallel = 8 × 2 = 16 GPUs"), "{e}");

@@ -34,8 +34,6 @@ pub enum All2AllBackend {
 }
 
 impl All2AllBackend {
-    /// vLLM's default: `ParallelConfig.all2all_backend` in `vllm/config/parallel.py`.
-    pub const DEFAULT: All2AllBackend = All2AllBackend::AllgatherReducescatter;
     pub const ALL: [All2AllBackend; 5] = [
         All2AllBackend::Naive,
         All2AllBackend::AllgatherReducescatter,

@@ -262,3 +262,17 @@ fn sglang_settings_are_launch_server_flags_of_0_4_9() {
     assert!(!has(&d, "--quantization", None) && !has(&d, "--quantization", Some("fp8")), "{}", d.script("sglang"));
     assert!(d.notes.iter().any(|n| n.contains("per-tensor FP8")), "{:?}", d.notes);
 }
+
+/// Before 0.12.0 vLLM had no `--all2all-backend`: the backend goes in `VLLM_ALL2ALL_BACKEND`,
+/// whose default then was "naive" (0.10.x).
+#[test]
+fn the_all2all_backend_is_an_environment_variable_before_0_12() {
+    let moe = "preset = \"Qwen3-30B-A3B\"";
+    let engine = |version: &str| format!("policy = \"vllm-v1\"\nversion = \"{version}\"\ntensor_parallel = 1\ndata_parallel = 2\nexpert_parallel = true");
+    let old = deployment(&scenario(moe, "H100-SXM", &engine("0.10.2"), ""), 1, None).unwrap();
+    assert!(old.instances[0].args.env.contains(&("VLLM_ALL2ALL_BACKEND".into(), "naive".into())), "{:?}", old.instances[0].args);
+    assert!(!old.instances[0].args.flags.iter().any(|(f, _)| f == "--all2all-backend"));
+    let new = deployment(&scenario(moe, "H100-SXM", &engine("0.15.1"), ""), 1, None).unwrap();
+    assert!(has(&new, "--all2all-backend", Some("allgather_reducescatter")));
+    assert!(!new.instances[0].args.env.iter().any(|(k, _)| k == "VLLM_ALL2ALL_BACKEND"));
+}

@@ -15,6 +15,8 @@ const fn release(major: u32, minor: u32) -> EngineVersion {
 const V1_DEFAULT: EngineVersion = release(0, 8);
 /// The first release without the V0 engine.
 const V0_REMOVED: EngineVersion = release(0, 11);
+/// The first release with `--all2all-backend`; before it, `VLLM_ALL2ALL_BACKEND` chose.
+const ALL2ALL_FLAG: EngineVersion = release(0, 12);
 /// The first release that takes speculative decoding as one `--speculative-config` JSON.
 const SPECULATIVE_CONFIG: EngineVersion = release(0, 8);
 
@@ -77,8 +79,10 @@ pub fn args(model: &ModelSpec, engine: &EngineConfig, version: EngineVersion, dr
                 "tensor_parallel × data_parallel = {gpus} GPUs, more than one {GPUS_PER_NODE}-GPU node: vLLM runs the ranks across nodes with a command per node (--data-parallel-size-local, --data-parallel-start-rank, --data-parallel-address)"
             ));
         }
-        if dp.lockstep {
+        if dp.lockstep && version >= ALL2ALL_FLAG {
             a.flag("--all2all-backend", dp.all2all.name());
+        } else if dp.lockstep {
+            a.env("VLLM_ALL2ALL_BACKEND", dp.all2all.name());
         }
     }
     if let Some(spec) = &engine.speculative {

@@ -3,6 +3,7 @@
 //! servesim does not model it.
 
 use super::context::{Cx, positive_or, quote};
+use crate::scenario::engine_profile::EngineVersion;
 use crate::scenario::model::ModelSpec;
 use crate::scenario::parallel::{All2AllBackend, DataParallel};
 use crate::scenario::schema::RawEngine;
@@ -11,6 +12,38 @@ use crate::scenario::{EngineConfig, GpuSpec, Policy, Router, ScenarioError};
 /// More ranks than any deployment runs (vLLM's wide-EP recipes reach a few hundred GPUs); past
 /// it a value is surely a typo, and each rank holds a scheduler.
 const DATA_PARALLEL_MAX: u32 = 1024;
+
+const fn release(major: u32, minor: u32) -> EngineVersion {
+    EngineVersion { major, minor, patch: 0 }
+}
+
+/// vLLM's default backend at `version`: `VLLM_ALL2ALL_BACKEND`'s "naive" before 0.11.0, which
+/// added `allgather_reducescatter` and made it the default (`vllm/envs.py` in the 0.9.2 to
+/// 0.11.0 wheels; `ParallelConfig.all2all_backend` from 0.12.0).
+fn default_backend(version: EngineVersion) -> All2AllBackend {
+    if version < release(0, 11) { All2AllBackend::Naive } else { All2AllBackend::AllgatherReducescatter }
+}
+
+/// Why vLLM `version` does not run `backend`, where it does not (read in the wheels'
+/// `vllm/envs.py` and `vllm/config/parallel.py`): `allgather_reducescatter` came in 0.11.0;
+/// 0.17.0 dropped pplx and 0.19.0 naive, each falling back to `allgather_reducescatter` with a
+/// warning.
+fn unavailable(backend: All2AllBackend, version: EngineVersion) -> Option<String> {
+    let (since, until) = match backend {
+        All2AllBackend::AllgatherReducescatter => (Some(release(0, 11)), None),
+        All2AllBackend::Pplx => (None, Some(release(0, 17))),
+        All2AllBackend::Naive => (None, Some(release(0, 19))),
+        All2AllBackend::DeepepHighThroughput | All2AllBackend::DeepepLowLatency => (None, None),
+    };
+    let name = backend.name();
+    match (since, until) {
+        (Some(first), _) if version < first => Some(format!("vLLM {version} has no {name} backend (added in {first})")),
+        (_, Some(gone)) if version >= gone => Some(format!(
+            "vLLM {version} has no {name} backend (removed in {gone}: it warns and runs allgather_reducescatter); set that"
+        )),
+        _ => None,
+    }
+}
 
 /// Fills `engine.data_parallel` (the experts already placed: expert parallelism decides where
 /// they may go). `gpu` is `None` for a cluster of pools, which the ranks are not modelled in.
@@ -68,8 +101,11 @@ pub(super) fn resolve_data_parallel(
             }
         }
     }
+    // The release modelled: the one named, else the engine profile's default.
+    let version = engine.version.or_else(|| engine.profile.as_ref().map(|p| p.default_version));
     let Some(backend) = backend else {
-        engine.data_parallel = (ranks > 1).then_some(DataParallel { ranks, all2all: All2AllBackend::DEFAULT, lockstep: model.moe.is_some() });
+        let all2all = version.map_or(All2AllBackend::AllgatherReducescatter, default_backend);
+        engine.data_parallel = (ranks > 1).then_some(DataParallel { ranks, all2all, lockstep: model.moe.is_some() });
         return Ok(());
     };
     let field = "engine.all2all_backend";
@@ -85,6 +121,9 @@ pub(super) fn resolve_data_parallel(
     }
     if backend.is_all_to_all() && gpu.is_some_and(|g| g.name.starts_with("MI")) {
         return Err(cx.invalid(field, name, format!("its kernels are CUDA's, and {} is an AMD GPU", gpu.map_or("", |g| g.name.as_str()))));
+    }
+    if let Some(why) = version.and_then(|v| unavailable(backend, v)) {
+        return Err(cx.invalid(field, name, why));
     }
     engine.data_parallel = Some(DataParallel { ranks, all2all: backend, lockstep: true });
     Ok(())
