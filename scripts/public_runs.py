@@ -20,7 +20,6 @@ so in the scenario's comments. Re-running on the same input writes the same file
 """
 
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -236,11 +235,6 @@ def mlperf_workload(row):
     return lines, note
 
 
-def stable_index(*parts, modulus):
-    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") % modulus
-
-
 # Each constant-rate stage is simulated for at most this long: its means are steady-state ones,
 # reached within seconds, so 150 s of a 600 s stage gives the same figures for a quarter of the
 # simulation (which matters when a fit simulates every run hundreds of times). The stages keep
@@ -248,12 +242,28 @@ def stable_index(*parts, modulus):
 STAGE_SECONDS_MAX = 150.0
 
 
+# The prompts inference-perf's shared_prefix generator sends, cycled. The runs' own resolved
+# configs (inference-sim/training default_args/<run>/results/config.yaml @c4f0340) read
+# `shared_prefix: {num_groups: 10, num_prompts_per_group: 10, system_prompt_len, question_len,
+# output_len}` and no `enable_multi_turn_chat`: the inference-perf that ran them (its config schema
+# has `circuit_breakers` and no multi-turn key, kubernetes-sigs/inference-perf between b81afa4,
+# 2025-10-15, and 4ec6bfd, 2025-11-24) did not know the profile's `num_unique_system_prompts`,
+# `num_users_per_system_prompt` and `enable_multi_turn_chat`, and took its defaults, 10 x 10,
+# single-turn. That generator (`datagen/shared_prefix_datagen.py`) draws 100 prompts once (each
+# a group's system prompt and its own question), shuffles them, and gives a stage's n-th request
+# prompt n % 100 (`get_request`; `load_generator.py` numbers each stage's requests from 0). So
+# every prompt returns 100 requests later, whole: with prefix caching on, all but its first
+# sending find it cached (vLLM recomputes the last block).
+INFERENCE_PERF_PROMPTS = 100
+
+
 def inference_perf_trace(row, stages):
-    """Constant-rate stages (inference-perf load.type=constant: one request every 1/rate s), each
-    request one system prompt of its group then its question; lengths fixed at the run's recorded
+    """Constant-rate stages (inference-perf load.type=constant: one request every 1/rate s), the
+    n-th request of a stage sending prompt n % 100 of the 100 the generator drew (a system prompt
+    of its group, then its question), so whole prompts repeat; lengths fixed at the run's recorded
     means when recorded, else the profile's."""
     params = profile_params(row["notes"]) or profile_params(row["workload"])
-    groups, users, system, question, output = params
+    _, _, system, question, output = params
     input_tokens = round(number(row["mean_input_tokens"]) or system + question)
     output_tokens = round(number(row["mean_output_tokens"]) or output)
     if stages:
@@ -267,10 +277,11 @@ def inference_perf_trace(row, stages):
     rows, start = [], 0.0
     for rate, count in plan:
         for i in range(count):
-            group = stable_index(row["run_id"], len(rows), modulus=groups)
-            rows.append((start + i / rate, input_tokens, output_tokens, group, min(system, input_tokens)))
+            rows.append((start + i / rate, input_tokens, output_tokens, i % INFERENCE_PERF_PROMPTS, input_tokens))
         start += count / rate
-    note = (f"inference-perf shared_prefix: {groups} system prompts of {system} tokens (one drawn per request), "
+    note = (f"inference-perf shared_prefix as it ran: {INFERENCE_PERF_PROMPTS} prompts drawn once (its default 10 system "
+            f"prompts x 10 questions; the profile's {params[0]} x {params[1]} and multi-turn keys were not read), "
+            f"a stage's n-th request sending prompt n % {INFERENCE_PERF_PROMPTS} whole, so prompts repeat and hit the prefix cache; "
             f"{'recorded mean' if number(row['mean_input_tokens']) else 'profile'} lengths {input_tokens} in, {output_tokens} out; "
             + ", then ".join(f"{n} requests at {r:g} req/s" for r, n in plan)
             + f" (the recorded {' and '.join(str(n) for _, n in recorded)}, each stage cut to its first {STAGE_SECONDS_MAX:g} s)")

@@ -128,6 +128,9 @@ pub struct Calibrated {
     moe: Option<MoePredictors>,
     /// Prefill, decode, mixed.
     attention: [AttentionPredictor; 3],
+    /// Whether chunks over a cached prefix are priced from the prefill and decode rows (the
+    /// profile measured none): [`Calibrated::chunk_attention_s`].
+    chunks_from_prefill: bool,
     /// The measured all-reduce on this TP degree, when the profile has one; else the roofline's
     /// ring formula prices the layers' all-reduces.
     allreduce: Option<Curve>,
@@ -271,20 +274,18 @@ impl Calibrated {
         let layer_gemms: [GemmPredictor; 4] = predictors.try_into().expect("four layer GEMMs");
 
         let heads = model_heads(model, tensor_parallel);
-        // Chunks of a prompt over its cached prefix run the prefill kernel with a longer key
-        // range. Where the profile measured no such chunks (published tables have none), their
-        // work is priced at the utilisation the same GPU's prefill kernel reaches for the
-        // chunk's batch and length, rather than at the roofline's guessed efficiency.
+        // Chunks of a prompt over its cached prefix: where the profile measured none (published
+        // tables have none), priced from its prefill and decode rows (`chunk_attention_s`),
+        // rather than at the roofline's guessed efficiency.
         let has_phase = |phase| index.attention.keys().any(|k| k.phase == phase);
-        let mixed_from = if !has_phase(AttentionPhase::Mixed) && has_phase(AttentionPhase::Prefill) {
+        let chunks_from_prefill = !has_phase(AttentionPhase::Mixed) && has_phase(AttentionPhase::Prefill);
+        if chunks_from_prefill {
             notices.push(
-                "calibrated profile: no chunked-prefill attention over a cached prefix measured; priced at the utilisation of its prefill attention for the chunk's batch and length"
+                "calibrated profile: no chunked-prefill attention over a cached prefix measured; a chunk is priced as its whole prompt's prefill less its prefix's, and at least as a decode of its length"
                     .into(),
             );
-            AttentionPhase::Prefill
-        } else {
-            AttentionPhase::Mixed
-        };
+        }
+        let mixed_from = if chunks_from_prefill { AttentionPhase::Prefill } else { AttentionPhase::Mixed };
         let attention = [AttentionPhase::Prefill, AttentionPhase::Decode, mixed_from]
             .map(|phase| resolve_attention(&index, phase, model.kv_dtype, heads, &mut notices));
 
@@ -319,6 +320,7 @@ impl Calibrated {
             one_prefill_attention_s: ByRows::new(),
             moe,
             attention,
+            chunks_from_prefill,
             fallback_attention_s_per_key: flops_per_key / (peak_16bit * params.attention_efficiency),
             fallback_prefix_attention_s_per_key: flops_per_key / (peak_16bit * params.prefix_attention_efficiency),
             fallback_kv_token_bytes: 2.0 * heads.num_kv_heads as f64 * d * model.kv_dtype.bytes() as f64,
@@ -585,6 +587,7 @@ impl CostModel for Calibrated {
             s.kv_tokens += kv_tokens;
             if phase == MIXED {
                 s.prefix_keys += q * c;
+                s.chunk_end_squares += (c + q - 1.0) * (c + q - 1.0);
             }
         }
         // The cohort's decodes, from its totals: each is q = 1 on its context c, so it adds
@@ -626,7 +629,7 @@ impl CostModel for Calibrated {
             self.num_layers
                 * (prefill_s
                     + self.attention_s(DECODE, &sums[DECODE])
-                    + self.attention_s(MIXED, &sums[MIXED]))
+                    + self.chunk_attention_s(&sums[MIXED]))
         } else {
             0.0
         };
@@ -654,7 +657,7 @@ impl CostModel for Calibrated {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::grid::{Grid, GridOptions, GridScale, attention_work_from_totals};
+    use crate::calibrate::grid::{Grid, GridOptions, GridScale};
     use crate::calibrate::run::{RunOptions, SyntheticBackend, calibrate};
     use crate::calibrate::backend::{AttentionShape, SamplingShape};
     use crate::calibrate::grid::Shape;
@@ -1077,32 +1080,33 @@ mod tests {
     }
 
     #[test]
-    fn chunks_over_a_cached_prefix_take_the_prefill_kernels_utilisation_when_unmeasured() {
+    fn chunks_over_a_cached_prefix_are_priced_from_the_prefill_and_decode_rows_when_unmeasured() {
         let model = tiny_model();
         let (mut profile, _) =
             synthetic_profile(GridOptions::for_model(model.clone(), vec![1], vec![Dtype::Bf16], GridScale::Tiny));
         profile.rows.retain(|r| !matches!(r.shape, Shape::Attention(a) if a.phase == AttentionPhase::Mixed));
         let calibrated = Calibrated::new(&profile, &model, &h100(), 1, &CostParams::default());
         assert!(
-            calibrated.notices().iter().any(|n| n.contains("priced at the utilisation of its prefill attention")),
+            calibrated.notices().iter().any(|n| n.contains("whole prompt's prefill less its prefix's")),
             "{:#?}",
             calibrated.notices()
         );
-        let chunk = |context_tokens| {
+        let attention = |new_tokens, context_tokens| {
             let mut batch = Batch::default();
-            batch.push(SeqWork { seq: 0, new_tokens: 256, context_tokens, samples_token: false, draft_tokens: 0 });
+            let samples_token = new_tokens == 1;
+            batch.push(SeqWork { seq: 0, new_tokens, context_tokens, samples_token, draft_tokens: 0 });
             calibrated.predict(&batch).attention_ns as f64
         };
-        // The same utilisation on more work: time in proportion to the roofline time of the
-        // work (the keys over the prefix, and its K and V read).
-        let heads = model_heads(&model, 1);
-        let roofline_s = |c: f64| {
-            let (keys, kv_tokens, query_tokens) = attention_totals(1.0, 256.0, c);
-            attention_work_from_totals(heads, Dtype::Bf16, keys, kv_tokens, query_tokens).roofline_s(&profile.peak())
-        };
-        let expected = roofline_s(768.0) / roofline_s(0.0);
-        let ratio = chunk(768) / chunk(0);
-        assert!(expected > 2.0 && (ratio / expected - 1.0).abs() < 1e-3, "{ratio} against {expected}");
+        // A long chunk computes the keys of its whole prompt's prefill beyond its prefix's own.
+        let beyond = attention(1024, 0) - attention(768, 0);
+        let chunk = attention(256, 768);
+        assert!(beyond > 0.0 && (chunk / beyond - 1.0).abs() < 1e-6, "{chunk} against {beyond}");
+        // A chunk of 2 tokens (the recomputed last block of a prompt cached whole) reads its
+        // prompt's K and V as a decode at that length does; at the prefill kernel's utilisation
+        // for 2 tokens, its launch floor, the same work cost hundreds of times more.
+        let short = attention(2, 768);
+        assert_eq!(short, attention(1, 769));
+        assert!(short < chunk / 2.0, "{short} against {chunk}");
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub(super) struct PhaseSums {
     /// Keys read from the cache by prefill chunks (the prefix-attention kernel).
     pub(super) prefix_keys: f64,
     pub(super) kv_tokens: f64,
+    /// Of prefill chunks: the sum of (context + new tokens − 1)², the squared context of a
+    /// decode at the chunk's end.
+    pub(super) chunk_end_squares: f64,
 }
 
 impl Calibrated {
@@ -76,6 +79,42 @@ impl Calibrated {
                 compute.max(memory)
             }
         }
+    }
+}
+
+impl Calibrated {
+    /// Attention of the chunks over a cached prefix, seconds per layer. Where the profile
+    /// measured such chunks, their rows; else (published tables have none) a chunk of q tokens
+    /// over c cached computes the keys a prefill of its whole prompt computes beyond its
+    /// prefix's own, prefill(c + q) − prefill(c) from the prefill rows, and reads its prompt's
+    /// K and V at least as a decode at length c + q does, from the decode rows. Either alone
+    /// fails one end: a prefill kernel's utilisation at a few query tokens is its launch floor,
+    /// which laid over a long prefix priced a 2-token chunk over 786 cached tokens (vLLM's
+    /// recomputed last block of a prompt cached whole) at 84 ms a step for Llama-2-7B; a
+    /// decode's read misses a long chunk's compute.
+    #[inline]
+    pub(super) fn chunk_attention_s(&self, s: &PhaseSums) -> f64 {
+        if s.seqs == 0.0 || !self.chunks_from_prefill {
+            return self.attention_s(MIXED, s);
+        }
+        let (n, q, c) = (s.seqs, s.query_tokens, s.context_tokens);
+        // Σ c(c + 1)/2: the keys of the prefixes' own causal prefill.
+        let prefix_keys = (s.context_squares + c) / 2.0;
+        let prefill = |tokens: f64, keys: f64| {
+            let sums = PhaseSums { seqs: n, query_tokens: tokens, keys, kv_tokens: tokens, ..PhaseSums::default() };
+            self.attention_s(PREFILL, &sums)
+        };
+        let beyond = prefill(q + c, s.keys + prefix_keys) - prefill(c, prefix_keys);
+        let read = PhaseSums {
+            seqs: n,
+            query_tokens: n,
+            context_tokens: q + c - n,
+            context_squares: s.chunk_end_squares,
+            keys: q + c,
+            kv_tokens: q + c,
+            ..PhaseSums::default()
+        };
+        beyond.max(self.attention_s(DECODE, &read))
     }
 }
 
