@@ -5,7 +5,7 @@ row() {
   label=$1; shift
   $bin simulate scenarios/deepseek-v3-dp.toml "$@" 2>/dev/null | awk -v label="$label" '
     /Mean TTFT/ {ttft=$4} /Mean TPOT/ {tpot=$4} /Output token throughput/ {tput=$5}
-    /P99 ITL/ {cells = cells sprintf(" %.0f / %.1f, %'"'"'d |", ttft, tpot, tput)}
+    /P99 ITL/ {cells = cells sprintf(" %.0f / %.1f, %d |", ttft, tpot, tput)}
     END {print "| " label " |" cells}'
 }
 row "TP 8 (vLLM's default)" --set engine.tensor_parallel=8 --set engine.data_parallel=1 --set engine.expert_parallel=false

@@ -742,23 +742,21 @@ impl Roofline {
     /// This roofline with `parts` priced at zero (see [`PricedElsewhere`]).
     pub(crate) fn without(mut self, parts: PricedElsewhere) -> Roofline {
         let free = GemmOp { flop_s_per_row: 0.0, weight_s: 0.0, activation_s_per_row: 0.0 };
-        if parts.latent_attention
+        if (parts.latent_attention || parts.latent_attention_kernel)
             && let Some(mla) = &mut self.mla
         {
-            (mla.down, mla.q_up, mla.kv_up) = (free, free, free);
             (mla.attention_s_per_flop, mla.prefix_attention_s_per_flop, mla.s_per_byte) = (0.0, 0.0, 0.0);
-            if let Some((indexer, projections)) = &mut mla.indexer {
-                *indexer = indexer.free();
-                *projections = [free, free];
+            if parts.latent_attention {
+                (mla.down, mla.q_up, mla.kv_up) = (free, free, free);
+                if let Some((indexer, projections)) = &mut mla.indexer {
+                    *indexer = indexer.free();
+                    *projections = [free, free];
+                }
+                // An MLA model's output projection is MLA's o_proj.
+                self.layer_gemms[1] = free;
+            } else {
+                mla.absorbed_elsewhere = true;
             }
-            // An MLA model's output projection is MLA's o_proj.
-            self.layer_gemms[1] = free;
-        }
-        if parts.latent_attention_kernel
-            && let Some(mla) = &mut self.mla
-        {
-            (mla.attention_s_per_flop, mla.prefix_attention_s_per_flop, mla.s_per_byte) = (0.0, 0.0, 0.0);
-            mla.absorbed_elsewhere = true;
         }
         if parts.routed_experts
             && let Some(moe) = &mut self.moe

@@ -80,9 +80,7 @@ impl Calibrated {
             }
         }
     }
-}
 
-impl Calibrated {
     /// Attention of the chunks over a cached prefix, seconds per layer. Where the profile
     /// measured such chunks, their rows; else (published tables have none) a chunk of q tokens
     /// over c cached computes the keys a prefill of its whole prompt computes beyond its
